@@ -1,0 +1,1 @@
+"""Fault injection and history checking (arrives with the chaos issue)."""

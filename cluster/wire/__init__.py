@@ -1,0 +1,1 @@
+"""Generated gRPC stubs (``make proto``); never edit the ``*_pb2*`` files by hand."""

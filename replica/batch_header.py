@@ -1,0 +1,241 @@
+"""The fixed 61-byte header of Kafka's RecordBatch v2, and validation without decoding records.
+
+This is the broker's hot path: a produced batch is checked here (structure, magic, CRC-32C,
+record count against offset deltas) and given its offsets by rewriting ``baseOffset`` and
+``partitionLeaderEpoch`` in place. Neither of those two fields is covered by the CRC, which
+starts at ``attributes``, so assigning offsets never recomputes it. Records stay bytes.
+
+Layout (big-endian)::
+
+    0  baseOffset           int64     35 maxTimestamp     int64
+    8  batchLength          int32     43 producerId       int64
+    12 partitionLeaderEpoch int32     51 producerEpoch    int16
+    16 magic                int8      53 baseSequence     int32
+    17 crc                  uint32    57 recordsCount     int32
+    21 attributes           int16     61 records...
+    23 lastOffsetDelta      int32
+    27 baseTimestamp        int64
+
+All functions here are pure and thread-safe.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import crc32c as _crc32c
+
+from cluster.errors import CorruptMessageError, MessageTooLargeError, UnsupportedCompressionTypeError
+
+__all__ = [
+    "ATTR_COMPRESSION_MASK",
+    "ATTR_CONTROL",
+    "ATTR_TIMESTAMP_TYPE",
+    "ATTR_TRANSACTIONAL",
+    "CRC_OFFSET",
+    "HEADER_SIZE",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "MIN_RECORD_SIZE",
+    "BatchHeader",
+    "assign_offsets",
+    "batch_crc",
+    "iter_headers",
+    "parse_header",
+    "validate_batches",
+]
+
+HEADER_SIZE = 61
+"""Bytes from ``baseOffset`` up to the first record."""
+LOG_OVERHEAD = 12
+"""``baseOffset`` + ``batchLength``: bytes not counted in ``batchLength``."""
+MAGIC = 2
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+LEADER_EPOCH_OFFSET = 12
+MAX_TIMESTAMP_OFFSET = 35
+ATTR_COMPRESSION_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+MIN_RECORD_SIZE = 7
+"""Smallest encoded record: length, attributes, timestamp delta, offset delta, key length,
+value length and header count, one byte each."""
+MAX_COMPRESSION_CODEC = 4
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_PREFIX = struct.Struct(">qi")
+_BASE_AND_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength (unchanged), leaderEpoch
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """A parsed RecordBatch v2 header; ``position`` is where the batch starts in its buffer."""
+
+    position: int
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch occupies, header included."""
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        """Codec id: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd."""
+        return self.attributes & ATTR_COMPRESSION_MASK
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def is_log_append_time(self) -> bool:
+        return bool(self.attributes & ATTR_TIMESTAMP_TYPE)
+
+
+def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Parse the header at ``position``; raises ``CorruptMessageError`` if it does not fit."""
+    if position < 0 or len(buf) - position < HEADER_SIZE:
+        raise CorruptMessageError(
+            f"truncated batch header at position {position}: {len(buf) - position} bytes"
+        )
+    return BatchHeader(position, *_HEADER.unpack_from(buf, position))
+
+
+def batch_crc(buf: bytes | bytearray | memoryview, header: BatchHeader) -> int:
+    """CRC-32C over ``attributes`` to the end of the batch, as Kafka computes it."""
+    start = header.position + ATTRIBUTES_OFFSET
+    return int(_crc32c.crc32c(memoryview(buf)[start : header.position + header.size]))
+
+
+def _check_batch(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+    if header.magic != MAGIC:
+        raise CorruptMessageError(f"unsupported magic {header.magic} at {header.position}")
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptMessageError(f"batch length {header.batch_length} shorter than a header")
+    if header.position + header.size > len(buf):
+        raise CorruptMessageError(
+            f"truncated batch at {header.position}: needs {header.size} bytes, "
+            f"{len(buf) - header.position} present"
+        )
+    if header.records_count <= 0:
+        raise CorruptMessageError(f"batch at {header.position} has {header.records_count} records")
+    if header.last_offset_delta != header.records_count - 1:
+        raise CorruptMessageError(
+            f"lastOffsetDelta {header.last_offset_delta} does not match "
+            f"recordsCount {header.records_count}"
+        )
+    if header.compression == 0 and (
+        header.size - HEADER_SIZE < header.records_count * MIN_RECORD_SIZE
+    ):
+        raise CorruptMessageError(
+            f"{header.records_count} records cannot fit in {header.size - HEADER_SIZE} bytes"
+        )
+    if batch_crc(buf, header) != header.crc:
+        raise CorruptMessageError(f"CRC mismatch in batch at {header.position}")
+
+
+def iter_headers(buf: bytes | bytearray | memoryview, start: int = 0) -> Iterator[BatchHeader]:
+    """Yield the header of each complete batch from ``start``; stops at a partial tail.
+
+    Structure only: no CRC check. Use it on bytes already validated (the log's own).
+    """
+    position = start
+    end = len(buf)
+    while end - position >= LOG_OVERHEAD:
+        _, length = _PREFIX.unpack_from(buf, position)
+        if length < HEADER_SIZE - LOG_OVERHEAD or position + LOG_OVERHEAD + length > end:
+            return
+        yield parse_header(buf, position)
+        position += LOG_OVERHEAD + length
+
+
+def validate_batches(
+    buf: bytes | bytearray | memoryview,
+    max_batch_bytes: int,
+) -> list[BatchHeader]:
+    """Validate one or more concatenated batches as a producer sent them.
+
+    Checks, for every batch: a complete header, magic 2, a length that fits the buffer, at
+    least one record, ``lastOffsetDelta == recordsCount - 1``, a known compression codec, no
+    control batch, the size limit and the CRC-32C. The batches must fill ``buf`` exactly.
+
+    Raises ``CorruptMessageError``, ``MessageTooLargeError`` or
+    ``UnsupportedCompressionTypeError``; on success returns the headers in order.
+    """
+    if len(buf) == 0:
+        raise CorruptMessageError("empty record set")
+    headers: list[BatchHeader] = []
+    position = 0
+    while position < len(buf):
+        header = parse_header(buf, position)
+        if header.size > max_batch_bytes:
+            raise MessageTooLargeError(
+                f"batch of {header.size} bytes exceeds max.message.bytes={max_batch_bytes}"
+            )
+        _check_batch(buf, header)
+        if header.compression > MAX_COMPRESSION_CODEC:
+            raise UnsupportedCompressionTypeError(f"codec id {header.compression}")
+        if header.is_control:
+            raise CorruptMessageError("clients may not produce control batches")
+        headers.append(header)
+        position += header.size
+    return headers
+
+
+def check_stored_batch(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+    """Validate a batch read back from disk (structure and CRC); raises ``CorruptMessageError``."""
+    _check_batch(buf, header)
+
+
+def assign_offsets(
+    buf: bytearray,
+    headers: list[BatchHeader],
+    first_offset: int,
+    leader_epoch: int,
+) -> int:
+    """Give each batch its ``baseOffset`` and ``partitionLeaderEpoch``, in place.
+
+    Returns the next offset after the last batch. The CRC is unaffected (it starts after
+    these fields).
+    """
+    next_offset = first_offset
+    for header in headers:
+        _BASE_AND_EPOCH.pack_into(
+            buf, header.position, next_offset, header.batch_length, leader_epoch
+        )
+        next_offset += header.last_offset_delta + 1
+    return next_offset
+
+
+def set_log_append_time(buf: bytearray, header: BatchHeader, timestamp_ms: int) -> None:
+    """Mark a batch as LogAppendTime with ``timestamp_ms`` as its max timestamp; recomputes CRC."""
+    attributes = header.attributes | ATTR_TIMESTAMP_TYPE
+    struct.pack_into(">h", buf, header.position + ATTRIBUTES_OFFSET, attributes)
+    struct.pack_into(">q", buf, header.position + MAX_TIMESTAMP_OFFSET, timestamp_ms)
+    crc = int(_crc32c.crc32c(memoryview(buf)[header.position + ATTRIBUTES_OFFSET : header.position + header.size]))
+    struct.pack_into(">I", buf, header.position + CRC_OFFSET, crc)

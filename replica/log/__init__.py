@@ -1,0 +1,1 @@
+"""The on-disk partition log: segments, indexes, recovery, retention and flushing."""

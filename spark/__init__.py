@@ -1,0 +1,1 @@
+"""The PySpark data source for lograft (arrives with the Spark issue)."""
