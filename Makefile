@@ -1,0 +1,55 @@
+# lograft: `make run` starts a node with a short demo; `make test` runs lint, types and tests.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DATA ?= data
+
+.PHONY: install run test lint format typecheck unit integration proto proto-check bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip==25.3
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Start one node on 127.0.0.1:9092 with data under ./data, run a short demo, keep serving.
+run: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" DATA="$(DATA)" bash docker/run-demo.sh
+
+## Everything CI checks.
+test: $(STAMP) lint typecheck proto-check
+	$(BIN)/pytest -q tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
+integration: $(STAMP)
+	$(BIN)/pytest -q tests/integration
+
+## Regenerate cluster/wire from proto/*.proto.
+proto: $(STAMP)
+	$(BIN)/python proto/generate.py
+
+proto-check: $(STAMP)
+	$(BIN)/pytest -q tests/unit/test_proto_drift.py
+
+## Benchmarks print JSON to stdout and write bench/results/*.json.
+bench: $(STAMP)
+	$(BIN)/python bench/single_node.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

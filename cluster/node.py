@@ -1,0 +1,215 @@
+"""The node process: ``lograft node`` / ``python -m cluster.node``.
+
+A node today has the broker role only; the controller role arrives with the controller
+issue. It can be killed at any moment (``kill -9``) and restarted from its data directory:
+logs recover by CRC, and every acknowledged write was fsync'ed before its acknowledgement
+(under the default flush policy). SIGTERM and SIGINT shut down cleanly: stop accepting
+requests, finish in-flight ones, flush, and leave clean-shutdown markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import grpc
+
+from cluster.errors import InvalidConfigError, KafkaStorageError, LograftError
+from cluster.node_config import NodeConfig
+from cluster.wire import broker_pb2_grpc as pb_grpc
+from replica.broker_service import BrokerEndpoint, BrokerService
+from replica.log.config import FlushPolicy
+from replica.log.partition_log import delete_files
+from replica.log_manager import LogManager, write_file_atomically
+
+__all__ = ["Node", "main"]
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE_S = 5.0
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch: the one clock the node shell reads."""
+    return int(time.time() * 1000)
+
+
+def load_or_create_identity(data_dir: Path, node_id: int) -> str:
+    """Read ``meta.properties`` (creating it on first start) and return the cluster id.
+
+    A data directory written by another node id is refused, as Kafka does.
+    """
+    path = data_dir / "meta.properties"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        cluster_id = uuid.uuid4().hex
+        body = f"version=1\nnode.id={node_id}\ncluster.id={cluster_id}\n"
+        write_file_atomically(path, body.encode())
+        return cluster_id
+    properties: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            properties[key.strip()] = value.strip()
+    if properties.get("node.id") != str(node_id):
+        raise InvalidConfigError(
+            f"{path} belongs to node.id={properties.get('node.id')}, not {node_id}"
+        )
+    cluster_id = properties.get("cluster.id", "")
+    if not cluster_id:
+        raise KafkaStorageError(f"{path} has no cluster.id")
+    return cluster_id
+
+
+class Node:
+    """One lograft process: a gRPC server, its log manager and its background tasks."""
+
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.cluster_id = load_or_create_identity(config.data_dir, config.node_id)
+        self.logs = LogManager(config.data_dir, config.log_defaults, wall_clock_ms)
+        self._server: grpc.aio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.bound_port = config.port
+
+    async def start(self) -> None:
+        """Recover the logs, then start serving."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.logs.open)
+        limit = self.config.socket_request_max_bytes
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        service = BrokerService(
+            self.logs,
+            BrokerEndpoint(self.config.node_id, self.config.advertised_host, self.config.port),
+            self.cluster_id,
+            wall_clock_ms,
+        )
+        pb_grpc.add_BrokerServicer_to_server(service, server)
+        self.bound_port = server.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        if self.bound_port == 0:
+            raise InvalidConfigError(f"cannot listen on {self.config.host}:{self.config.port}")
+        await server.start()
+        self._server = server
+        self._tasks = [
+            asyncio.create_task(self._housekeeping(), name="housekeeping"),
+            asyncio.create_task(self._interval_flusher(), name="interval-flusher"),
+        ]
+        log.info(
+            "node ready node_id=%d listen=%s:%d cluster_id=%s",
+            self.config.node_id,
+            self.config.host,
+            self.bound_port,
+            self.cluster_id,
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting requests, let in-flight ones finish, flush and close the logs."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.stop(SHUTDOWN_GRACE_S)
+        await asyncio.get_running_loop().run_in_executor(None, self.logs.close)
+        log.info("node stopped node_id=%d", self.config.node_id)
+
+    async def _housekeeping(self) -> None:
+        """Retention and time-based segment rolls, every log.retention.check.interval.ms."""
+        loop = asyncio.get_running_loop()
+        interval_s = self.config.retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            now_ms = wall_clock_ms()
+            doomed: list[Path] = []
+            for partition in list(self.logs.partitions.values()):
+                partition.log.roll_if_due(now_ms)
+                doomed.extend(partition.log.enforce_retention(now_ms))
+            if doomed:
+                log.info("retention deleted segments files=%d", len(doomed))
+                await loop.run_in_executor(None, delete_files, doomed)
+
+    async def _interval_flusher(self) -> None:
+        """fdatasync logs under flush.policy=interval every flush.ms."""
+        interval_s = self.config.log_defaults.flush_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            for partition in list(self.logs.partitions.values()):
+                if (
+                    partition.log.config.flush_policy == FlushPolicy.INTERVAL
+                    and partition.log.flushed_offset < partition.log.log_end_offset
+                ):
+                    await partition.flush_now()
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="lograft node",
+        description="Run a lograft node (broker role) serving the client API over gRPC.",
+    )
+    parser.add_argument("--node-id", type=int, required=True, help="this node's node.id")
+    parser.add_argument("--data-dir", type=Path, required=True, help="log directory")
+    parser.add_argument(
+        "--listen", default="127.0.0.1:9092", help="host:port to serve on (default %(default)s)"
+    )
+    parser.add_argument("--advertised-host", default="", help="host clients should dial")
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="broker setting by Kafka name, e.g. log.segment.bytes=1048576 (repeatable)",
+    )
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    return parser.parse_args(argv)
+
+
+async def _serve(config: NodeConfig) -> None:
+    node = Node(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await node.start()
+    await stop.wait()
+    log.info("shutdown requested node_id=%d", config.node_id)
+    await node.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``lograft node``; returns the process exit code."""
+    args = _parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    overrides: dict[str, str] = {}
+    for item in args.config:
+        name, sep, value = item.partition("=")
+        if not sep:
+            log.error("invalid --config %r: expected NAME=VALUE", item)
+            return 2
+        overrides[name.strip()] = value.strip()
+    try:
+        config = NodeConfig.build(
+            args.node_id, args.data_dir, args.listen, args.advertised_host, overrides
+        )
+        asyncio.run(_serve(config))
+    except LograftError as exc:
+        log.error("node failed to start: %s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

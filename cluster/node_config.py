@@ -1,0 +1,105 @@
+"""Node configuration: identity, listener, data directory and broker-wide defaults.
+
+Broker-level names are Kafka's (``log.segment.bytes``, ``message.max.bytes``, ...). Those that
+have a topic-level counterpart become the defaults of every topic's ``LogConfig``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cluster.errors import InvalidConfigError
+from replica.log.config import LogConfig
+
+__all__ = ["BROKER_TO_TOPIC_CONFIG", "NODE_CONFIGS", "NodeConfig"]
+
+BROKER_TO_TOPIC_CONFIG: dict[str, str] = {
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.index.size.max.bytes": "segment.index.bytes",
+    "message.max.bytes": "max.message.bytes",
+    "log.flush.policy": "flush.policy",
+    "log.flush.interval.ms": "flush.ms",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "min.insync.replicas": "min.insync.replicas",
+}
+"""Broker default → the topic config it sets the default of."""
+
+NODE_CONFIGS: dict[str, tuple[int, int, str]] = {
+    "log.retention.check.interval.ms": (
+        30_000,
+        1,
+        "How often retention and segment.ms rolling are checked.",
+    ),
+    "socket.request.max.bytes": (
+        100 * 1024 * 1024,
+        1024,
+        "Largest request the node accepts; larger ones are refused before they are read.",
+    ),
+}
+"""Node-only integer settings: name → (default, minimum, description)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Everything a node process needs to start."""
+
+    node_id: int
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str = ""
+    log_defaults: LogConfig = field(default_factory=LogConfig)
+    retention_check_interval_ms: int = 30_000
+    socket_request_max_bytes: int = 100 * 1024 * 1024
+
+    @classmethod
+    def build(
+        cls,
+        node_id: int,
+        data_dir: Path,
+        listen: str,
+        advertised_host: str = "",
+        overrides: Mapping[str, str] | None = None,
+    ) -> NodeConfig:
+        """Validate and assemble a node config; raises ``InvalidConfigError``."""
+        if node_id < 0:
+            raise InvalidConfigError(f"node.id must be >= 0, got {node_id}")
+        host, _, port_text = listen.rpartition(":")
+        try:
+            port = int(port_text)
+        except ValueError:
+            raise InvalidConfigError(f"listener {listen!r} is not host:port") from None
+        if not host or not 0 <= port <= 65535:
+            raise InvalidConfigError(f"listener {listen!r} is not host:port")
+        topic_overrides: dict[str, str] = {}
+        node_values = {name: default for name, (default, _, _) in NODE_CONFIGS.items()}
+        for name, value in (overrides or {}).items():
+            if name in BROKER_TO_TOPIC_CONFIG:
+                topic_overrides[BROKER_TO_TOPIC_CONFIG[name]] = value
+            elif name in NODE_CONFIGS:
+                minimum = NODE_CONFIGS[name][1]
+                try:
+                    parsed = int(value)
+                except ValueError:
+                    raise InvalidConfigError(f"{name}={value!r} is not an integer") from None
+                if parsed < minimum:
+                    raise InvalidConfigError(f"{name}={value!r} must be >= {minimum}")
+                node_values[name] = parsed
+            else:
+                raise InvalidConfigError(f"unknown node config {name!r}")
+        return cls(
+            node_id=node_id,
+            data_dir=data_dir,
+            host=host,
+            port=port,
+            advertised_host=advertised_host or host,
+            log_defaults=LogConfig().with_overrides(topic_overrides),
+            retention_check_interval_ms=node_values["log.retention.check.interval.ms"],
+            socket_request_max_bytes=node_values["socket.request.max.bytes"],
+        )

@@ -1,0 +1,225 @@
+"""The topics and partition logs of one broker's data directory.
+
+Until the controller quorum exists, topics are local to the node: their definitions live in
+``topics.json`` in the data directory (written atomically), and each partition's log lives in
+``<topic>-<partition>/``. Not thread-safe: used from the node's event loop only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cluster.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    KafkaStorageError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from replica.log.config import LogConfig
+from replica.log.partition_log import PartitionLog
+from replica.partition import Partition, TopicPartition
+
+__all__ = ["MAX_PARTITIONS", "LogManager", "TopicInfo", "validate_topic_name"]
+
+log = logging.getLogger(__name__)
+
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+MAX_PARTITIONS = 10_000
+"""Upper bound on partitions per topic: a request cannot make the node open unbounded files."""
+_TOPICS_FILE = "topics.json"
+_DELETE_SUFFIX = "-delete"
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rule: 1-249 characters of ``[a-zA-Z0-9._-]``, and not ``.`` or ``..``."""
+    if not _TOPIC_NAME.match(name) or name in (".", ".."):
+        raise InvalidTopicError(
+            f"topic name {name!r} must be 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic as this node knows it."""
+
+    name: str
+    num_partitions: int
+    replication_factor: int
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+class LogManager:
+    """Owns every ``Partition`` of the node and the topic definitions."""
+
+    def __init__(
+        self, data_dir: Path, default_config: LogConfig, now_ms: Callable[[], int]
+    ) -> None:
+        self.data_dir = data_dir
+        self.default_config = default_config
+        self._now_ms = now_ms
+        self.topics: dict[str, TopicInfo] = {}
+        self.partitions: dict[TopicPartition, Partition] = {}
+
+    # ---- start-up and shutdown ----------------------------------------------------------
+
+    def open(self) -> None:
+        """Load topic definitions and open (and recover) every partition log."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        for leftover in self.data_dir.glob(f"*{_DELETE_SUFFIX}"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        path = self.data_dir / _TOPICS_FILE
+        if path.exists():
+            try:
+                raw = json.loads(path.read_text())
+                topics = [
+                    TopicInfo(
+                        name=str(t["name"]),
+                        num_partitions=int(t["num_partitions"]),
+                        replication_factor=int(t["replication_factor"]),
+                        configs={str(k): str(v) for k, v in dict(t["configs"]).items()},
+                    )
+                    for t in raw["topics"]
+                ]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise KafkaStorageError(f"{path} is not a valid topics file: {exc}") from exc
+            for topic in topics:
+                self.topics[topic.name] = topic
+                self._open_partitions(topic)
+        log.info(
+            "log manager opened data_dir=%s topics=%d partitions=%d",
+            self.data_dir,
+            len(self.topics),
+            len(self.partitions),
+        )
+
+    def close(self) -> None:
+        """Flush and close every log, leaving clean-shutdown markers."""
+        for partition in self.partitions.values():
+            partition.wake_fetchers()
+            partition.log.close()
+        self.partitions.clear()
+
+    # ---- topics -------------------------------------------------------------------------
+
+    def log_config_for(self, configs: Mapping[str, str]) -> LogConfig:
+        """The effective log config of a topic: broker defaults with its overrides."""
+        return self.default_config.with_overrides(configs)
+
+    def validate_new_topic(
+        self, name: str, num_partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> None:
+        """Raise the typed error a CreateTopics for these arguments would get."""
+        validate_topic_name(name)
+        if name in self.topics:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        if not 1 <= num_partitions <= MAX_PARTITIONS:
+            raise InvalidPartitionsError(
+                f"num_partitions must be between 1 and {MAX_PARTITIONS}, got {num_partitions}"
+            )
+        if replication_factor != 1:
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication_factor} is larger than the 1 available broker"
+                if replication_factor > 1
+                else f"replication factor must be at least 1, got {replication_factor}"
+            )
+        self.log_config_for(configs)
+
+    def create_topic(
+        self, name: str, num_partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> TopicInfo:
+        """Create a topic and its partition logs; raises a typed error when invalid."""
+        self.validate_new_topic(name, num_partitions, replication_factor, configs)
+        topic = TopicInfo(name, num_partitions, replication_factor, dict(configs))
+        self.topics[name] = topic
+        self._open_partitions(topic)
+        self._write_topics()
+        log.info(
+            "topic created topic=%s partitions=%d replication_factor=%d",
+            name,
+            num_partitions,
+            replication_factor,
+        )
+        return topic
+
+    def delete_topic(self, name: str) -> list[Path]:
+        """Forget a topic; returns directories to remove (off the event loop)."""
+        topic = self.topics.pop(name, None)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        self._write_topics()
+        doomed = []
+        for index in range(topic.num_partitions):
+            partition = self.partitions.pop(TopicPartition(name, index), None)
+            if partition is None:
+                continue
+            partition.wake_fetchers()
+            partition.log.close()
+            target = partition.log.directory.with_name(
+                f"{partition.log.directory.name}.{uuid.uuid4().hex}{_DELETE_SUFFIX}"
+            )
+            os.replace(partition.log.directory, target)
+            doomed.append(target)
+        log.info("topic deleted topic=%s", name)
+        return doomed
+
+    def partition(self, topic: str, index: int) -> Partition:
+        """The partition, or ``UnknownTopicOrPartitionError``."""
+        found = self.partitions.get(TopicPartition(topic, index))
+        if found is None:
+            raise UnknownTopicOrPartitionError(f"{topic}-{index} is not hosted on this node")
+        return found
+
+    def _open_partitions(self, topic: TopicInfo) -> None:
+        config = self.log_config_for(topic.configs)
+        for index in range(topic.num_partitions):
+            tp = TopicPartition(topic.name, index)
+            directory = self.data_dir / f"{topic.name}-{index}"
+            self.partitions[tp] = Partition(
+                tp, PartitionLog.open(directory, config, self._now_ms())
+            )
+
+    def _write_topics(self) -> None:
+        body = {
+            "version": 1,
+            "topics": [
+                {
+                    "name": t.name,
+                    "num_partitions": t.num_partitions,
+                    "replication_factor": t.replication_factor,
+                    "configs": dict(t.configs),
+                }
+                for t in self.topics.values()
+            ],
+        }
+        write_file_atomically(self.data_dir / _TOPICS_FILE, json.dumps(body, indent=1).encode())
+
+
+def write_file_atomically(path: Path, data: bytes) -> None:
+    """Write via a temporary file, fsync, rename and fsync the directory: all or nothing."""
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    directory_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory_fd)
+    finally:
+        os.close(directory_fd)
+
+
+def remove_directories(paths: list[Path]) -> None:
+    """Remove deleted partition directories (run on a worker thread)."""
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
