@@ -17,7 +17,7 @@ install: $(STAMP)
 
 ## Start one node on 127.0.0.1:9092 with data under ./data, run a short demo, keep serving.
 run: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" DATA="$(DATA)" bash docker/run-demo.sh
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m cluster.demo --data-dir $(DATA)
 
 ## Everything CI checks.
 test: $(STAMP) lint typecheck proto-check

@@ -27,7 +27,11 @@ from dataclasses import dataclass
 
 import crc32c as _crc32c
 
-from cluster.errors import CorruptMessageError, MessageTooLargeError, UnsupportedCompressionTypeError
+from cluster.errors import (
+    CorruptMessageError,
+    MessageTooLargeError,
+    UnsupportedCompressionTypeError,
+)
 
 __all__ = [
     "ATTR_COMPRESSION_MASK",
@@ -193,6 +197,8 @@ def validate_batches(
     position = 0
     while position < len(buf):
         header = parse_header(buf, position)
+        if header.magic != MAGIC or header.position + header.size > len(buf):
+            _check_batch(buf, header)  # a garbage length is corruption, not a size problem
         if header.size > max_batch_bytes:
             raise MessageTooLargeError(
                 f"batch of {header.size} bytes exceeds max.message.bytes={max_batch_bytes}"
@@ -237,5 +243,9 @@ def set_log_append_time(buf: bytearray, header: BatchHeader, timestamp_ms: int) 
     attributes = header.attributes | ATTR_TIMESTAMP_TYPE
     struct.pack_into(">h", buf, header.position + ATTRIBUTES_OFFSET, attributes)
     struct.pack_into(">q", buf, header.position + MAX_TIMESTAMP_OFFSET, timestamp_ms)
-    crc = int(_crc32c.crc32c(memoryview(buf)[header.position + ATTRIBUTES_OFFSET : header.position + header.size]))
+    crc = int(
+        _crc32c.crc32c(
+            memoryview(buf)[header.position + ATTRIBUTES_OFFSET : header.position + header.size]
+        )
+    )
     struct.pack_into(">I", buf, header.position + CRC_OFFSET, crc)

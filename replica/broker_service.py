@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -53,11 +54,11 @@ class BrokerEndpoint:
     rack: str = ""
 
 
-def _error_fields(exc: LograftError) -> dict[str, object]:
+def _error_fields(exc: LograftError) -> dict[str, Any]:
     return {"error_code": exc.code, "error_message": exc.message}
 
 
-class BrokerService(pb_grpc.BrokerServicer):
+class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
     """gRPC servicer; one instance per node."""
 
     def __init__(
@@ -74,7 +75,7 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     # ---- Produce ------------------------------------------------------------------------
 
-    async def Produce(  # noqa: N802 - gRPC method name
+    async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
     ) -> pb.ProduceResponse:
         """Append each partition's batches; answer after the append (and its fsync)."""
@@ -122,9 +123,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         config = partition.log.config
         buffer = bytearray(records)
         headers = validate_batches(buffer, config.max_message_bytes)
-        appended = partition.log.append(
-            buffer, headers, partition.leader_epoch, self._now_ms()
-        )
+        appended = partition.log.append(buffer, headers, partition.leader_epoch, self._now_ms())
         result.base_offset = appended.first_offset
         result.log_append_time_ms = appended.log_append_time_ms
         result.log_start_offset = partition.log.log_start_offset
@@ -159,7 +158,7 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     # ---- Fetch --------------------------------------------------------------------------
 
-    async def Fetch(  # noqa: N802 - gRPC method name
+    async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> pb.FetchResponse:
         """Read below the high watermark; long-poll until ``min_bytes`` or ``max_wait_ms``."""
@@ -178,9 +177,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                     partition.discard_waiter(waiter)
                     waiter.cancel()
 
-    def _read_all(
-        self, request: pb.FetchRequest
-    ) -> tuple[pb.FetchResponse, int, list[Partition]]:
+    def _read_all(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, list[Partition]]:
         response = pb.FetchResponse()
         budget = request.max_bytes if request.max_bytes > 0 else 50 * 1024 * 1024
         total_bytes = 0
@@ -222,7 +219,7 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     # ---- ListOffsets --------------------------------------------------------------------
 
-    async def ListOffsets(  # noqa: N802 - gRPC method name
+    async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListOffsetsResponse:
         """Earliest (-2), latest (-1), max timestamp (-3), or the first offset at a time."""
@@ -269,7 +266,7 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     # ---- Metadata and topics ------------------------------------------------------------
 
-    async def Metadata(  # noqa: N802 - gRPC method name
+    async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.MetadataResponse:
         """This node as the only broker, and the topics asked for (all when none named)."""
@@ -278,7 +275,9 @@ class BrokerService(pb_grpc.BrokerServicer):
             cluster_id=self._cluster_id,
             controller_id=node.node_id,
             brokers=[
-                pb.BrokerMetadata(node_id=node.node_id, host=node.host, port=node.port, rack=node.rack)
+                pb.BrokerMetadata(
+                    node_id=node.node_id, host=node.host, port=node.port, rack=node.rack
+                )
             ],
         )
         names = list(request.topics) or sorted(self._logs.topics)
@@ -303,7 +302,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                 )
         return response
 
-    async def CreateTopics(  # noqa: N802 - gRPC method name
+    async def CreateTopics(
         self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateTopicsResponse:
         """Create topics local to this node (the controller takes this over later)."""
@@ -316,9 +315,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             )
             # -1 means "the broker default", as in Kafka's CreateTopics v4+.
             num_partitions = topic.num_partitions if topic.num_partitions != -1 else 1
-            replication_factor = (
-                topic.replication_factor if topic.replication_factor != -1 else 1
-            )
+            replication_factor = topic.replication_factor if topic.replication_factor != -1 else 1
             result.num_partitions = num_partitions
             result.replication_factor = replication_factor
             try:
@@ -335,7 +332,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                 result.error_message = exc.message
         return response
 
-    async def DeleteTopics(  # noqa: N802 - gRPC method name
+    async def DeleteTopics(
         self, request: pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteTopicsResponse:
         """Delete topics; their files are removed off the event loop."""

@@ -60,11 +60,12 @@ class CompressionType(enum.IntEnum):
     def from_name(cls, name: str) -> CompressionType:
         """Map a ``compression.type`` value ("none", "gzip", ...) to its codec.
 
-        Raises ``UnsupportedCompressionTypeError`` for any other name. Kafka's broker-side
-        value "producer" is not a codec and is rejected here too.
+        Names are matched exactly, as Kafka matches them. Raises
+        ``UnsupportedCompressionTypeError`` for any other name; Kafka's broker-side value
+        "producer" is not a codec and is rejected here too.
         """
         try:
-            return _BY_NAME[name.strip().lower()]
+            return _BY_NAME[name]
         except KeyError:
             raise UnsupportedCompressionTypeError(f"unknown compression.type {name!r}") from None
 

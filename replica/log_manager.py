@@ -184,9 +184,12 @@ class LogManager:
         for index in range(topic.num_partitions):
             tp = TopicPartition(topic.name, index)
             directory = self.data_dir / f"{topic.name}-{index}"
-            self.partitions[tp] = Partition(
-                tp, PartitionLog.open(directory, config, self._now_ms())
-            )
+            partition_log = PartitionLog.open(directory, config, self._now_ms())
+            if partition_log.flushed_offset < partition_log.log_end_offset:
+                # Recovered bytes that survived a crash sit in the page cache; make them
+                # durable before they become readable below the high watermark.
+                partition_log.flush()
+            self.partitions[tp] = Partition(tp, partition_log)
 
     def _write_topics(self) -> None:
         body = {

@@ -147,12 +147,8 @@ COMMON_CONFIGS: tuple[ConfigDef, ...] = (
         "host:port pairs of brokers to ask for cluster metadata, comma separated",
     ),
     ConfigDef("client.id", "lograft-python", a_string, "a name for this client in server logs"),
-    ConfigDef(
-        "request.timeout.ms", 30000, int_at_least(1), "how long to wait for one response"
-    ),
-    ConfigDef(
-        "retry.backoff.ms", 100, int_at_least(0), "pause before retrying a failed request"
-    ),
+    ConfigDef("request.timeout.ms", 30000, int_at_least(1), "how long to wait for one response"),
+    ConfigDef("retry.backoff.ms", 100, int_at_least(0), "pause before retrying a failed request"),
     ConfigDef(
         "metadata.max.age.ms",
         300000,
@@ -558,3 +554,78 @@ class Connections:
                 if not exc.retriable or time.monotonic() >= deadline:
                     raise
             time.sleep(min(self.retry_backoff_ms / 1000.0, max(0.0, deadline - time.monotonic())))
+
+    def list_offsets(
+        self, timestamps: Mapping[TopicPartition, int], timeout_ms: int
+    ) -> dict[TopicPartition, tuple[int, int, int]]:
+        """ListOffsets on each partition's leader: ``{tp: (offset, timestamp, leader_epoch)}``.
+
+        ``timestamps`` holds -1 (latest), -2 (earliest), -3 (max timestamp) or a time in ms.
+        Retriable errors are retried with a metadata refresh until ``timeout_ms`` passes;
+        the first non-retriable error is raised.
+        """
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        backoff_s = self.retry_backoff_ms / 1000.0
+        results: dict[TopicPartition, tuple[int, int, int]] = {}
+        pending = dict(timestamps)
+        if any(self._metadata.partition(tp.topic, tp.partition) is None for tp in pending):
+            self._refresh_quietly({tp.topic for tp in pending})
+        while pending:
+            retry_error: LograftError | None = None
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in pending:
+                try:
+                    by_leader.setdefault(self._metadata.leader_for(tp), []).append(tp)
+                except LograftError as exc:
+                    if not exc.retriable:
+                        raise
+                    retry_error = exc
+            for leader, tps in by_leader.items():
+                topics: dict[str, list[Any]] = {}
+                for tp in tps:
+                    topics.setdefault(tp.topic, []).append(
+                        pb.ListOffsetsPartition(partition=tp.partition, timestamp=pending[tp])
+                    )
+                request = pb.ListOffsetsRequest(
+                    topics=[pb.ListOffsetsTopic(name=n, partitions=ps) for n, ps in topics.items()]
+                )
+                try:
+                    response = self.call("ListOffsets", request, node_id=leader)
+                except LograftError as exc:
+                    if not exc.retriable:
+                        raise
+                    retry_error = exc
+                    continue
+                for t in response.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, p.partition)
+                        if tp not in pending:
+                            continue
+                        if p.error_code:
+                            error = errors.error_for_code(
+                                p.error_code, p.error_message or f"{tp.topic}-{tp.partition}"
+                            )
+                            if not error.retriable:
+                                raise error
+                            retry_error = error
+                            continue
+                        results[tp] = (p.offset, p.timestamp, p.leader_epoch)
+                        del pending[tp]
+            if not pending:
+                break
+            if retry_error is None:
+                retry_error = UnknownTopicOrPartitionError(
+                    "no answer for " + ",".join(f"{tp.topic}-{tp.partition}" for tp in pending)
+                )
+            if time.monotonic() + backoff_s >= deadline:
+                raise retry_error
+            logger.debug("list_offsets retry pending=%d error=%s", len(pending), retry_error)
+            time.sleep(backoff_s)
+            self._refresh_quietly({tp.topic for tp in pending})
+        return results
+
+    def _refresh_quietly(self, topics: Iterable[str] | None = None) -> None:
+        try:
+            self.refresh_metadata(topics)
+        except LograftError as exc:
+            logger.debug("metadata refresh failed error=%s", exc)

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from cluster.errors import (
     InvalidRequestError,
@@ -54,6 +54,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 ADMIN_CONFIGS: tuple[ConfigDef, ...] = (
     *COMMON_CONFIGS,
@@ -281,65 +283,10 @@ class AdminClient:
         """Offsets of partitions by spec: ``"earliest"``, ``"latest"``, ``"max_timestamp"``,
         or a timestamp in ms. Asks each partition's leader; raises the first typed error."""
         timestamps = {tp: _spec_timestamp(spec) for tp, spec in specs.items()}
-        deadline = time.monotonic() + self._api_timeout_ms / 1000.0
-        results: dict[TopicPartition, ListOffsetsResult] = {}
-        pending = dict(timestamps)
-        self._refresh_quietly({tp.topic for tp in pending})
-        while pending:
-            retry_error: LograftError | None = None
-            by_leader: dict[int, list[TopicPartition]] = {}
-            for tp in pending:
-                try:
-                    leader = self._conn.metadata.leader_for(tp)
-                except LograftError as exc:
-                    if not exc.retriable:
-                        raise
-                    retry_error = exc
-                    continue
-                by_leader.setdefault(leader, []).append(tp)
-            for leader, tps in by_leader.items():
-                topics: dict[str, list[Any]] = {}
-                for tp in tps:
-                    topics.setdefault(tp.topic, []).append(
-                        pb.ListOffsetsPartition(partition=tp.partition, timestamp=pending[tp])
-                    )
-                request = pb.ListOffsetsRequest(
-                    topics=[pb.ListOffsetsTopic(name=n, partitions=ps) for n, ps in topics.items()]
-                )
-                try:
-                    response = self._conn.call("ListOffsets", request, node_id=leader)
-                except LograftError as exc:
-                    if not exc.retriable:
-                        raise
-                    retry_error = exc
-                    continue
-                for t in response.topics:
-                    for p in t.partitions:
-                        tp = TopicPartition(t.name, p.partition)
-                        if tp not in pending:
-                            continue
-                        if p.error_code:
-                            error = error_for_code(p.error_code, p.error_message or str(tp))
-                            if not error.retriable:
-                                raise error
-                            retry_error = error
-                            continue
-                        results[tp] = ListOffsetsResult(p.offset, p.timestamp, p.leader_epoch)
-                        del pending[tp]
-            if not pending:
-                break
-            if retry_error is None:
-                retry_error = UnknownTopicOrPartitionError(
-                    "no answer for " + ",".join(f"{tp.topic}-{tp.partition}" for tp in pending)
-                )
-            if time.monotonic() + self._backoff_s >= deadline:
-                raise retry_error
-            logger.debug("list_offsets retry pending=%d error=%s", len(pending), retry_error)
-            time.sleep(self._backoff_s)
-            self._refresh_quietly({tp.topic for tp in pending})
-        return results
+        found = self._conn.list_offsets(timestamps, self._api_timeout_ms)
+        return {tp: ListOffsetsResult(*found[tp]) for tp in timestamps}
 
-    def _with_retry(self, fn: Any) -> Any:
+    def _with_retry(self, fn: Callable[[], _T]) -> _T:
         deadline = time.monotonic() + self._api_timeout_ms / 1000.0
         while True:
             try:

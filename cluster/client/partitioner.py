@@ -95,9 +95,12 @@ class StickyPartitioner:
             raise ValueError(f"num_partitions must be positive, got {num_partitions}")
         with self._lock:
             current = self._sticky.get(topic)
-            if current is not None and current < num_partitions:
-                if not available or current in available:
-                    return current
+            if (
+                current is not None
+                and current < num_partitions
+                and (not available or current in available)
+            ):
+                return current
             return self._choose_locked(topic, num_partitions, available, avoid=None)
 
     def on_new_batch(

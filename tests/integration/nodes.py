@@ -48,10 +48,15 @@ class NodeProcess:
         """Start the process and return once it answers a Metadata request."""
         assert self.process is None or self.process.poll() is not None, "already running"
         command = [
-            sys.executable, "-m", "cluster.node",
-            "--node-id", str(self.node_id),
-            "--data-dir", str(self.data_dir),
-            "--listen", self.address,
+            sys.executable,
+            "-m",
+            "cluster.node",
+            "--node-id",
+            str(self.node_id),
+            "--data-dir",
+            str(self.data_dir),
+            "--listen",
+            self.address,
         ]
         for name, value in self.configs.items():
             command += ["--config", f"{name}={value}"]
@@ -65,9 +70,7 @@ class NodeProcess:
         with grpc.insecure_channel(self.address) as channel:
             try:
                 grpc.channel_ready_future(channel).result(timeout=READY_TIMEOUT_S)
-                pb_grpc.BrokerStub(channel).Metadata(
-                    pb.MetadataRequest(), timeout=READY_TIMEOUT_S
-                )
+                pb_grpc.BrokerStub(channel).Metadata(pb.MetadataRequest(), timeout=READY_TIMEOUT_S)
             except (grpc.FutureTimeoutError, grpc.RpcError) as exc:
                 self.kill()
                 raise AssertionError(

@@ -42,7 +42,9 @@ def limited_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProce
 
 
 @pytest.fixture
-def topic(limited_node: NodeProcess, request: pytest.FixtureRequest) -> Iterator[tuple[pb_grpc.BrokerStub, str]]:
+def topic(
+    limited_node: NodeProcess, request: pytest.FixtureRequest
+) -> Iterator[tuple[pb_grpc.BrokerStub, str]]:
     """A fresh topic holding GOOD, and a stub; checks after the test that it is unchanged."""
     name = request.node.name.replace("[", "-").replace("]", "")[:200]
     with grpc.insecure_channel(

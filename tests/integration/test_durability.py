@@ -124,7 +124,10 @@ def test_garbage_and_half_written_batch_are_truncated_on_restart(
             create_topic(stub, "torn")
             sent = [f"record-{n}".encode() for n in range(1000)]
             for start in range(0, len(sent), 100):
-                assert produce(stub, "torn", 0, encode_batch(sent[start : start + 100])).error_code == 0
+                assert (
+                    produce(stub, "torn", 0, encode_batch(sent[start : start + 100])).error_code
+                    == 0
+                )
         if shutdown == "sigterm":
             assert node.stop() == 0
         else:
@@ -143,8 +146,7 @@ def test_garbage_and_half_written_batch_are_truncated_on_restart(
             assert after.error_code == 0 and after.base_offset == len(sent)
         assert segment.stat().st_size >= good_size
         warnings = [
-            line for line in node.read_log().splitlines()
-            if "WARNING" in line and "truncat" in line
+            line for line in node.read_log().splitlines() if "WARNING" in line and "truncat" in line
         ]
         assert warnings, "recovery did not warn about the truncated tail"
     finally:

@@ -1,0 +1,215 @@
+"""Single-node benchmark: produce (bulk and per-record paths) and fetch, one client process.
+
+Starts a node on a free 127.0.0.1 port with its data in a temporary directory, runs
+`lograft perf produce` / `lograft perf consume` as separate client processes, and measures
+raw fetch throughput (log bytes, no record decoding) with a gRPC stub in this process.
+Prints one JSON document and writes it to bench/results/single_node.json.
+
+Usage: python bench/single_node.py [--scale 1.0] [--acks 1] [--config NAME=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from cluster.wire import broker_pb2 as pb
+from cluster.wire import broker_pb2_grpc as pb_grpc
+from replica.batch_header import iter_headers
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGRAFT = [sys.executable, "-m", "cluster.cli"]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _run_json(args: list[str]) -> dict[str, Any]:
+    done = subprocess.run(args, check=True, capture_output=True, text=True, cwd=ROOT)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _raw_fetch(address: str, topic: str, max_bytes: int) -> dict[str, Any]:
+    """Read a partition from offset 0 to the high watermark; bytes and records per second."""
+    options = [("grpc.max_receive_message_length", 64 << 20)]
+    with grpc.insecure_channel(address, options=options) as channel:
+        stub = pb_grpc.BrokerStub(channel)
+        offset, total_bytes, total_records = 0, 0, 0
+        started = time.perf_counter()
+        while True:
+            response = stub.Fetch(
+                pb.FetchRequest(
+                    max_wait_ms=0,
+                    min_bytes=1,
+                    max_bytes=max_bytes,
+                    replica_id=-1,
+                    topics=[
+                        pb.FetchTopic(
+                            name=topic,
+                            partitions=[
+                                pb.FetchPartition(
+                                    partition=0,
+                                    fetch_offset=offset,
+                                    partition_max_bytes=max_bytes,
+                                    current_leader_epoch=-1,
+                                )
+                            ],
+                        )
+                    ],
+                ),
+                timeout=60,
+            )
+            part = response.topics[0].partitions[0]
+            if part.error_code or not part.records:
+                break
+            for header in iter_headers(part.records):
+                total_records += header.records_count
+                offset = header.next_offset
+            total_bytes += len(part.records)
+        elapsed = time.perf_counter() - started
+    return {
+        "path": "raw-fetch",
+        "fetch_max_bytes": max_bytes,
+        "records": total_records,
+        "bytes": total_bytes,
+        "elapsed_s": round(elapsed, 3),
+        "records_per_sec": round(total_records / elapsed),
+        "mb_per_sec": round(total_bytes / elapsed / 1e6, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply record counts")
+    parser.add_argument("--acks", default="1")
+    parser.add_argument("--config", action="append", default=[], help="node NAME=VALUE")
+    parser.add_argument("--output", type=Path, default=ROOT / "bench/results/single_node.json")
+    args = parser.parse_args()
+
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="lograft-bench-") as data:
+        node_cmd = [
+            sys.executable,
+            "-m",
+            "cluster.node",
+            "--node-id",
+            "1",
+            "--data-dir",
+            f"{data}/node-1",
+            "--listen",
+            address,
+            "--log-level",
+            "WARNING",
+        ]
+        for item in args.config:
+            node_cmd += ["--config", item]
+        node = subprocess.Popen(node_cmd, cwd=ROOT)
+        try:
+            with grpc.insecure_channel(address) as channel:
+                grpc.channel_ready_future(channel).result(timeout=60)
+            cases = [
+                ("bulk", 100, int(3_000_000 * args.scale)),
+                ("bulk", 1024, int(500_000 * args.scale)),
+                ("per-record", 100, int(300_000 * args.scale)),
+                ("per-record", 1024, int(200_000 * args.scale)),
+            ]
+            for path, size, count in cases:
+                topic = f"bench-{path}-{size}"
+                subprocess.run(
+                    [
+                        *LOGRAFT,
+                        "--bootstrap",
+                        address,
+                        "topics",
+                        "create",
+                        topic,
+                        "--partitions",
+                        "1",
+                        "--replication-factor",
+                        "1",
+                    ],
+                    check=True,
+                    cwd=ROOT,
+                    capture_output=True,
+                )
+                cmd = [
+                    *LOGRAFT,
+                    "--bootstrap",
+                    address,
+                    "perf",
+                    "produce",
+                    "--topic",
+                    topic,
+                    "--num-records",
+                    str(count),
+                    "--record-size",
+                    str(size),
+                    "--acks",
+                    args.acks,
+                    "--json",
+                ]
+                if path == "bulk":
+                    cmd.append("--bulk")
+                result = _run_json(cmd)
+                runs.append({"path": f"produce-{path}", "record_size": size, **result})
+                print(json.dumps(runs[-1]), file=sys.stderr)
+            for size, count in (
+                (100, int(3_000_000 * args.scale)),
+                (1024, int(500_000 * args.scale)),
+            ):
+                topic = f"bench-bulk-{size}"
+                raw = _raw_fetch(address, topic, 8 << 20)
+                runs.append({"record_size": size, "topic": topic, **raw})
+                print(json.dumps(runs[-1]), file=sys.stderr)
+                consumed = _run_json(
+                    [
+                        *LOGRAFT,
+                        "--bootstrap",
+                        address,
+                        "perf",
+                        "consume",
+                        "--topic",
+                        topic,
+                        "--messages",
+                        str(count),
+                        "--json",
+                    ]
+                )
+                runs.append({"path": "consume-client", "record_size": size, **consumed})
+                print(json.dumps(runs[-1]), file=sys.stderr)
+        finally:
+            node.send_signal(signal.SIGTERM)
+            node.wait(timeout=60)
+    report = {
+        "benchmark": "single_node",
+        "acks": args.acks,
+        "node_config": args.config,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "runs": runs,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,43 @@
+"""lograft's Python client: ``Producer``, ``Consumer`` and ``AdminClient`` (synchronous).
+
+Configuration uses Kafka's names (``bootstrap.servers``, ``acks``, ``linger.ms``,
+``auto.offset.reset``, ...), given as a mapping or as keyword arguments with underscores::
+
+    from cluster.client import Producer, Consumer, TopicPartition
+
+    with Producer({"bootstrap.servers": "127.0.0.1:9092"}) as producer:
+        producer.send("events", b"hello", key=b"user-1").result()
+
+    with Consumer(bootstrap_servers="127.0.0.1:9092", auto_offset_reset="earliest") as c:
+        c.assign([TopicPartition("events", 0)])
+        records = c.poll(timeout_ms=1000)
+
+Failures are the typed errors of :mod:`cluster.errors`, each with its Kafka name and a
+``retriable`` flag.
+"""
+
+from ._connection import DEFAULT_BOOTSTRAP_SERVERS, PartitionInfo, TopicPartition
+from .admin import AdminClient, ListOffsetsResult, NewTopic, OffsetSpec, TopicDescription
+from .consumer import Consumer, ConsumerRecord
+from .partitioner import StickyPartitioner, murmur2, partition_for_key
+from .producer import BulkBatch, BulkResult, Producer, RecordMetadata
+
+__all__ = [
+    "DEFAULT_BOOTSTRAP_SERVERS",
+    "AdminClient",
+    "BulkBatch",
+    "BulkResult",
+    "Consumer",
+    "ConsumerRecord",
+    "ListOffsetsResult",
+    "NewTopic",
+    "OffsetSpec",
+    "PartitionInfo",
+    "Producer",
+    "RecordMetadata",
+    "StickyPartitioner",
+    "TopicDescription",
+    "TopicPartition",
+    "murmur2",
+    "partition_for_key",
+]

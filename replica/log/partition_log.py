@@ -1,0 +1,812 @@
+"""The log of one partition: ordered segments, appends, reads, recovery, retention, flushing.
+
+Kafka's ``LocalLog`` and ``UnifiedLog`` in one class. A partition directory holds segments
+(``<20-digit base offset>.log``, ``.index``, ``.timeindex``), a recovery-point checkpoint
+(``recovery-point-offset-checkpoint``: offsets below it were fdatasync'ed) and, between a
+clean close and the next open, a clean-shutdown marker (``.clean_shutdown``). Other files in
+the directory are left alone.
+
+Offsets are contiguous: each segment starts where the previous one ends, and the log start
+offset is the first segment's base offset (retention deletes whole segments only).
+
+Recovery at :meth:`PartitionLog.open`: after a clean shutdown, indexes that pass their
+sanity checks are trusted. Otherwise every segment from the one holding the recovery point
+(at least the active one) is re-validated batch by batch; at the first torn or corrupt
+batch the file is truncated and every later segment dropped. A segment whose index is
+missing or corrupt is re-validated the same way, wherever it lies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import threading
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+
+from cluster.errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
+from replica.batch_header import (
+    BatchHeader,
+    assign_offsets,
+    parse_header,
+    set_log_append_time,
+)
+from replica.log.config import LogConfig
+from replica.log.offset_index import CorruptIndexError
+from replica.log.segment import (
+    DELETED_SUFFIX,
+    LOG_SUFFIX,
+    MAX_RELATIVE_OFFSET,
+    MAX_SEGMENT_BYTES,
+    LogSegment,
+    parse_segment_file_name,
+)
+
+__all__ = [
+    "CLEAN_SHUTDOWN_FILE",
+    "RECOVERY_POINT_FILE",
+    "AppendResult",
+    "PartitionLog",
+    "delete_files",
+]
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+_TMP_SUFFIX = ".tmp"
+_CHECKPOINT_VERSION = 0
+_MAX_CHECKPOINT_BYTES = 64
+_LOG_APPEND_TIME = "LogAppendTime"
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Offsets given to an append; ``log_append_time_ms`` is -1 unless LogAppendTime."""
+
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int
+
+
+def delete_files(paths: list[Path]) -> None:
+    """Unlink files returned by :meth:`PartitionLog.enforce_retention` (run on a thread).
+
+    Missing files are fine (a restart may have removed them); any other failure is raised
+    as ``KafkaStorageError`` after trying every path.
+    """
+    failures = []
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            failures.append(f"{path}: {exc}")
+    if failures:
+        raise KafkaStorageError("could not delete " + "; ".join(failures))
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    """Write ``path`` all or nothing: temp file, fsync, rename, fsync the directory."""
+    temporary = path.with_name(path.name + _TMP_SUFFIX)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    _fsync_directory(path.parent)
+
+
+def _read_checkpoint(directory: Path) -> int | None:
+    """The recovery point, or None if the file is missing or not valid (then: recover all)."""
+    path = directory / RECOVERY_POINT_FILE
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(_MAX_CHECKPOINT_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    try:
+        if len(data) > _MAX_CHECKPOINT_BYTES:
+            raise ValueError(f"{len(data)} bytes")
+        version, offset, trailer = data.decode("ascii").split("\n")
+        if int(version) != _CHECKPOINT_VERSION or trailer or int(offset) < 0:
+            raise ValueError(f"unexpected content {data!r}")
+        return int(offset)
+    except ValueError as exc:
+        log.warning("ignoring invalid recovery checkpoint dir=%s reason=%s", directory, exc)
+        return None
+
+
+def _scan_directory(directory: Path) -> list[int]:
+    """Base offsets of the segments on disk; removes leftovers of deletes and temp files."""
+    logs: set[int] = set()
+    indexes: dict[int, list[Path]] = {}
+    for entry in os.scandir(directory):
+        name = entry.name
+        path = directory / name
+        if not entry.is_file(follow_symlinks=False):
+            continue
+        if name.endswith(DELETED_SUFFIX) and parse_segment_file_name(name[: -len(DELETED_SUFFIX)]):
+            path.unlink(missing_ok=True)  # retention renamed it; the unlink never ran
+            continue
+        if name in (RECOVERY_POINT_FILE + _TMP_SUFFIX, CLEAN_SHUTDOWN_FILE + _TMP_SUFFIX):
+            path.unlink(missing_ok=True)
+            continue
+        parsed = parse_segment_file_name(name)
+        if parsed is None:
+            continue
+        base_offset, suffix = parsed
+        if suffix == LOG_SUFFIX:
+            logs.add(base_offset)
+        else:
+            indexes.setdefault(base_offset, []).append(path)
+    for base_offset, paths in indexes.items():
+        if base_offset not in logs:
+            for path in paths:
+                log.info("removing orphan index dir=%s file=%s", directory, path.name)
+                path.unlink(missing_ok=True)
+    return sorted(logs)
+
+
+class PartitionLog:
+    """The segmented, append-only log of one partition.
+
+    Thread-safety: every method except :meth:`flush` must be called from one thread (the
+    event loop). :meth:`flush` is thread-safe and may run on a worker thread while that
+    thread keeps calling :meth:`append`, :meth:`read` and the rest. A ``threading.Lock``
+    guards the segment list and all structural changes (append, roll, truncation,
+    retention, close); ``flush`` holds it only to snapshot what to sync (duplicated
+    descriptors, the target offset) and to publish the result, never during ``fdatasync``.
+    Concurrent flushes are serialised by a second lock. Properties may be read from any
+    thread; each returns a value that was true at some instant.
+
+    Failure: an I/O error that leaves the files in doubt (a failed ``fdatasync``, an append
+    that cannot be undone) marks the log failed, and every later write or flush raises
+    ``KafkaStorageError`` (Kafka takes the log directory offline). Reads keep working.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: list[LogSegment],
+        flushed_offset: int,
+        checkpoint_offset: int,
+    ) -> None:
+        """Use :meth:`open`."""
+        self._directory = directory
+        self._config = config
+        self._segments = segments
+        self._bases = [segment.base_offset for segment in segments]
+        self._size_bytes = sum(segment.size for segment in segments)
+        self._flushed_offset = flushed_offset
+        self._checkpoint_offset = checkpoint_offset
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()
+        self._dirty: dict[int, LogSegment] = {}
+        """Segments written since their last fdatasync, by base offset."""
+        self._directory_dirty = False
+        """Files were created, renamed or removed since the last directory fsync."""
+        self._flush_cap = sys.maxsize
+        """Lowest truncation point since the running flush took its snapshot."""
+        self._failed = False
+        self._closed = False
+
+    # ---- opening and recovery -------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, now_ms: int) -> PartitionLog:
+        """Open (creating if needed) the log in ``directory``, recovering it as needed.
+
+        Raises ``KafkaStorageError`` if the directory cannot be read or written.
+        """
+        segments: list[LogSegment] = []
+        try:
+            if not directory.is_dir():
+                directory.mkdir(parents=True)
+                # The new directory entry is durable only once its parent is synced.
+                _fsync_directory(directory.parent)
+            return cls._load(directory, config, now_ms, segments)
+        except BaseException as exc:
+            for segment in segments:
+                try:
+                    segment.close()
+                except OSError:
+                    log.exception("closing segment failed dir=%s", directory)
+            if isinstance(exc, OSError):
+                raise KafkaStorageError(f"cannot open log dir={directory}: {exc}") from exc
+            raise
+
+    @classmethod
+    def _load(
+        cls, directory: Path, config: LogConfig, now_ms: int, segments: list[LogSegment]
+    ) -> PartitionLog:
+        clean_marker = directory / CLEAN_SHUTDOWN_FILE
+        clean = clean_marker.exists()
+        checkpoint = _read_checkpoint(directory)
+        recovery_point = 0 if checkpoint is None else checkpoint
+        bases = _scan_directory(directory)
+        for base_offset in bases:
+            segments.append(LogSegment.open_existing(directory, base_offset, now_ms))
+        directory_dirty = False
+        if not segments:
+            segments.append(LogSegment.create(directory, 0))
+            bases = [0]
+            directory_dirty = True
+        if clean:
+            recover_from = len(segments)
+        else:
+            recover_from = min(max(bisect_right(bases, recovery_point) - 1, 0), len(segments) - 1)
+
+        kept: list[LogSegment] = []
+        recovered: dict[int, LogSegment] = {}  # by base offset: these need an fdatasync
+        dropped: list[LogSegment] = []
+        for index, segment in enumerate(segments):
+            if kept and segment.base_offset != kept[-1].next_offset:
+                dropped = segments[index:]
+                log.warning(
+                    "offset gap between segments, dropping the rest dir=%s segment=%s "
+                    "expected_base_offset=%d bytes_dropped=%d segments_dropped=%d",
+                    directory,
+                    segment.log_path.name,
+                    kept[-1].next_offset,
+                    sum(later.size for later in dropped),
+                    len(dropped),
+                )
+                break
+            kept.append(segment)
+            if index < recover_from:
+                try:
+                    segment.load_indexes()
+                    continue
+                except CorruptIndexError as exc:
+                    log.warning(
+                        "rebuilding index dir=%s segment=%s reason=%r",
+                        directory,
+                        segment.log_path.name,
+                        str(exc),
+                    )
+            result = segment.recover(config.index_interval_bytes)
+            recovered[segment.base_offset] = segment
+            if result.truncated_bytes:
+                dropped = segments[index + 1 :]
+                log.warning(
+                    "truncated corrupt log tail dir=%s segment=%s position=%d "
+                    "bytes_dropped=%d segments_dropped=%d reason=%r",
+                    directory,
+                    segment.log_path.name,
+                    result.valid_bytes,
+                    result.truncated_bytes + sum(later.size for later in dropped),
+                    len(dropped),
+                    result.reason,
+                )
+                break
+        for segment in reversed(dropped):
+            segment.delete_files()
+            directory_dirty = True
+        del segments[len(kept) :]
+
+        # Segments that stopped being active get their final time-index entry (a rebuilt
+        # index lacks it); the active one gets it on roll or close.
+        for segment in kept[:-1]:
+            if segment.seal():
+                recovered[segment.base_offset] = segment
+        log_end_offset = kept[-1].next_offset
+        if clean:
+            flushed_offset = log_end_offset
+        else:
+            flushed_offset = max(kept[0].base_offset, min(recovery_point, log_end_offset))
+        if clean:
+            # The marker must be gone for good before anything new is written: a crash
+            # later would otherwise make the next open trust unflushed files.
+            clean_marker.unlink()
+            directory_dirty = True
+        if directory_dirty:
+            _fsync_directory(directory)
+
+        partition_log = cls(directory, config, kept, flushed_offset, recovery_point)
+        partition_log._dirty.update(recovered)
+        if recovery_point > log_end_offset and checkpoint is not None:
+            # Data below the old recovery point is gone; a stale, higher recovery point
+            # would let the next recovery skip segments written from now on.
+            partition_log._persist_recovery_point(force=True)
+        log.info(
+            "opened log dir=%s clean=%s segments=%d log_start_offset=%d log_end_offset=%d "
+            "recovered_segments=%d",
+            directory,
+            clean,
+            len(kept),
+            kept[0].base_offset,
+            log_end_offset,
+            len(recovered),
+        )
+        return partition_log
+
+    # ---- properties -----------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        """The partition directory."""
+        return self._directory
+
+    @property
+    def config(self) -> LogConfig:
+        """The current configuration."""
+        return self._config
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset in the log (base offset of the oldest segment)."""
+        return self._segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of all segments' ``.log`` files."""
+        return self._size_bytes
+
+    @property
+    def flushed_offset(self) -> int:
+        """Offsets below this one were fdatasync'ed."""
+        return self._flushed_offset
+
+    def update_config(self, config: LogConfig) -> None:
+        """Use ``config`` from the next operation on (rolls, indexes, retention)."""
+        with self._lock:
+            self._config = config
+
+    # ---- writing --------------------------------------------------------------------------
+
+    def append(
+        self,
+        records: bytearray,
+        headers: list[BatchHeader],
+        leader_epoch: int,
+        now_ms: int,
+    ) -> AppendResult:
+        """Append batches already checked by ``validate_batches`` (which gave ``headers``).
+
+        Assigns offsets from :attr:`log_end_offset` and the leader epoch in place, stamps
+        LogAppendTime if configured, rolls first if needed (a batch never spans segments)
+        and writes the whole buffer with one write. Does not fsync. All or nothing: raises
+        ``KafkaStorageError`` and appends nothing if the write fails.
+        """
+        position = 0
+        for header in headers:
+            if header.position != position:
+                raise ValueError(f"headers do not tile the records at position {position}")
+            position += header.size
+        if not headers or position != len(records):
+            raise ValueError("headers do not cover the records exactly")
+        if len(records) > MAX_SEGMENT_BYTES:
+            raise RecordListTooLargeError(f"{len(records)} bytes cannot fit in one segment")
+        with self._lock:
+            self._check_writable()
+            config = self._config
+            first_offset = self._segments[-1].next_offset
+            assign_offsets(records, headers, first_offset, leader_epoch)
+            log_append_time_ms = -1
+            if config.message_timestamp_type == _LOG_APPEND_TIME:
+                for header in headers:
+                    set_log_append_time(records, header, now_ms)
+                log_append_time_ms = now_ms
+            # Re-read the headers: offsets and perhaps timestamps changed in place.
+            stamped = [parse_header(records, header.position) for header in headers]
+            last_offset = stamped[-1].last_offset
+            active = self._segments[-1]
+            if self._should_roll(active, len(records), last_offset, now_ms):
+                active = self._roll(now_ms)
+            try:
+                active.append(records, stamped, config.index_interval_bytes, now_ms)
+            except KafkaStorageError:
+                self._failed = self._failed or active.damaged
+                log.exception("append failed dir=%s offset=%d", self._directory, first_offset)
+                raise
+            self._size_bytes += len(records)
+            self._dirty[active.base_offset] = active
+        return AppendResult(first_offset, last_offset, log_append_time_ms)
+
+    def _should_roll(self, active: LogSegment, size: int, last_offset: int, now_ms: int) -> bool:
+        if active.is_empty:
+            return False
+        config = self._config
+        return (
+            active.size + size > min(config.segment_bytes, MAX_SEGMENT_BYTES)
+            or active.is_index_full(config.segment_index_bytes)
+            or self._segment_ms_elapsed(active, now_ms)
+            or last_offset - active.base_offset > MAX_RELATIVE_OFFSET
+        )
+
+    def _segment_ms_elapsed(self, active: LogSegment, now_ms: int) -> bool:
+        first_append_ms = active.first_append_ms
+        return first_append_ms is not None and now_ms - first_append_ms >= self._config.segment_ms
+
+    def _roll(self, now_ms: int) -> LogSegment:
+        """Start a new active segment at the log end offset; the caller holds the lock."""
+        previous = self._segments[-1]
+        base_offset = previous.next_offset
+        try:
+            if previous.seal():
+                self._dirty[previous.base_offset] = previous
+            segment = LogSegment.create(self._directory, base_offset)
+        except OSError as exc:
+            raise KafkaStorageError(
+                f"rolling log dir={self._directory} at offset {base_offset} failed: {exc}"
+            ) from exc
+        self._segments.append(segment)
+        self._bases.append(base_offset)
+        self._directory_dirty = True
+        log.info(
+            "rolled segment dir=%s base_offset=%d previous_size_bytes=%d now_ms=%d",
+            self._directory,
+            base_offset,
+            previous.size,
+            now_ms,
+        )
+        return segment
+
+    def roll_if_due(self, now_ms: int) -> bool:
+        """Roll if the active segment is non-empty and ``segment.ms`` has passed since its
+        first append. Returns True if it rolled."""
+        with self._lock:
+            self._check_writable()
+            active = self._segments[-1]
+            if active.is_empty or not self._segment_ms_elapsed(active, now_ms):
+                return False
+            self._roll(now_ms)
+            return True
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at and above ``offset`` (a follower's divergent tail).
+
+        Whole batches go: if ``offset`` falls inside a batch, the log ends at that batch's
+        base offset. An offset below the log start empties the log, which restarts at
+        ``offset``. If the persisted recovery point lies above the new end, it is lowered
+        (synchronously) before returning, so the next recovery re-checks what is written
+        from now on.
+        """
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        with self._lock:
+            self._check_writable()
+            if offset >= self.log_end_offset:
+                return
+            try:
+                removed_bytes, removed_segments = self._truncate_locked(offset)
+            except (OSError, KafkaStorageError) as exc:
+                self._failed = True
+                raise KafkaStorageError(
+                    f"truncating log dir={self._directory} to {offset} failed: {exc}"
+                ) from exc
+            log_end_offset = self.log_end_offset
+            self._flushed_offset = min(self._flushed_offset, log_end_offset)
+            self._flush_cap = min(self._flush_cap, log_end_offset)
+            self._directory_dirty = True
+        log.info(
+            "truncated log dir=%s offset=%d log_end_offset=%d bytes_removed=%d segments_removed=%d",
+            self._directory,
+            offset,
+            log_end_offset,
+            removed_bytes,
+            removed_segments,
+        )
+        self._persist_recovery_point(force=False)
+
+    def _truncate_locked(self, offset: int) -> tuple[int, int]:
+        segments = self._segments
+        if offset < segments[0].base_offset:
+            # Kafka's truncateFullyAndStartAt. The new segment is created before the old ones
+            # go: if a crash interrupts, the open finds it first and drops the rest.
+            fresh = LogSegment.create(self._directory, offset)
+            doomed = list(segments)
+            segments[:] = [fresh]
+            self._bases[:] = [offset]
+        else:
+            index = bisect_right(self._bases, offset) - 1
+            doomed = segments[index + 1 :]
+            del segments[index + 1 :]
+            del self._bases[index + 1 :]
+        removed_bytes = sum(segment.size for segment in doomed)
+        for segment in reversed(doomed):
+            self._dirty.pop(segment.base_offset, None)
+            segment.delete_files()
+        active = segments[-1]
+        removed_bytes += active.truncate_to(offset)
+        self._dirty[active.base_offset] = active
+        self._size_bytes = sum(segment.size for segment in segments)
+        return removed_bytes, len(doomed)
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"log dir={self._directory} is closed")
+        if self._failed:
+            raise KafkaStorageError(f"log dir={self._directory} failed on an earlier I/O error")
+
+    # ---- reading --------------------------------------------------------------------------
+
+    def read(self, fetch_offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Raw bytes of whole batches, starting with the batch that holds ``fetch_offset``.
+
+        Up to ``max_bytes``, but always at least one whole batch; no batch whose base offset
+        is >= ``max_offset`` (the high watermark; None means the log end). Returns b"" at
+        the log end or at ``max_offset``. Raises ``OffsetOutOfRangeError`` below the log
+        start or above the log end. Reads from one segment per call, like Kafka; the cost
+        is one bisect, one index bisect and about one index interval of header walking.
+        """
+        if self._closed:
+            raise KafkaStorageError(f"log dir={self._directory} is closed")
+        segments = self._segments
+        log_start_offset = segments[0].base_offset
+        log_end_offset = segments[-1].next_offset
+        if fetch_offset < log_start_offset or fetch_offset > log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {fetch_offset} is outside [{log_start_offset}, {log_end_offset}] "
+                f"in {self._directory.name}"
+            )
+        limit = log_end_offset if max_offset is None else min(max_offset, log_end_offset)
+        if fetch_offset >= limit:
+            return b""
+        index = bisect_right(self._bases, fetch_offset) - 1
+        while index < len(segments):
+            segment = segments[index]
+            data = segment.read(fetch_offset, max_bytes, limit)
+            if data or fetch_offset < segment.next_offset:
+                return data
+            index += 1  # fetch_offset is this segment's end: the data starts in the next
+        return b""
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """``(base offset, max timestamp)`` of the first batch with max timestamp >=
+        ``timestamp_ms``, or None. The caller finds the record inside the batch.
+
+        Checks each segment's max timestamp in memory, then uses the time index and a
+        bounded header walk inside the first segment that can hold the answer.
+        """
+        for segment in self._segments:
+            if segment.max_timestamp >= timestamp_ms:
+                header = segment.find_timestamp(timestamp_ms)
+                if header is not None:
+                    return header.base_offset, header.max_timestamp
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """``(base offset, max timestamp)`` of the first batch holding the log's largest
+        timestamp (Kafka's MAX_TIMESTAMP lookup), or None if the log is empty."""
+        best: tuple[int, int] | None = None
+        for segment in self._segments:
+            if segment.is_empty:
+                continue
+            if best is None or segment.max_timestamp > best[1]:
+                best = (segment.offset_of_max_timestamp, segment.max_timestamp)
+        return best
+
+    # ---- retention ------------------------------------------------------------------------
+
+    def enforce_retention(self, now_ms: int) -> list[Path]:
+        """Delete old segments per ``retention.ms`` and ``retention.bytes``.
+
+        From the oldest segment on, never the active one: a segment goes while its max
+        timestamp is more than ``retention.ms`` before ``now_ms``, then while the log minus
+        that segment is still at least ``retention.bytes``. The log start offset moves to
+        the first remaining segment. Files are only renamed to ``*.deleted`` here; pass the
+        returned paths to :func:`delete_files` on a worker thread.
+        """
+        with self._lock:
+            self._check_writable()
+            config = self._config
+            segments = self._segments
+            count = 0
+            if config.retention_ms >= 0:
+                while count < len(segments) - 1:
+                    timestamp = segments[count].retention_timestamp_ms
+                    if timestamp is None or now_ms - timestamp <= config.retention_ms:
+                        break
+                    count += 1
+            expired_by_time = count
+            if config.retention_bytes >= 0:
+                remaining = self._size_bytes - sum(s.size for s in segments[:count])
+                while (
+                    count < len(segments) - 1
+                    and remaining - segments[count].size >= config.retention_bytes
+                ):
+                    remaining -= segments[count].size
+                    count += 1
+            paths: list[Path] = []
+            for position in range(count):
+                segment = segments[0]
+                try:
+                    paths.extend(segment.rename_to_deleted())
+                except OSError as exc:
+                    self._failed = True
+                    raise KafkaStorageError(
+                        f"deleting {segment.log_path} failed: {exc}; renamed already: "
+                        f"{[str(path) for path in paths]}"
+                    ) from exc
+                finally:
+                    self._directory_dirty = True
+                del segments[0]
+                del self._bases[0]
+                self._size_bytes -= segment.size
+                self._dirty.pop(segment.base_offset, None)
+                # Deleted data needs no flushing: offsets below the start count as flushed.
+                self._flushed_offset = max(self._flushed_offset, segments[0].base_offset)
+                log.info(
+                    "deleted segment dir=%s base_offset=%d reason=%s size_bytes=%d "
+                    "log_start_offset=%d",
+                    self._directory,
+                    segment.base_offset,
+                    "retention.ms" if position < expired_by_time else "retention.bytes",
+                    segment.size,
+                    segments[0].base_offset,
+                )
+            return paths
+
+    # ---- durability -----------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fdatasync every segment and index written since the last flush; thread-safe.
+
+        Returns the new :attr:`flushed_offset`. Persists the recovery point when it moves
+        into another segment (recovery always re-checks the segment holding it, so a
+        finer-grained checkpoint would buy nothing and cost two more fsyncs per flush).
+        Raises ``KafkaStorageError`` if a sync fails; the log is then failed.
+        """
+        with self._flush_lock:
+            return self._flush_locked()
+
+    def _flush_locked(self) -> int:
+        with self._lock:
+            if self._closed:
+                return self._flushed_offset
+            self._check_writable()
+            target = self.log_end_offset
+            if not self._dirty and not self._directory_dirty:
+                self._flushed_offset = max(self._flushed_offset, target)
+                return self._flushed_offset
+            fds: list[int] = []
+            try:
+                for segment in self._dirty.values():
+                    fds.extend(segment.dup_fds())
+            except OSError as exc:
+                for fd in fds:
+                    os.close(fd)
+                raise KafkaStorageError(f"flush of dir={self._directory} failed: {exc}") from exc
+            self._dirty.clear()
+            directory_dirty, self._directory_dirty = self._directory_dirty, False
+            self._flush_cap = target
+        try:
+            for fd in fds:
+                os.fdatasync(fd)
+            if directory_dirty:
+                _fsync_directory(self._directory)
+        except OSError as exc:
+            # After a failed fsync the kernel may have dropped the dirty pages: retrying
+            # could "succeed" without the data. Give up on this log, as Kafka does.
+            with self._lock:
+                self._failed = True
+            log.error("fdatasync failed dir=%s error=%s", self._directory, exc)
+            raise KafkaStorageError(f"flush of dir={self._directory} failed: {exc}") from exc
+        finally:
+            for fd in fds:
+                os.close(fd)
+        with self._lock:
+            flushed = min(target, self._flush_cap)
+            self._flush_cap = sys.maxsize
+            if flushed > self._flushed_offset:
+                self._flushed_offset = flushed
+            flushed = self._flushed_offset
+        self._persist_recovery_point(force=False)
+        return flushed
+
+    def _segment_index(self, offset: int) -> int:
+        return bisect_right(self._bases, offset) - 1
+
+    def _persist_recovery_point(self, force: bool) -> None:
+        """Write the flushed offset as the recovery point if recovery would need it.
+
+        Needed when it moved to another segment, or went down (truncation). The value is
+        read under the main lock while holding the checkpoint lock, so the last write
+        always carries the latest value.
+        """
+        with self._checkpoint_lock:
+            with self._lock:
+                offset = self._flushed_offset
+                if offset == self._checkpoint_offset:
+                    return
+                if (
+                    not force
+                    and offset > self._checkpoint_offset
+                    and self._segment_index(offset) == self._segment_index(self._checkpoint_offset)
+                ):
+                    return
+            try:
+                _write_durably(
+                    self._directory / RECOVERY_POINT_FILE,
+                    f"{_CHECKPOINT_VERSION}\n{offset}\n".encode("ascii"),
+                )
+            except OSError as exc:
+                raise KafkaStorageError(
+                    f"writing recovery point of dir={self._directory} failed: {exc}"
+                ) from exc
+            self._checkpoint_offset = offset
+
+    def close(self) -> None:
+        """Flush, persist the exact recovery point, write the clean-shutdown marker, close.
+
+        Idempotent. A failed log is closed without the marker, so the next open recovers.
+        """
+        with self._flush_lock:
+            with self._lock:
+                if self._closed:
+                    return
+                failed = self._failed
+                if not failed:
+                    try:
+                        if self._segments[-1].seal():
+                            self._dirty[self._segments[-1].base_offset] = self._segments[-1]
+                    except OSError as exc:
+                        self._failed = failed = True
+                        log.error(
+                            "sealing active segment failed dir=%s error=%s", self._directory, exc
+                        )
+            try:
+                if not failed:
+                    self._flush_locked()
+                    self._persist_recovery_point(force=True)
+                    _write_durably(self._directory / CLEAN_SHUTDOWN_FILE, b"")
+            finally:
+                with self._lock:
+                    self._closed = True
+                    self._close_segments()
+        log.info(
+            "closed log dir=%s clean=%s log_end_offset=%d",
+            self._directory,
+            not failed,
+            self.log_end_offset,
+        )
+
+    def _close_segments(self) -> None:
+        for segment in self._segments:
+            try:
+                segment.close()
+            except OSError:
+                log.exception("closing segment failed dir=%s segment=%s", self._directory, segment)
+
+    def delete(self) -> None:
+        """Close every descriptor (without flushing) and remove the partition directory."""
+        with self._flush_lock, self._lock:
+            self._closed = True
+            self._close_segments()
+        try:
+            shutil.rmtree(self._directory)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise KafkaStorageError(f"deleting log dir={self._directory} failed: {exc}") from exc
+        log.info("deleted log dir=%s", self._directory)
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog(directory={str(self._directory)!r}, "
+            f"log_start_offset={self.log_start_offset}, log_end_offset={self.log_end_offset}, "
+            f"segments={len(self._segments)})"
+        )

@@ -1,0 +1,626 @@
+"""One log segment: a ``.log`` file of record batches and its two sparse indexes.
+
+Kafka's ``LogSegment``. The files are named by the segment's base offset, zero-padded to 20
+digits: ``00000000000000000042.log``, ``.index`` (:class:`OffsetIndex`) and ``.timeindex``
+(:class:`TimeIndex`). Batches are appended whole, with one ``os.write`` per append on an
+``O_APPEND`` descriptor; the first batch's base offset is the segment's base offset and
+each later batch continues where the previous one ended.
+
+The segment never trusts its files: :meth:`LogSegment.load_indexes` checks the indexes and
+the log tail and raises ``CorruptIndexError`` when anything disagrees, and
+:meth:`LogSegment.recover` walks every batch (structure, CRC-32C, offset continuity),
+truncates at the first bad byte and rebuilds both indexes.
+
+Not thread-safe: :class:`replica.log.partition_log.PartitionLog` serialises every call. The
+one operation meant for another thread is ``fdatasync`` on the descriptors returned by
+:meth:`LogSegment.dup_fds`, which stay valid even if the segment closes its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from cluster.errors import CorruptMessageError, KafkaStorageError
+from replica.batch_header import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    check_stored_batch,
+    iter_headers,
+    parse_header,
+)
+from replica.log.offset_index import CorruptIndexError, OffsetIndex, write_all
+from replica.log.time_index import TimeIndex
+
+__all__ = [
+    "DELETED_SUFFIX",
+    "INDEX_SUFFIX",
+    "LOG_SUFFIX",
+    "MAX_RELATIVE_OFFSET",
+    "MAX_SEGMENT_BYTES",
+    "NO_TIMESTAMP",
+    "TIME_INDEX_SUFFIX",
+    "LogSegment",
+    "SegmentRecovery",
+    "parse_segment_file_name",
+    "segment_file",
+]
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+
+NO_TIMESTAMP = -1
+"""Kafka's "no timestamp"; also the max timestamp of an empty segment."""
+MAX_SEGMENT_BYTES = 2**31 - 1
+"""Index positions are int32, so a segment never grows past this."""
+MAX_RELATIVE_OFFSET = 2**31 - 1
+"""Index offsets are int32 relative to the base offset."""
+
+_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+_WALK_CHUNK = 16 * 1024
+"""Bytes read per ``pread`` when walking headers; about one index interval of small batches."""
+_RECOVERY_CHUNK = 1024 * 1024
+_FILE_NAME = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
+
+
+def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
+    """The path of a segment file: 20-digit zero-padded base offset plus ``suffix``."""
+    return directory / f"{base_offset:020d}{suffix}"
+
+
+def parse_segment_file_name(name: str) -> tuple[int, str] | None:
+    """``(base_offset, suffix)`` for a segment file name, or None for any other name."""
+    match = _FILE_NAME.match(name)
+    if match is None:
+        return None
+    base_offset = int(match.group(1))
+    if base_offset >= 2**63:
+        return None
+    return base_offset, match.group(2)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SegmentRecovery:
+    """Outcome of :meth:`LogSegment.recover`: bytes kept, bytes cut off, and why."""
+
+    valid_bytes: int
+    truncated_bytes: int
+    reason: str | None
+
+
+class _IndexCursor:
+    """Decides where index entries go while batches are appended or scanned.
+
+    Kafka's rule: before a batch is written, if at least ``index.interval.bytes`` were
+    written since the last entry, the batch gets an offset-index entry, and the time index
+    gets ``(max timestamp so far, its offset)`` if that maximum grew since its last entry.
+    """
+
+    __slots__ = (
+        "bytes_since_entry",
+        "last_time_entry",
+        "max_timestamp",
+        "offset_entries",
+        "offset_of_max_timestamp",
+        "time_entries",
+    )
+
+    def __init__(
+        self,
+        bytes_since_entry: int,
+        max_timestamp: int,
+        offset_of_max_timestamp: int,
+        last_time_entry: int,
+    ) -> None:
+        self.bytes_since_entry = bytes_since_entry
+        self.max_timestamp = max_timestamp
+        self.offset_of_max_timestamp = offset_of_max_timestamp
+        self.last_time_entry = last_time_entry
+        self.offset_entries: list[tuple[int, int]] = []
+        self.time_entries: list[tuple[int, int]] = []
+
+    def add(self, header: BatchHeader, position: int, interval_bytes: int) -> None:
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.base_offset
+        if self.bytes_since_entry >= interval_bytes:
+            self.offset_entries.append((header.base_offset, position))
+            if self.max_timestamp > self.last_time_entry:
+                self.time_entries.append((self.max_timestamp, self.offset_of_max_timestamp))
+                self.last_time_entry = self.max_timestamp
+            self.bytes_since_entry = 0
+        self.bytes_since_entry += header.size
+
+
+class LogSegment:
+    """A ``.log`` file with its offset and time indexes; see the module docstring.
+
+    Create one with :meth:`create` (new, empty) or :meth:`open_existing` followed by
+    :meth:`load_indexes` or :meth:`recover`. Not thread-safe.
+    """
+
+    def __init__(
+        self, directory: Path, base_offset: int, fd: int, size: int, now_ms: int | None
+    ) -> None:
+        self.base_offset = base_offset
+        self._log_path = segment_file(directory, base_offset, LOG_SUFFIX)
+        self._fd = fd
+        self._size = size
+        self.offset_index = OffsetIndex(
+            segment_file(directory, base_offset, INDEX_SUFFIX), base_offset
+        )
+        self.time_index = TimeIndex(
+            segment_file(directory, base_offset, TIME_INDEX_SUFFIX), base_offset
+        )
+        self._next_offset = base_offset
+        self._max_timestamp = NO_TIMESTAMP
+        self._offset_of_max_timestamp = base_offset
+        self._bytes_since_index_entry = 0
+        self.first_append_ms: int | None = now_ms if size else None
+        """When the first batch was appended (``now_ms`` at open for a loaded segment):
+        ``segment.ms`` counts from here."""
+        self.last_modified_ms: int | None = now_ms if size else None
+        """``now_ms`` of the last append; retention's fallback when batches carry no
+        timestamps (Kafka uses the file's mtime, which would mean reading a clock)."""
+        self.damaged = False
+        """True if a failed append could not be undone: the files no longer match memory."""
+        self._closed = False
+
+    # ---- construction -------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int) -> LogSegment:
+        """Create a new, empty segment; fails if its ``.log`` file already exists."""
+        path = segment_file(directory, base_offset, LOG_SUFFIX)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        segment = cls(directory, base_offset, fd, 0, None)
+        try:
+            segment.offset_index.create()
+            segment.time_index.create()
+        except OSError:
+            segment.delete_files()
+            raise
+        return segment
+
+    @classmethod
+    def open_existing(cls, directory: Path, base_offset: int, now_ms: int) -> LogSegment:
+        """Open a segment found on disk. Call :meth:`load_indexes` or :meth:`recover` next."""
+        path = segment_file(directory, base_offset, LOG_SUFFIX)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        try:
+            size = os.fstat(fd).st_size
+        except OSError:
+            os.close(fd)
+            raise
+        return cls(directory, base_offset, fd, size, now_ms)
+
+    # ---- state ----------------------------------------------------------------------------
+
+    @property
+    def log_path(self) -> Path:
+        """The ``.log`` file."""
+        return self._log_path
+
+    @property
+    def size(self) -> int:
+        """Bytes of whole batches in the ``.log`` file."""
+        return self._size
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the last batch (the base offset if empty)."""
+        return self._next_offset
+
+    @property
+    def is_empty(self) -> bool:
+        """True if the segment holds no batch."""
+        return self._size == 0
+
+    @property
+    def max_timestamp(self) -> int:
+        """The largest batch max timestamp, or ``NO_TIMESTAMP``."""
+        return self._max_timestamp
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        """Base offset of the first batch carrying :attr:`max_timestamp`."""
+        return self._offset_of_max_timestamp
+
+    @property
+    def retention_timestamp_ms(self) -> int | None:
+        """The time retention.ms compares with: the max timestamp, else the last append."""
+        if self._max_timestamp >= 0:
+            return self._max_timestamp
+        return self.last_modified_ms
+
+    def is_index_full(self, segment_index_bytes: int) -> bool:
+        """True when either index reached ``segment.index.bytes``."""
+        return self.offset_index.is_full(segment_index_bytes) or self.time_index.is_full(
+            segment_index_bytes
+        )
+
+    # ---- loading and recovery -------------------------------------------------------------
+
+    def load_indexes(self) -> None:
+        """Load both indexes and check them against the log tail.
+
+        Raises ``CorruptIndexError`` if an index file is missing, misaligned, not monotonic or
+        points outside the log, if the batches after the last index entry do not continue its
+        offset or do not end exactly at the end of the file, or if the file is larger than a
+        segment may be. Only the tail after the last entry is read, so this is cheap.
+        """
+        if self._size > MAX_SEGMENT_BYTES:
+            raise CorruptIndexError(f"{self._log_path.name} is {self._size} bytes, over 2 GiB")
+        max_entries = self._size // HEADER_SIZE + 1
+        self.offset_index.load(self._size, max_entries)
+        self.time_index.load(max_entries)
+        self._scan_tail()
+
+    def _scan_tail(self) -> None:
+        """Derive next offset and max timestamp from the last index entries plus a short walk."""
+        last_entry = self.offset_index.last_entry()
+        next_offset, position = last_entry if last_entry is not None else (self.base_offset, 0)
+        last_time_entry = self.time_index.last_entry()
+        max_timestamp, offset_of_max = (
+            last_time_entry if last_time_entry is not None else (NO_TIMESTAMP, self.base_offset)
+        )
+        try:
+            for header in self._walk(position):
+                if header.base_offset != next_offset:
+                    raise CorruptIndexError(
+                        f"{self._log_path.name}: batch at position {header.position} has "
+                        f"baseOffset {header.base_offset}, expected {next_offset}"
+                    )
+                if header.max_timestamp > max_timestamp:
+                    max_timestamp, offset_of_max = header.max_timestamp, header.base_offset
+                next_offset = header.next_offset
+        except CorruptMessageError as exc:
+            raise CorruptIndexError(f"{self._log_path.name}: {exc.message}") from exc
+        if last_time_entry is not None and last_time_entry[1] >= next_offset:
+            raise CorruptIndexError(
+                f"{self._log_path.name}: time index offset {last_time_entry[1]} is past the "
+                f"log end {next_offset}"
+            )
+        if next_offset - 1 - self.base_offset > MAX_RELATIVE_OFFSET:
+            raise CorruptIndexError(f"{self._log_path.name}: offsets overflow the index")
+        self._next_offset = next_offset
+        self._max_timestamp = max_timestamp
+        self._offset_of_max_timestamp = offset_of_max
+        self._bytes_since_index_entry = self._size - position
+
+    def recover(self, index_interval_bytes: int) -> SegmentRecovery:
+        """Validate every batch from the start, truncate at the first bad one, rebuild indexes.
+
+        A batch is good if its header is whole, its length fits the file, its base offset
+        continues the previous batch (the first one: the segment's base offset), its offsets
+        and position fit the int32 indexes and :func:`check_stored_batch` accepts it (magic,
+        lengths, record count, CRC-32C). Raises ``OSError`` on I/O failure.
+        """
+        file_size = os.fstat(self._fd).st_size
+        position = 0
+        next_offset = self.base_offset
+        cursor = _IndexCursor(0, NO_TIMESTAMP, self.base_offset, NO_TIMESTAMP)
+        reason: str | None = None
+        wanted = _RECOVERY_CHUNK
+        while position < file_size and reason is None:
+            length = min(max(wanted, _RECOVERY_CHUNK), file_size - position)
+            chunk = os.pread(self._fd, length, position)
+            if len(chunk) != length:
+                reason = f"short read: {len(chunk)} of {length} bytes"
+                break
+            offset_in_chunk = 0
+            wanted = 0
+            while True:
+                absolute = position + offset_in_chunk
+                available = len(chunk) - offset_in_chunk
+                if available < HEADER_SIZE:
+                    if available and absolute + available >= file_size:
+                        reason = f"torn batch header ({available} bytes)"
+                    break
+                header = parse_header(chunk, offset_in_chunk)
+                if header.batch_length < _MIN_BATCH_LENGTH or absolute + header.size > file_size:
+                    reason = f"torn or invalid batch (batchLength {header.batch_length})"
+                    break
+                if absolute + header.size > MAX_SEGMENT_BYTES:
+                    reason = "segment would exceed 2 GiB"
+                    break
+                if header.size > available:
+                    wanted = header.size  # re-read from this batch with a chunk that holds it
+                    break
+                reason = self._check_recovered_batch(chunk, header, next_offset)
+                if reason is not None:
+                    break
+                cursor.add(header, absolute, index_interval_bytes)
+                next_offset = header.next_offset
+                offset_in_chunk += header.size
+            if offset_in_chunk == 0 and not wanted and reason is None:
+                reason = "no progress"  # unreachable: a chunk holds a header or is the tail
+            position += offset_in_chunk
+        truncated = file_size - position
+        if truncated:
+            os.ftruncate(self._fd, position)
+        self._size = position
+        self.offset_index.rebuild(cursor.offset_entries)
+        self.time_index.rebuild(cursor.time_entries)
+        self._next_offset = next_offset
+        self._max_timestamp = cursor.max_timestamp
+        self._offset_of_max_timestamp = cursor.offset_of_max_timestamp
+        self._bytes_since_index_entry = cursor.bytes_since_entry
+        if not position:
+            self.first_append_ms = self.last_modified_ms = None
+        return SegmentRecovery(position, truncated, reason if truncated else None)
+
+    def _check_recovered_batch(
+        self, chunk: bytes, header: BatchHeader, expected_offset: int
+    ) -> str | None:
+        """Why a batch read back during recovery is not acceptable, or None if it is."""
+        if header.base_offset != expected_offset:
+            return f"baseOffset {header.base_offset}, expected {expected_offset}"
+        if header.last_offset_delta < 0 or (
+            header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET
+        ):
+            return f"lastOffsetDelta {header.last_offset_delta} out of range"
+        try:
+            check_stored_batch(chunk, header)
+        except CorruptMessageError as exc:
+            return exc.message
+        return None
+
+    # ---- writing --------------------------------------------------------------------------
+
+    def append(
+        self,
+        records: bytes | bytearray,
+        headers: Sequence[BatchHeader],
+        index_interval_bytes: int,
+        now_ms: int,
+    ) -> None:
+        """Write whole batches (offsets already assigned) and their index entries.
+
+        ``headers`` give positions inside ``records``. All or nothing: on failure the file and
+        indexes are cut back and ``KafkaStorageError`` is raised; if even that fails,
+        :attr:`damaged` is set.
+        """
+        position = self._size
+        last_time_entry = self.time_index.last_entry()
+        cursor = _IndexCursor(
+            self._bytes_since_index_entry,
+            self._max_timestamp,
+            self._offset_of_max_timestamp,
+            NO_TIMESTAMP if last_time_entry is None else last_time_entry[0],
+        )
+        for header in headers:
+            cursor.add(header, position + header.position, index_interval_bytes)
+        offset_entries_before = self.offset_index.entries
+        time_entries_before = self.time_index.entries
+        try:
+            write_all(self._fd, records)
+            self.offset_index.append(cursor.offset_entries)
+            self.time_index.append(cursor.time_entries)
+        except OSError as exc:
+            try:
+                os.ftruncate(self._fd, position)
+                self.offset_index.truncate_entries(offset_entries_before)
+                self.time_index.truncate_entries(time_entries_before)
+            except OSError as undo_exc:
+                self.damaged = True
+                raise KafkaStorageError(
+                    f"append to {self._log_path} failed ({exc}) and could not be undone "
+                    f"({undo_exc})"
+                ) from exc
+            raise KafkaStorageError(f"append to {self._log_path} failed: {exc}") from exc
+        self._size = position + len(records)
+        self._next_offset = headers[-1].next_offset
+        self._max_timestamp = cursor.max_timestamp
+        self._offset_of_max_timestamp = cursor.offset_of_max_timestamp
+        self._bytes_since_index_entry = cursor.bytes_since_entry
+        if self.first_append_ms is None:
+            self.first_append_ms = now_ms
+        self.last_modified_ms = now_ms
+
+    def seal(self) -> bool:
+        """Add the final time-index entry (max timestamp) when the segment stops being active.
+
+        Kafka does this on roll and close so that the last time-index entry always holds the
+        segment's max timestamp. Returns True if it wrote. Raises ``OSError``.
+        """
+        last = self.time_index.last_entry()
+        if self._max_timestamp > (NO_TIMESTAMP if last is None else last[0]):
+            self.time_index.append([(self._max_timestamp, self._offset_of_max_timestamp)])
+            return True
+        return False
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding an offset >= ``offset``; returns the bytes removed.
+
+        Batches are removed whole, so if ``offset`` falls inside a batch, the segment ends at
+        that batch's base offset. Raises ``KafkaStorageError``.
+        """
+        if offset >= self._next_offset:
+            return 0
+        header = self.find_batch(offset)
+        if header is None:  # unreachable while offset < next_offset
+            return 0
+        try:
+            self.offset_index.truncate_to(header.base_offset)
+            self.time_index.truncate_to(header.base_offset)
+            os.ftruncate(self._fd, header.position)
+        except OSError as exc:
+            self.damaged = True
+            raise KafkaStorageError(f"truncating {self._log_path} failed: {exc}") from exc
+        removed = self._size - header.position
+        self._size = header.position
+        try:
+            self._scan_tail()
+        except CorruptIndexError as exc:
+            raise KafkaStorageError(f"{self._log_path} is inconsistent after truncation") from exc
+        if not self._size:
+            self.first_append_ms = self.last_modified_ms = None
+        return removed
+
+    # ---- reading --------------------------------------------------------------------------
+
+    def _walk(self, position: int) -> Iterator[BatchHeader]:
+        """Yield batch headers (absolute positions) from ``position`` to the end of the log.
+
+        Reads chunks with ``pread`` and needs only each header, never a whole batch. Raises
+        ``CorruptMessageError`` on a header whose length does not fit the log and
+        ``OSError`` on I/O failure.
+        """
+        end = self._size
+        while position < end:
+            chunk = os.pread(self._fd, min(_WALK_CHUNK, end - position), position)
+            if len(chunk) < HEADER_SIZE:
+                raise CorruptMessageError(
+                    f"truncated batch header at position {position} of {self._log_path.name}"
+                )
+            offset_in_chunk = 0
+            while len(chunk) - offset_in_chunk >= HEADER_SIZE:
+                header = parse_header(chunk, offset_in_chunk)
+                absolute = position + offset_in_chunk
+                if header.batch_length < _MIN_BATCH_LENGTH or absolute + header.size > end:
+                    raise CorruptMessageError(
+                        f"invalid batchLength {header.batch_length} at position {absolute} "
+                        f"of {self._log_path.name}"
+                    )
+                yield dataclasses.replace(header, position=absolute)
+                offset_in_chunk += header.size
+            position += offset_in_chunk
+
+    def find_batch(self, offset: int) -> BatchHeader | None:
+        """The header of the first batch whose last offset is >= ``offset``, or None.
+
+        One index bisect, then a header walk of about one index interval. Raises
+        ``KafkaStorageError`` if the log or index is inconsistent.
+        """
+        entry_offset, position = self.offset_index.lookup(offset)
+        try:
+            for header in self._walk(position):
+                if header.position == position and header.base_offset != entry_offset:
+                    raise CorruptMessageError(
+                        f"index entry ({entry_offset}, {position}) points to baseOffset "
+                        f"{header.base_offset}"
+                    )
+                if header.last_offset >= offset:
+                    return header
+        except (CorruptMessageError, OSError) as exc:
+            raise KafkaStorageError(f"reading {self._log_path} failed: {exc}") from exc
+        return None
+
+    def read(self, offset: int, max_bytes: int, max_offset: int) -> bytes:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes``.
+
+        Always returns the first batch whole even if it exceeds ``max_bytes``; never returns
+        a batch whose base offset is >= ``max_offset``. One ``pread`` for the data.
+        """
+        header = self.find_batch(offset)
+        if header is None or header.base_offset >= max_offset:
+            return b""
+        length = min(max(max_bytes, header.size), self._size - header.position)
+        try:
+            data = os.pread(self._fd, length, header.position)
+        except OSError as exc:
+            raise KafkaStorageError(f"reading {self._log_path} failed: {exc}") from exc
+        if len(data) < header.size:
+            raise KafkaStorageError(
+                f"short read of {self._log_path} at position {header.position}: "
+                f"{len(data)} of {header.size} bytes"
+            )
+        end = 0
+        for batch in iter_headers(data):
+            if batch.base_offset >= max_offset:
+                break
+            end = batch.position + batch.size
+        return data if end == len(data) else data[:end]
+
+    def find_timestamp(self, timestamp_ms: int) -> BatchHeader | None:
+        """The first batch whose max timestamp is >= ``timestamp_ms``, or None.
+
+        The time index gives the last entry below the target; every batch before its offset
+        is older, so the walk starts at that entry's position in the offset index.
+        """
+        if self._max_timestamp < timestamp_ms:
+            return None
+        entry = self.time_index.entry_before(timestamp_ms)
+        position = 0 if entry is None else self.offset_index.lookup(entry[1])[1]
+        try:
+            for header in self._walk(position):
+                if header.max_timestamp >= timestamp_ms:
+                    return header
+        except (CorruptMessageError, OSError) as exc:
+            raise KafkaStorageError(f"reading {self._log_path} failed: {exc}") from exc
+        return None
+
+    # ---- files ----------------------------------------------------------------------------
+
+    def dup_fds(self) -> list[int]:
+        """Duplicates of every open descriptor, for ``fdatasync`` on a flusher thread.
+
+        The caller closes them. Duplicates keep the files open even if this segment is
+        closed or deleted meanwhile, so a flush never syncs a reused descriptor number.
+        """
+        fds = [os.dup(self._fd)]
+        try:
+            for index_file in (self.offset_index.file, self.time_index.file):
+                fd = index_file.dup_fd()
+                if fd is not None:
+                    fds.append(fd)
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
+
+    def close(self) -> None:
+        """Close every descriptor; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        os.close(self._fd)
+        self.offset_index.file.close()
+        self.time_index.file.close()
+
+    def rename_to_deleted(self) -> list[Path]:
+        """Rename the files to ``*.deleted`` and close; returns the new paths.
+
+        The ``.log`` file goes first: once it is renamed the segment is gone for a restart,
+        and index files left behind are orphans that the next open removes. Raises
+        ``OSError`` only if the ``.log`` rename fails, in which case nothing changed.
+        """
+        log_target = self._log_path.with_name(self._log_path.name + DELETED_SUFFIX)
+        os.rename(self._log_path, log_target)
+        self._log_path = log_target
+        renamed = [log_target]
+        for index_file in (self.offset_index.file, self.time_index.file):
+            target = index_file.path.with_name(index_file.path.name + DELETED_SUFFIX)
+            try:
+                index_file.rename(target)
+            except OSError as exc:
+                log.warning("could not rename index file=%s error=%s", index_file.path, exc)
+                continue
+            renamed.append(target)
+        self.close()
+        return renamed
+
+    def delete_files(self) -> None:
+        """Close and unlink the files now (``.log`` first, for the reason above)."""
+        self.close()
+        self._log_path.unlink(missing_ok=True)
+        self.offset_index.file.unlink()
+        self.time_index.file.unlink()
+
+    def __repr__(self) -> str:
+        return (
+            f"LogSegment(base_offset={self.base_offset}, next_offset={self._next_offset}, "
+            f"size={self._size})"
+        )

@@ -1,0 +1,349 @@
+"""The Python client and the ``lograft`` CLI against a real node process on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from cluster.client import (
+    AdminClient,
+    Consumer,
+    ConsumerRecord,
+    NewTopic,
+    Producer,
+    TopicPartition,
+    partition_for_key,
+)
+from cluster.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from cluster.wire import broker_pb2 as pb
+from cluster.wire import broker_pb2_grpc as pb_grpc
+
+pytestmark = pytest.mark.integration
+
+READY_ATTEMPTS = 60
+READY_ATTEMPT_TIMEOUT_S = 0.5
+STOP_WAIT_S = 10.0
+CLI_TIMEOUT_S = 60.0
+CONSUME_TIMEOUT_S = 30.0
+
+
+@dataclass
+class RunningNode:
+    process: subprocess.Popen[bytes]
+    bootstrap: str
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_until_serving(node: RunningNode) -> None:
+    """Poll Metadata a bounded number of times; each attempt waits for the channel."""
+    last_error: Exception | None = None
+    with grpc.insecure_channel(node.bootstrap) as channel:
+        stub = pb_grpc.BrokerStub(channel)
+        for _ in range(READY_ATTEMPTS):
+            if node.process.poll() is not None:
+                break
+            try:
+                stub.Metadata(
+                    pb.MetadataRequest(), timeout=READY_ATTEMPT_TIMEOUT_S, wait_for_ready=True
+                )
+                return
+            except grpc.RpcError as exc:
+                last_error = exc
+    raise AssertionError(f"node never answered Metadata: {last_error}\n{node.log()}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the node we started, then SIGKILL if it has not exited in time."""
+    if process.poll() is not None:
+        return
+    os.kill(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=STOP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=STOP_WAIT_S)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
+    base = tmp_path_factory.mktemp("client-cli-node")
+    bootstrap = f"127.0.0.1:{_free_port()}"
+    log_path = base / "node.log"
+    command = [
+        sys.executable,
+        "-m",
+        "cluster.node",
+        "--node-id",
+        "1",
+        "--data-dir",
+        str(base / "data"),
+        "--listen",
+        bootstrap,
+    ]
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+    running = RunningNode(process, bootstrap, log_path)
+    try:
+        _wait_until_serving(running)
+        yield running
+    finally:
+        _stop(process)
+
+
+def _create(node: RunningNode, name: str, partitions: int) -> None:
+    with AdminClient(bootstrap_servers=node.bootstrap) as admin:
+        admin.create_topics([NewTopic(name, partitions)])[name].result()
+
+
+def _consume_all(
+    node: RunningNode, topic: str, partitions: int, expected: int
+) -> list[ConsumerRecord]:
+    records: list[ConsumerRecord] = []
+    config = {"bootstrap.servers": node.bootstrap, "auto.offset.reset": "earliest"}
+    with Consumer(config) as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        deadline = time.monotonic() + CONSUME_TIMEOUT_S
+        while len(records) < expected and time.monotonic() < deadline:
+            records.extend(consumer.poll(timeout_ms=200))
+    return records
+
+
+def _by_partition(records: list[ConsumerRecord]) -> dict[int, list[ConsumerRecord]]:
+    grouped: dict[int, list[ConsumerRecord]] = {}
+    for record in records:
+        grouped.setdefault(record.partition, []).append(record)
+    return grouped
+
+
+def _cli(
+    node: RunningNode, *args: str, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    env = dict(os.environ, LOGRAFT_BOOTSTRAP=node.bootstrap)
+    return subprocess.run(
+        [sys.executable, "-m", "cluster.cli", *args],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        timeout=CLI_TIMEOUT_S,
+        check=False,
+    )
+
+
+# ---- the client -----------------------------------------------------------------------------
+
+
+def test_keyed_and_unkeyed_round_trip(node: RunningNode) -> None:
+    _create(node, "events", 3)
+    with AdminClient(bootstrap_servers=node.bootstrap) as admin:
+        again = admin.create_topics([NewTopic("events", 3)])
+        with pytest.raises(TopicAlreadyExistsError):
+            again["events"].result()
+        assert "events" in admin.list_topics()
+    with Producer(bootstrap_servers=node.bootstrap, linger_ms=2) as producer:
+        keyed = [
+            (producer.send("events", f"kv{i}".encode(), key=f"key-{i % 17}".encode()), i)
+            for i in range(300)
+        ]
+        unkeyed = [
+            (producer.send("events", f"uv{i}".encode(), headers=[("n", str(i).encode())]), i)
+            for i in range(300)
+        ]
+        producer.flush(timeout=30)
+    sent: dict[int, list[tuple[int, bytes]]] = {}
+    for future, i in keyed:
+        meta = future.result(timeout=0)
+        assert meta.partition == partition_for_key(f"key-{i % 17}".encode(), 3)
+        sent.setdefault(meta.partition, []).append((meta.offset, f"kv{i}".encode()))
+    for future, i in unkeyed:
+        meta = future.result(timeout=0)
+        sent.setdefault(meta.partition, []).append((meta.offset, f"uv{i}".encode()))
+    consumed = _by_partition(_consume_all(node, "events", 3, 600))
+    assert sum(len(v) for v in consumed.values()) == 600
+    for partition, items in consumed.items():
+        expected = sorted(sent[partition])
+        assert [(r.offset, r.value) for r in items] == expected
+        for record in items:
+            if record.value is not None and record.value.startswith(b"kv"):
+                assert record.key is not None
+                assert record.partition == partition_for_key(record.key, 3)
+            else:
+                assert record.key is None
+                assert record.headers == (("n", record.value[2:] if record.value else b""),)
+    # keys keep their per-key order
+    for partition, items in consumed.items():
+        by_key: dict[bytes, list[int]] = {}
+        for record in items:
+            if record.key is not None:
+                by_key.setdefault(record.key, []).append(
+                    int(record.value[2:] if record.value else 0)
+                )
+        assert all(values == sorted(values) for values in by_key.values()), partition
+
+
+def test_bulk_round_trip(node: RunningNode) -> None:
+    _create(node, "bulk", 2)
+    values = [i.to_bytes(4, "big") * 25 for i in range(60_000)]
+    with Producer(bootstrap_servers=node.bootstrap) as producer:
+        result = producer.send_bulk("bulk", values).result(timeout=60)
+        keys: list[bytes | None] = [f"k{i % 50}".encode() for i in range(2_000)]
+        keyed_values = [f"keyed-{i}".encode() for i in range(2_000)]
+        producer.send_bulk("bulk", keyed_values, keys=keys).result(timeout=60)
+    assert result.record_count == len(values)
+    expected: dict[int, list[tuple[int, bytes]]] = {}
+    for index, value in enumerate(values):
+        partition, offset = result.offset_of(index)
+        expected.setdefault(partition, []).append((offset, value))
+    consumed = _by_partition(_consume_all(node, "bulk", 2, len(values) + 2_000))
+    for partition, items in consumed.items():
+        unkeyed = [(r.offset, r.value) for r in items if r.key is None]
+        assert unkeyed == sorted(expected.get(partition, []))
+        for record in items:
+            if record.key is not None:
+                assert record.partition == partition_for_key(record.key, 2)
+    assert sum(len(v) for v in consumed.values()) == len(values) + 2_000
+    with AdminClient(bootstrap_servers=node.bootstrap) as admin:
+        ends = admin.list_offsets({TopicPartition("bulk", p): "latest" for p in range(2)})
+        starts = admin.list_offsets({TopicPartition("bulk", p): "earliest" for p in range(2)})
+    assert sum(r.offset for r in ends.values()) == len(values) + 2_000
+    assert all(r.offset == 0 for r in starts.values())
+
+
+def test_consumer_positions(node: RunningNode) -> None:
+    _create(node, "positions", 1)
+    tp = TopicPartition("positions", 0)
+    with Producer(bootstrap_servers=node.bootstrap) as producer:
+        producer.send_bulk("positions", [b"a", b"b", b"c"]).result(timeout=30)
+        with Consumer(bootstrap_servers=node.bootstrap) as consumer:
+            consumer.assign([tp])
+            assert consumer.position(tp) == 3  # auto.offset.reset=latest
+            producer.send("positions", b"d").result(timeout=30)
+            got: list[bytes | None] = []
+            for _ in range(50):
+                got.extend(r.value for r in consumer.poll(timeout_ms=200))
+                if got:
+                    break
+            assert got == [b"d"]
+            consumer.seek(tp, 1)
+            got = []
+            for _ in range(50):
+                got.extend(r.value for r in consumer.poll(timeout_ms=200))
+                if len(got) >= 3:
+                    break
+            assert got == [b"b", b"c", b"d"]
+
+
+# ---- the CLI --------------------------------------------------------------------------------
+
+
+def test_cli_topics(node: RunningNode) -> None:
+    created = _cli(
+        node, "topics", "create", "clitopic", "--partitions", "2", "--config", "retention.ms=60000"
+    )
+    assert created.returncode == 0, created.stderr
+    listed = _cli(node, "topics", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "clitopic" in listed.stdout.decode().split()
+    described = _cli(node, "topics", "describe", "clitopic")
+    assert described.returncode == 0, described.stderr
+    text = described.stdout.decode()
+    assert "PartitionCount: 2" in text
+    assert "retention.ms=60000" in text
+    assert "Partition: 1\tLeader: 1" in text
+    duplicate = _cli(node, "topics", "create", "clitopic", "--partitions", "2")
+    assert duplicate.returncode == 1
+    assert duplicate.stderr.decode().startswith("lograft: TOPIC_ALREADY_EXISTS")
+    deleted = _cli(node, "topics", "delete", "clitopic")
+    assert deleted.returncode == 0, deleted.stderr
+    assert "clitopic" not in _cli(node, "topics", "list").stdout.decode().split()
+    missing = _cli(node, "topics", "describe", "clitopic")
+    assert missing.returncode == 1
+    assert b"UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr
+    assert b"Traceback" not in missing.stderr
+    with (
+        AdminClient(bootstrap_servers=node.bootstrap) as admin,
+        pytest.raises(UnknownTopicOrPartitionError),
+    ):
+        admin.describe_topics(["clitopic"])
+
+
+def test_cli_produce_and_consume(node: RunningNode) -> None:
+    _create(node, "lines", 1)
+    lines = [f"line {i}" for i in range(25)]
+    produced = _cli(node, "produce", "lines", stdin="\n".join(lines).encode() + b"\n")
+    assert produced.returncode == 0, produced.stderr
+    consumed = _cli(
+        node,
+        "consume",
+        "lines",
+        "--from-beginning",
+        "--max-messages",
+        "25",
+        "--timeout-ms",
+        "20000",
+    )
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.decode().splitlines() == lines
+
+    keyed = _cli(
+        node, "produce", "lines", "--key-separator", ":", "--acks", "1", stdin=b"k1:v1\nk2:v2\n"
+    )
+    assert keyed.returncode == 0, keyed.stderr
+    tail = _cli(
+        node,
+        "consume",
+        "lines",
+        "--partition",
+        "0",
+        "--offset",
+        "25",
+        "--max-messages",
+        "2",
+        "--print-key",
+        "--timeout-ms",
+        "20000",
+    )
+    assert tail.returncode == 0, tail.stderr
+    assert tail.stdout.decode().splitlines() == ["k1\tv1", "k2\tv2"]
+
+
+def test_cli_perf(node: RunningNode) -> None:
+    _create(node, "perf", 1)
+    for extra in ([], ["--bulk"]):
+        run = _cli(
+            node,
+            "perf",
+            "produce",
+            "--topic",
+            "perf",
+            "--num-records",
+            "2000",
+            "--record-size",
+            "100",
+            "--json",
+            *extra,
+        )
+        assert run.returncode == 0, run.stderr
+        assert b'"records_per_sec"' in run.stdout
+        assert b'"latency_ms_p99"' in run.stdout
+    consume = _cli(node, "perf", "consume", "--topic", "perf", "--messages", "4000", "--json")
+    assert consume.returncode == 0, consume.stderr
+    assert b'"records": 4000' in consume.stdout
