@@ -5,12 +5,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA ?= data
 
-.PHONY: install run test lint format typecheck unit integration proto proto-check bench clean
+.PHONY: lock install run test lint format typecheck unit integration proto proto-check bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -50,6 +50,12 @@ proto-check: $(STAMP)
 ## Benchmarks print JSON to stdout and write bench/results/*.json.
 bench: $(STAMP)
 	$(BIN)/python bench/single_node.py
+
+## Re-pin every installed package after changing pyproject.toml.
+lock: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	{ echo '# Exact versions of every package in .venv (direct and transitive). Regenerate: make lock'; \
+	  $(BIN)/pip freeze --exclude-editable; } > constraints.txt
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

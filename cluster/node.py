@@ -30,7 +30,8 @@ from replica.log_manager import LogManager, write_file_atomically
 
 __all__ = ["Node", "main"]
 
-log = logging.getLogger(__name__)
+# Named explicitly: run as `python -m cluster.node`, __name__ would be "__main__".
+log = logging.getLogger("cluster.node")
 
 SHUTDOWN_GRACE_S = 5.0
 
