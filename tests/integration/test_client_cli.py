@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
-import grpc
 import pytest
 
 from cluster.client import (
@@ -25,100 +20,34 @@ from cluster.client import (
     partition_for_key,
 )
 from cluster.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
+from tests.integration.nodes import NodeProcess
 
 pytestmark = pytest.mark.integration
 
-READY_ATTEMPTS = 60
-READY_ATTEMPT_TIMEOUT_S = 0.5
-STOP_WAIT_S = 10.0
 CLI_TIMEOUT_S = 60.0
 CONSUME_TIMEOUT_S = 30.0
 
 
-@dataclass
-class RunningNode:
-    process: subprocess.Popen[bytes]
-    bootstrap: str
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _wait_until_serving(node: RunningNode) -> None:
-    """Poll Metadata a bounded number of times; each attempt waits for the channel."""
-    last_error: Exception | None = None
-    with grpc.insecure_channel(node.bootstrap) as channel:
-        stub = pb_grpc.BrokerStub(channel)
-        for _ in range(READY_ATTEMPTS):
-            if node.process.poll() is not None:
-                break
-            try:
-                stub.Metadata(
-                    pb.MetadataRequest(), timeout=READY_ATTEMPT_TIMEOUT_S, wait_for_ready=True
-                )
-                return
-            except grpc.RpcError as exc:
-                last_error = exc
-    raise AssertionError(f"node never answered Metadata: {last_error}\n{node.log()}")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the node we started, then SIGKILL if it has not exited in time."""
-    if process.poll() is not None:
-        return
-    os.kill(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=STOP_WAIT_S)
-    except subprocess.TimeoutExpired:
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait(timeout=STOP_WAIT_S)
-
-
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
-    base = tmp_path_factory.mktemp("client-cli-node")
-    bootstrap = f"127.0.0.1:{_free_port()}"
-    log_path = base / "node.log"
-    command = [
-        sys.executable,
-        "-m",
-        "cluster.node",
-        "--node-id",
-        "1",
-        "--data-dir",
-        str(base / "data"),
-        "--listen",
-        bootstrap,
-    ]
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
-    running = RunningNode(process, bootstrap, log_path)
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    process = NodeProcess(data_dir=tmp_path_factory.mktemp("client-cli-node") / "data")
+    process.start()
     try:
-        _wait_until_serving(running)
-        yield running
+        yield process
     finally:
-        _stop(process)
+        process.stop()
 
 
-def _create(node: RunningNode, name: str, partitions: int) -> None:
-    with AdminClient(bootstrap_servers=node.bootstrap) as admin:
+def _create(node: NodeProcess, name: str, partitions: int) -> None:
+    with AdminClient(bootstrap_servers=node.address) as admin:
         admin.create_topics([NewTopic(name, partitions)])[name].result()
 
 
 def _consume_all(
-    node: RunningNode, topic: str, partitions: int, expected: int
+    node: NodeProcess, topic: str, partitions: int, expected: int
 ) -> list[ConsumerRecord]:
     records: list[ConsumerRecord] = []
-    config = {"bootstrap.servers": node.bootstrap, "auto.offset.reset": "earliest"}
+    config = {"bootstrap.servers": node.address, "auto.offset.reset": "earliest"}
     with Consumer(config) as consumer:
         consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
         deadline = time.monotonic() + CONSUME_TIMEOUT_S
@@ -135,9 +64,9 @@ def _by_partition(records: list[ConsumerRecord]) -> dict[int, list[ConsumerRecor
 
 
 def _cli(
-    node: RunningNode, *args: str, stdin: bytes | None = None
+    node: NodeProcess, *args: str, stdin: bytes | None = None
 ) -> subprocess.CompletedProcess[bytes]:
-    env = dict(os.environ, LOGRAFT_BOOTSTRAP=node.bootstrap)
+    env = dict(os.environ, LOGRAFT_BOOTSTRAP=node.address)
     return subprocess.run(
         [sys.executable, "-m", "cluster.cli", *args],
         input=stdin,
@@ -151,14 +80,14 @@ def _cli(
 # ---- the client -----------------------------------------------------------------------------
 
 
-def test_keyed_and_unkeyed_round_trip(node: RunningNode) -> None:
+def test_keyed_and_unkeyed_round_trip(node: NodeProcess) -> None:
     _create(node, "events", 3)
-    with AdminClient(bootstrap_servers=node.bootstrap) as admin:
+    with AdminClient(bootstrap_servers=node.address) as admin:
         again = admin.create_topics([NewTopic("events", 3)])
         with pytest.raises(TopicAlreadyExistsError):
             again["events"].result()
         assert "events" in admin.list_topics()
-    with Producer(bootstrap_servers=node.bootstrap, linger_ms=2) as producer:
+    with Producer(bootstrap_servers=node.address, linger_ms=2) as producer:
         keyed = [
             (producer.send("events", f"kv{i}".encode(), key=f"key-{i % 17}".encode()), i)
             for i in range(300)
@@ -199,10 +128,10 @@ def test_keyed_and_unkeyed_round_trip(node: RunningNode) -> None:
         assert all(values == sorted(values) for values in by_key.values()), partition
 
 
-def test_bulk_round_trip(node: RunningNode) -> None:
+def test_bulk_round_trip(node: NodeProcess) -> None:
     _create(node, "bulk", 2)
     values = [i.to_bytes(4, "big") * 25 for i in range(60_000)]
-    with Producer(bootstrap_servers=node.bootstrap) as producer:
+    with Producer(bootstrap_servers=node.address) as producer:
         result = producer.send_bulk("bulk", values).result(timeout=60)
         keys: list[bytes | None] = [f"k{i % 50}".encode() for i in range(2_000)]
         keyed_values = [f"keyed-{i}".encode() for i in range(2_000)]
@@ -220,19 +149,19 @@ def test_bulk_round_trip(node: RunningNode) -> None:
             if record.key is not None:
                 assert record.partition == partition_for_key(record.key, 2)
     assert sum(len(v) for v in consumed.values()) == len(values) + 2_000
-    with AdminClient(bootstrap_servers=node.bootstrap) as admin:
+    with AdminClient(bootstrap_servers=node.address) as admin:
         ends = admin.list_offsets({TopicPartition("bulk", p): "latest" for p in range(2)})
         starts = admin.list_offsets({TopicPartition("bulk", p): "earliest" for p in range(2)})
     assert sum(r.offset for r in ends.values()) == len(values) + 2_000
     assert all(r.offset == 0 for r in starts.values())
 
 
-def test_consumer_positions(node: RunningNode) -> None:
+def test_consumer_positions(node: NodeProcess) -> None:
     _create(node, "positions", 1)
     tp = TopicPartition("positions", 0)
-    with Producer(bootstrap_servers=node.bootstrap) as producer:
+    with Producer(bootstrap_servers=node.address) as producer:
         producer.send_bulk("positions", [b"a", b"b", b"c"]).result(timeout=30)
-        with Consumer(bootstrap_servers=node.bootstrap) as consumer:
+        with Consumer(bootstrap_servers=node.address) as consumer:
             consumer.assign([tp])
             assert consumer.position(tp) == 3  # auto.offset.reset=latest
             producer.send("positions", b"d").result(timeout=30)
@@ -254,7 +183,7 @@ def test_consumer_positions(node: RunningNode) -> None:
 # ---- the CLI --------------------------------------------------------------------------------
 
 
-def test_cli_topics(node: RunningNode) -> None:
+def test_cli_topics(node: NodeProcess) -> None:
     created = _cli(
         node, "topics", "create", "clitopic", "--partitions", "2", "--config", "retention.ms=60000"
     )
@@ -279,13 +208,13 @@ def test_cli_topics(node: RunningNode) -> None:
     assert b"UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr
     assert b"Traceback" not in missing.stderr
     with (
-        AdminClient(bootstrap_servers=node.bootstrap) as admin,
+        AdminClient(bootstrap_servers=node.address) as admin,
         pytest.raises(UnknownTopicOrPartitionError),
     ):
         admin.describe_topics(["clitopic"])
 
 
-def test_cli_produce_and_consume(node: RunningNode) -> None:
+def test_cli_produce_and_consume(node: NodeProcess) -> None:
     _create(node, "lines", 1)
     lines = [f"line {i}" for i in range(25)]
     produced = _cli(node, "produce", "lines", stdin="\n".join(lines).encode() + b"\n")
@@ -325,7 +254,7 @@ def test_cli_produce_and_consume(node: RunningNode) -> None:
     assert tail.stdout.decode().splitlines() == ["k1\tv1", "k2\tv2"]
 
 
-def test_cli_perf(node: RunningNode) -> None:
+def test_cli_perf(node: NodeProcess) -> None:
     _create(node, "perf", 1)
     for extra in ([], ["--bulk"]):
         run = _cli(
