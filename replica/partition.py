@@ -13,25 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 
 from replica.log.config import FlushPolicy
 from replica.log.partition_log import PartitionLog
+from replica.topic_partition import TopicPartition
 
 __all__ = ["Partition", "TopicPartition"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class TopicPartition:
-    """A topic name and a partition number."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 class Partition:

@@ -40,6 +40,7 @@ from cluster.errors import (
 )
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
+from replica.topic_partition import TopicPartition
 
 __all__ = [
     "DEFAULT_BOOTSTRAP_SERVERS",
@@ -61,17 +62,6 @@ DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:9092"
 """Where clients look for a cluster when ``bootstrap.servers`` is not given."""
 
 _GRPC_MAX_MESSAGE = 2**31 - 1
-
-
-# ---- topic-partition ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class TopicPartition:
-    """A partition of a topic."""
-
-    topic: str
-    partition: int
 
 
 # ---- configuration ------------------------------------------------------------------------
