@@ -10,27 +10,49 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "BrokerIdNotRegisteredError",
     "BrokerNotAvailableError",
     "CorruptMessageError",
+    "DuplicateBrokerRegistrationError",
+    "DuplicateSequenceNumberError",
+    "ElectionNotNeededError",
+    "EligibleLeadersNotAvailableError",
+    "FencedLeaderEpochError",
     "IllegalStateError",
+    "InconsistentClusterIdError",
+    "IneligibleReplicaError",
     "InvalidConfigError",
     "InvalidPartitionsError",
+    "InvalidProducerEpochError",
+    "InvalidRecordError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidRequiredAcksError",
     "InvalidTimestampError",
     "InvalidTopicError",
+    "InvalidUpdateVersionError",
     "KafkaStorageError",
     "LeaderNotAvailableError",
     "LograftError",
     "MessageTooLargeError",
     "NetworkError",
+    "NotControllerError",
+    "NotEnoughReplicasAfterAppendError",
+    "NotEnoughReplicasError",
     "NotLeaderOrFollowerError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceNumberError",
+    "PolicyViolationError",
+    "PreferredLeaderNotAvailableError",
+    "ProducerFencedError",
     "RecordListTooLargeError",
     "RequestTimedOutError",
+    "StaleBrokerEpochError",
     "TopicAlreadyExistsError",
+    "UnknownLeaderEpochError",
+    "UnknownProducerIdError",
     "UnknownServerError",
+    "UnknownTopicIdError",
     "UnknownTopicOrPartitionError",
     "UnsupportedCompressionTypeError",
     "error_for_code",
@@ -204,6 +226,168 @@ class UnsupportedCompressionTypeError(LograftError):
     error_name = "UNSUPPORTED_COMPRESSION_TYPE"
 
 
+class NotEnoughReplicasError(LograftError):
+    """Fewer in-sync replicas than ``min.insync.replicas``; nothing was appended."""
+
+    code = 19
+    error_name = "NOT_ENOUGH_REPLICAS"
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(LograftError):
+    """Appended, but the ISR shrank below ``min.insync.replicas`` before it was replicated."""
+
+    code = 20
+    error_name = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+    retriable = True
+
+
+class NotControllerError(LograftError):
+    """This node is not the active controller."""
+
+    code = 41
+    error_name = "NOT_CONTROLLER"
+    retriable = True
+
+
+class PolicyViolationError(LograftError):
+    """The request breaks a configured policy."""
+
+    code = 44
+    error_name = "POLICY_VIOLATION"
+
+
+class OutOfOrderSequenceNumberError(LograftError):
+    """A producer's batch sequence skipped ahead: an earlier batch is missing."""
+
+    code = 45
+    error_name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class DuplicateSequenceNumberError(LograftError):
+    """A producer's batch sequence was already written."""
+
+    code = 46
+    error_name = "DUPLICATE_SEQUENCE_NUMBER"
+
+
+class InvalidProducerEpochError(LograftError):
+    """The producer epoch is older than the one the broker knows."""
+
+    code = 47
+    error_name = "INVALID_PRODUCER_EPOCH"
+
+
+class UnknownProducerIdError(LograftError):
+    """The broker has no state for this producer id."""
+
+    code = 59
+    error_name = "UNKNOWN_PRODUCER_ID"
+
+
+class FencedLeaderEpochError(LograftError):
+    """The leader epoch in the request is older than the broker's."""
+
+    code = 74
+    error_name = "FENCED_LEADER_EPOCH"
+    retriable = True
+
+
+class UnknownLeaderEpochError(LograftError):
+    """The leader epoch in the request is newer than the broker's."""
+
+    code = 75
+    error_name = "UNKNOWN_LEADER_EPOCH"
+    retriable = True
+
+
+class StaleBrokerEpochError(LograftError):
+    """The broker epoch does not match the current registration."""
+
+    code = 77
+    error_name = "STALE_BROKER_EPOCH"
+
+
+class PreferredLeaderNotAvailableError(LograftError):
+    """The preferred replica is not live and in sync."""
+
+    code = 80
+    error_name = "PREFERRED_LEADER_NOT_AVAILABLE"
+    retriable = True
+
+
+class EligibleLeadersNotAvailableError(LograftError):
+    """No live in-sync replica can become leader."""
+
+    code = 83
+    error_name = "ELIGIBLE_LEADERS_NOT_AVAILABLE"
+    retriable = True
+
+
+class ElectionNotNeededError(LograftError):
+    """The preferred replica already leads."""
+
+    code = 84
+    error_name = "ELECTION_NOT_NEEDED"
+
+
+class InvalidRecordError(LograftError):
+    """A record failed the broker's validation."""
+
+    code = 87
+    error_name = "INVALID_RECORD"
+
+
+class ProducerFencedError(LograftError):
+    """A newer producer with the same id has taken over."""
+
+    code = 90
+    error_name = "PRODUCER_FENCED"
+
+
+class InvalidUpdateVersionError(LograftError):
+    """The partition epoch in an AlterPartition is stale."""
+
+    code = 95
+    error_name = "INVALID_UPDATE_VERSION"
+
+
+class UnknownTopicIdError(LograftError):
+    """No topic has this id."""
+
+    code = 100
+    error_name = "UNKNOWN_TOPIC_ID"
+    retriable = True
+
+
+class DuplicateBrokerRegistrationError(LograftError):
+    """Another live incarnation of this broker id is registered."""
+
+    code = 101
+    error_name = "DUPLICATE_BROKER_REGISTRATION"
+
+
+class BrokerIdNotRegisteredError(LograftError):
+    """The broker id has no registration."""
+
+    code = 102
+    error_name = "BROKER_ID_NOT_REGISTERED"
+
+
+class InconsistentClusterIdError(LograftError):
+    """The request comes from a node of another cluster."""
+
+    code = 104
+    error_name = "INCONSISTENT_CLUSTER_ID"
+
+
+class IneligibleReplicaError(LograftError):
+    """A proposed ISR member is fenced, unknown or shutting down."""
+
+    code = 107
+    error_name = "INELIGIBLE_REPLICA"
+
+
 class IllegalStateError(LograftError):
     """A client was used in a way its state does not allow (e.g. after ``close``)."""
 
@@ -235,6 +419,28 @@ _BY_CODE: dict[int, type[LograftError]] = {
         InvalidRequestError,
         KafkaStorageError,
         UnsupportedCompressionTypeError,
+        NotEnoughReplicasError,
+        NotEnoughReplicasAfterAppendError,
+        NotControllerError,
+        PolicyViolationError,
+        OutOfOrderSequenceNumberError,
+        DuplicateSequenceNumberError,
+        InvalidProducerEpochError,
+        UnknownProducerIdError,
+        FencedLeaderEpochError,
+        UnknownLeaderEpochError,
+        StaleBrokerEpochError,
+        PreferredLeaderNotAvailableError,
+        EligibleLeadersNotAvailableError,
+        ElectionNotNeededError,
+        InvalidRecordError,
+        ProducerFencedError,
+        InvalidUpdateVersionError,
+        UnknownTopicIdError,
+        DuplicateBrokerRegistrationError,
+        BrokerIdNotRegisteredError,
+        InconsistentClusterIdError,
+        IneligibleReplicaError,
     )
 }
 

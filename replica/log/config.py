@@ -40,6 +40,13 @@ def _int(text: str) -> int:
     return int(text.strip())
 
 
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(text)
+    return lowered == "true"
+
+
 def _choice(*options: str) -> Callable[[str], object]:
     def parse(text: str) -> str:
         return text.strip()
@@ -63,6 +70,7 @@ class LogConfig:
     flush_ms: int = 1000
     message_timestamp_type: str = "CreateTime"
     min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
 
     def with_overrides(self, overrides: Mapping[str, str]) -> LogConfig:
         """Return a copy with Kafka-named overrides applied; raises ``InvalidConfigError``."""
@@ -84,7 +92,11 @@ class LogConfig:
 
     def to_topic_configs(self) -> dict[str, str]:
         """Every topic config by Kafka name, as strings."""
-        return {d.name: str(getattr(self, d.field)) for d in TOPIC_CONFIGS.values()}
+        return {d.name: _format(getattr(self, d.field)) for d in TOPIC_CONFIGS.values()}
+
+
+def _format(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _ge(low: int) -> Callable[[object], bool]:
@@ -188,6 +200,15 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             _ge(1),
             "integer >= 1",
             "In-sync replicas an acks=all produce needs (enforced with replication).",
+        ),
+        ConfigDef(
+            "unclean.leader.election.enable",
+            "unclean_leader_election_enable",
+            _bool,
+            lambda v: isinstance(v, bool),
+            "true or false",
+            "Let an out-of-sync replica become leader when no in-sync one is live: the "
+            "partition comes back, but acknowledged writes may be lost.",
         ),
     )
 }
