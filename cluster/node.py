@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import resource
 import signal
 import time
 import uuid
@@ -27,6 +28,7 @@ from replica.broker_service import BrokerEndpoint, BrokerService
 from replica.log.config import FlushPolicy
 from replica.log.partition_log import delete_files
 from replica.log_manager import LogManager, write_file_atomically
+from replica.topic_partition import TopicPartition
 
 __all__ = ["Node", "main"]
 
@@ -34,6 +36,20 @@ __all__ = ["Node", "main"]
 log = logging.getLogger("cluster.node")
 
 SHUTDOWN_GRACE_S = 5.0
+MIN_FLUSH_TICK_MS = 10
+
+
+def raise_open_file_limit() -> int:
+    """Lift the soft RLIMIT_NOFILE to the hard limit: every segment holds open files."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise open file limit soft=%d hard=%d error=%s", soft, hard, exc)
+    return soft
 
 
 def wall_clock_ms() -> int:
@@ -82,6 +98,7 @@ class Node:
     async def start(self) -> None:
         """Recover the logs, then start serving."""
         loop = asyncio.get_running_loop()
+        open_files = raise_open_file_limit()
         await loop.run_in_executor(None, self.logs.open)
         limit = self.config.socket_request_max_bytes
         server = grpc.aio.server(
@@ -108,11 +125,12 @@ class Node:
             asyncio.create_task(self._interval_flusher(), name="interval-flusher"),
         ]
         log.info(
-            "node ready node_id=%d listen=%s:%d cluster_id=%s",
+            "node ready node_id=%d listen=%s:%d cluster_id=%s open_file_limit=%d",
             self.config.node_id,
             self.config.host,
             self.bound_port,
             self.cluster_id,
+            open_files,
         )
 
     async def stop(self) -> None:
@@ -126,7 +144,11 @@ class Node:
         log.info("node stopped node_id=%d", self.config.node_id)
 
     async def _housekeeping(self) -> None:
-        """Retention and time-based segment rolls, every log.retention.check.interval.ms."""
+        """Retention and time-based segment rolls, every log.retention.check.interval.ms.
+
+        A partition whose log fails is logged and skipped: one bad disk must not stop
+        retention for every other partition.
+        """
         loop = asyncio.get_running_loop()
         interval_s = self.config.retention_check_interval_ms / 1000
         while True:
@@ -134,23 +156,47 @@ class Node:
             now_ms = wall_clock_ms()
             doomed: list[Path] = []
             for partition in list(self.logs.partitions.values()):
-                partition.log.roll_if_due(now_ms)
-                doomed.extend(partition.log.enforce_retention(now_ms))
+                try:
+                    partition.log.roll_if_due(now_ms)
+                    doomed.extend(partition.log.enforce_retention(now_ms, partition.high_watermark))
+                except LograftError as exc:
+                    log.error(
+                        "housekeeping failed partition=%s error=%s",
+                        partition.topic_partition,
+                        exc,
+                    )
             if doomed:
                 log.info("retention deleted segments files=%d", len(doomed))
-                await loop.run_in_executor(None, delete_files, doomed)
+                try:
+                    await loop.run_in_executor(None, delete_files, doomed)
+                except LograftError as exc:
+                    log.error("deleting segment files failed error=%s", exc)
 
     async def _interval_flusher(self) -> None:
-        """fdatasync logs under flush.policy=interval every flush.ms."""
-        interval_s = self.config.log_defaults.flush_ms / 1000
+        """fdatasync each log under flush.policy=interval once its own flush.ms has passed."""
+        last_flush_ms: dict[TopicPartition, int] = {}
         while True:
-            await asyncio.sleep(interval_s)
+            intervals = [
+                p.log.config.flush_ms
+                for p in self.logs.partitions.values()
+                if p.log.config.flush_policy == FlushPolicy.INTERVAL
+            ]
+            await asyncio.sleep(max(min(intervals, default=1000), MIN_FLUSH_TICK_MS) / 1000)
+            now_ms = wall_clock_ms()
             for partition in list(self.logs.partitions.values()):
+                config = partition.log.config
+                tp = partition.topic_partition
                 if (
-                    partition.log.config.flush_policy == FlushPolicy.INTERVAL
-                    and partition.log.flushed_offset < partition.log.log_end_offset
+                    config.flush_policy != FlushPolicy.INTERVAL
+                    or now_ms - last_flush_ms.get(tp, 0) < config.flush_ms
                 ):
-                    await partition.flush_now()
+                    continue
+                last_flush_ms[tp] = now_ms
+                if partition.log.flushed_offset < partition.log.log_end_offset:
+                    try:
+                        await partition.flush_now()
+                    except LograftError as exc:
+                        log.error("interval flush failed partition=%s error=%s", tp, exc)
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

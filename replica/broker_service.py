@@ -31,7 +31,7 @@ from replica.batch_header import iter_headers, validate_batches
 from replica.log.config import FlushPolicy
 from replica.log_manager import LogManager, remove_directories
 from replica.partition import Partition, TopicPartition
-from replica.records import decode_records
+from replica.records import check_compressed_records, decode_records
 
 __all__ = ["BrokerEndpoint", "BrokerService"]
 
@@ -123,6 +123,9 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
         config = partition.log.config
         buffer = bytearray(records)
         headers = validate_batches(buffer, config.max_message_bytes)
+        for header in headers:
+            if header.compression:
+                check_compressed_records(buffer, header)
         appended = partition.log.append(buffer, headers, partition.leader_epoch, self._now_ms())
         result.base_offset = appended.first_offset
         result.log_append_time_ms = appended.log_append_time_ms
@@ -249,13 +252,20 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
             return partition.high_watermark, -1
         if timestamp == MAX_TIMESTAMP:
             found = partition.log.max_timestamp_offset()
-            return (found[0], found[1]) if found else (-1, -1)
+            if found is None or found[0] >= partition.high_watermark:
+                return -1, -1
+            # The log knows the batch; the record is the first in it with that timestamp.
+            return self._first_record_at_or_after(partition, found[0], found[1])
         if timestamp < 0:
             raise InvalidRequestError(f"timestamp {timestamp} is neither -1, -2, -3 nor >= 0")
         found = partition.log.offset_for_timestamp(timestamp)
         if found is None:
             return -1, -1
-        batch_offset, _ = found
+        return self._first_record_at_or_after(partition, found[0], timestamp)
+
+    def _first_record_at_or_after(
+        self, partition: Partition, batch_offset: int, timestamp: int
+    ) -> tuple[int, int]:
         # The time index finds the batch; the record is found inside it (off the hot path).
         data = partition.log.read(batch_offset, 1, partition.high_watermark)
         for header in iter_headers(data):
@@ -324,9 +334,16 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
                         topic.name, num_partitions, replication_factor, dict(topic.configs)
                     )
                 else:
-                    self._logs.create_topic(
-                        topic.name, num_partitions, replication_factor, dict(topic.configs)
+                    # Opening many logs is disk work: off the loop; publishing is on it.
+                    prepared = await asyncio.get_running_loop().run_in_executor(
+                        None,
+                        self._logs.prepare_topic,
+                        topic.name,
+                        num_partitions,
+                        replication_factor,
+                        dict(topic.configs),
                     )
+                    self._logs.commit_topic(*prepared)
             except LograftError as exc:
                 result.error_code = exc.code
                 result.error_message = exc.message

@@ -22,6 +22,7 @@ from cluster.errors import (
     InvalidReplicationFactorError,
     InvalidTopicError,
     KafkaStorageError,
+    LograftError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -38,6 +39,9 @@ MAX_PARTITIONS = 10_000
 """Upper bound on partitions per topic: a request cannot make the node open unbounded files."""
 _TOPICS_FILE = "topics.json"
 _DELETE_SUFFIX = "-delete"
+_PARTITION_DIR = re.compile(r"^[a-zA-Z0-9._-]+-[0-9]+$")
+_INTERNAL_PREFIX = "__cluster_metadata"
+"""Directories the controller's metadata log owns; never treated as topic partitions."""
 
 
 def validate_topic_name(name: str) -> None:
@@ -94,7 +98,10 @@ class LogManager:
                 raise KafkaStorageError(f"{path} is not a valid topics file: {exc}") from exc
             for topic in topics:
                 self.topics[topic.name] = topic
-                self._open_partitions(topic)
+        self._remove_orphans()
+        for topic in self.topics.values():
+            for partition in self._open_partitions(topic):
+                self.partitions[partition.topic_partition] = partition
         log.info(
             "log manager opened data_dir=%s topics=%d partitions=%d",
             self.data_dir,
@@ -134,21 +141,40 @@ class LogManager:
             )
         self.log_config_for(configs)
 
+    def prepare_topic(
+        self, name: str, num_partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> tuple[TopicInfo, list[Partition]]:
+        """Validate a new topic and open its partition logs; nothing is visible yet.
+
+        Touches only the file system, so it may run on a worker thread. On failure every
+        log it opened is closed and removed. Pass the result to :meth:`commit_topic`.
+        """
+        self.validate_new_topic(name, num_partitions, replication_factor, configs)
+        topic = TopicInfo(name, num_partitions, replication_factor, dict(configs))
+        return topic, self._open_partitions(topic, fresh=True)
+
+    def commit_topic(self, topic: TopicInfo, partitions: list[Partition]) -> None:
+        """Make a prepared topic visible and durable (``topics.json``); on the event loop."""
+        if topic.name in self.topics:
+            remove_directories(_discard(partitions))
+            raise TopicAlreadyExistsError(f"topic {topic.name!r} already exists")
+        self.topics[topic.name] = topic
+        for partition in partitions:
+            self.partitions[partition.topic_partition] = partition
+        self._write_topics()
+        log.info(
+            "topic created topic=%s partitions=%d replication_factor=%d",
+            topic.name,
+            topic.num_partitions,
+            topic.replication_factor,
+        )
+
     def create_topic(
         self, name: str, num_partitions: int, replication_factor: int, configs: Mapping[str, str]
     ) -> TopicInfo:
         """Create a topic and its partition logs; raises a typed error when invalid."""
-        self.validate_new_topic(name, num_partitions, replication_factor, configs)
-        topic = TopicInfo(name, num_partitions, replication_factor, dict(configs))
-        self.topics[name] = topic
-        self._open_partitions(topic)
-        self._write_topics()
-        log.info(
-            "topic created topic=%s partitions=%d replication_factor=%d",
-            name,
-            num_partitions,
-            replication_factor,
-        )
+        topic, partitions = self.prepare_topic(name, num_partitions, replication_factor, configs)
+        self.commit_topic(topic, partitions)
         return topic
 
     def delete_topic(self, name: str) -> list[Path]:
@@ -160,15 +186,8 @@ class LogManager:
         doomed = []
         for index in range(topic.num_partitions):
             partition = self.partitions.pop(TopicPartition(name, index), None)
-            if partition is None:
-                continue
-            partition.wake_fetchers()
-            partition.log.close()
-            target = partition.log.directory.with_name(
-                f"{partition.log.directory.name}.{uuid.uuid4().hex}{_DELETE_SUFFIX}"
-            )
-            os.replace(partition.log.directory, target)
-            doomed.append(target)
+            if partition is not None:
+                doomed.extend(_discard([partition]))
         log.info("topic deleted topic=%s", name)
         return doomed
 
@@ -179,17 +198,55 @@ class LogManager:
             raise UnknownTopicOrPartitionError(f"{topic}-{index} is not hosted on this node")
         return found
 
-    def _open_partitions(self, topic: TopicInfo) -> None:
+    def _open_partitions(self, topic: TopicInfo, fresh: bool = False) -> list[Partition]:
+        """Open every partition log of ``topic``; all or none.
+
+        ``fresh``: the topic is new, so a directory left from an earlier topic of that name
+        (a crash during its deletion) is moved aside instead of adopted.
+        """
         config = self.log_config_for(topic.configs)
-        for index in range(topic.num_partitions):
-            tp = TopicPartition(topic.name, index)
-            directory = self.data_dir / f"{topic.name}-{index}"
-            partition_log = PartitionLog.open(directory, config, self._now_ms())
-            if partition_log.flushed_offset < partition_log.log_end_offset:
-                # Recovered bytes that survived a crash sit in the page cache; make them
-                # durable before they become readable below the high watermark.
-                partition_log.flush()
-            self.partitions[tp] = Partition(tp, partition_log)
+        opened: list[Partition] = []
+        try:
+            for index in range(topic.num_partitions):
+                tp = TopicPartition(topic.name, index)
+                directory = self.data_dir / f"{topic.name}-{index}"
+                if fresh and directory.exists():
+                    remove_directories([_mark_deleted(directory)])
+                partition_log = PartitionLog.open(directory, config, self._now_ms())
+                opened.append(Partition(tp, partition_log))
+                if partition_log.flushed_offset < partition_log.log_end_offset:
+                    # Recovered bytes that survived a crash sit in the page cache; make
+                    # them durable before they become readable below the high watermark.
+                    partition_log.flush()
+        except (OSError, LograftError) as exc:
+            doomed = _discard(opened)
+            if fresh:
+                remove_directories(doomed)
+            if isinstance(exc, LograftError):
+                raise
+            raise KafkaStorageError(f"cannot open the logs of {topic.name!r}: {exc}") from exc
+        return opened
+
+    def _remove_orphans(self) -> None:
+        """Delete partition directories of topics ``topics.json`` does not list.
+
+        They are what a crash between deciding a deletion (``topics.json``) and removing the
+        files leaves behind; a later topic of the same name must not adopt them.
+        """
+        expected = {
+            f"{topic.name}-{index}"
+            for topic in self.topics.values()
+            for index in range(topic.num_partitions)
+        }
+        for entry in self.data_dir.iterdir():
+            if (
+                entry.is_dir()
+                and _PARTITION_DIR.match(entry.name)
+                and not entry.name.startswith(_INTERNAL_PREFIX)
+                and entry.name not in expected
+            ):
+                log.warning("removing orphan partition directory dir=%s", entry)
+                remove_directories([_mark_deleted(entry)])
 
     def _write_topics(self) -> None:
         body = {
@@ -215,7 +272,29 @@ def write_file_atomically(path: Path, data: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
-    directory_fd = os.open(path.parent, os.O_RDONLY)
+    _fsync_directory(path.parent)
+
+
+def _mark_deleted(directory: Path) -> Path:
+    """Rename a partition directory out of the way, durably; returns the new path."""
+    target = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{_DELETE_SUFFIX}")
+    os.replace(directory, target)
+    _fsync_directory(directory.parent)
+    return target
+
+
+def _discard(partitions: list[Partition]) -> list[Path]:
+    """Close partitions and rename their directories away; returns the directories."""
+    doomed = []
+    for partition in partitions:
+        partition.wake_fetchers()
+        partition.log.close()
+        doomed.append(_mark_deleted(partition.log.directory))
+    return doomed
+
+
+def _fsync_directory(directory: Path) -> None:
+    directory_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(directory_fd)
     finally:

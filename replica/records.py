@@ -54,6 +54,7 @@ __all__ = [
     "LOG_APPEND_TIME",
     "Record",
     "RecordBatchBuilder",
+    "check_compressed_records",
     "decode_records",
     "encode_batch",
     "iter_records",
@@ -659,6 +660,38 @@ def decode_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> 
         raise CorruptMessageError(
             f"records of the batch at {header.position} run past its end"
         ) from None
+
+
+def check_compressed_records(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+    """Check that a compressed batch holds exactly ``recordsCount`` records.
+
+    The broker cannot see the record count of a compressed batch in its size, so a batch
+    could claim two billion records in a hundred bytes and move the log end offset by as
+    much. This decompresses (bounded, as everywhere) and walks the record lengths without
+    decoding the records, as Kafka's validator does for compressed batches. Raises
+    ``CorruptMessageError``.
+    """
+    start = header.position + HEADER_SIZE
+    data = decompress(header.compression, memoryview(buf)[start : header.position + header.size])
+    position = 0
+    count = 0
+    end = len(data)
+    try:
+        while position < end:
+            raw, position = _read_varint(data, position)
+            if raw & 1:
+                raise CorruptMessageError(f"negative record length in batch at {header.position}")
+            position += raw >> 1
+            count += 1
+            if count > header.records_count:
+                break
+    except IndexError:
+        raise CorruptMessageError(f"truncated record in batch at {header.position}") from None
+    if count != header.records_count or position != end:
+        raise CorruptMessageError(
+            f"batch at {header.position} claims {header.records_count} records; "
+            f"its compressed payload holds {count}"
+        )
 
 
 def iter_records(buf: bytes | bytearray | memoryview, start_offset: int = 0) -> Iterator[Record]:

@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any
 
 from cluster.errors import (
+    CorruptMessageError,
     IllegalStateError,
     LograftError,
     NetworkError,
@@ -375,22 +376,34 @@ class Consumer:
             while state.buffered and len(out) < limit:
                 completed = state.buffered[0]
                 exhausted = True
-                for record in completed.records:
-                    append(
-                        ConsumerRecord(
-                            topic,
-                            partition,
-                            record.offset,
-                            record.timestamp,
-                            record.key,
-                            record.value,
-                            record.headers,
+                try:
+                    for record in completed.records:
+                        append(
+                            ConsumerRecord(
+                                topic,
+                                partition,
+                                record.offset,
+                                record.timestamp,
+                                record.key,
+                                record.value,
+                                record.headers,
+                            )
                         )
-                    )
-                    state.position = record.offset + 1
-                    if len(out) >= limit:
-                        exhausted = False
-                        break
+                        state.position = record.offset + 1
+                        if len(out) >= limit:
+                            exhausted = False
+                            break
+                except CorruptMessageError:
+                    # Stay at the bad batch: drop what was fetched past it and fetch again
+                    # from the position, so every poll raises here until the user seeks,
+                    # and nothing after it is skipped silently. Records already collected
+                    # are returned first.
+                    state.epoch += 1  # drop any fetch already in flight past the batch
+                    state.buffered.clear()
+                    state.fetch_offset = state.position
+                    if out:
+                        return out
+                    raise
                 if exhausted:
                     state.buffered.popleft()
                     if state.position is None or state.position < completed.next_offset:

@@ -601,12 +601,14 @@ class PartitionLog:
 
     # ---- retention ------------------------------------------------------------------------
 
-    def enforce_retention(self, now_ms: int) -> list[Path]:
+    def enforce_retention(self, now_ms: int, high_watermark: int | None = None) -> list[Path]:
         """Delete old segments per ``retention.ms`` and ``retention.bytes``.
 
-        From the oldest segment on, never the active one: a segment goes while its max
-        timestamp is more than ``retention.ms`` before ``now_ms``, then while the log minus
-        that segment is still at least ``retention.bytes``. The log start offset moves to
+        From the oldest segment on, never the active one, and never one holding offsets at
+        or above ``high_watermark`` (records not yet committed or not yet durable, as Kafka
+        requires): a segment goes while its max timestamp is more than ``retention.ms``
+        before ``now_ms``, then while the log minus that segment is still at least
+        ``retention.bytes``. The log start offset moves to
         the first remaining segment. Files are only renamed to ``*.deleted`` here; pass the
         returned paths to :func:`delete_files` on a worker thread.
         """
@@ -614,9 +616,14 @@ class PartitionLog:
             self._check_writable()
             config = self._config
             segments = self._segments
+            limit = len(segments) - 1
+            if high_watermark is not None:
+                # Segment i may go only if the next one starts at or below the watermark.
+                limit = bisect_right(self._bases, high_watermark) - 1
+                limit = max(0, min(limit, len(segments) - 1))
             count = 0
             if config.retention_ms >= 0:
-                while count < len(segments) - 1:
+                while count < limit:
                     timestamp = segments[count].retention_timestamp_ms
                     if timestamp is None or now_ms - timestamp <= config.retention_ms:
                         break
@@ -624,10 +631,7 @@ class PartitionLog:
             expired_by_time = count
             if config.retention_bytes >= 0:
                 remaining = self._size_bytes - sum(s.size for s in segments[:count])
-                while (
-                    count < len(segments) - 1
-                    and remaining - segments[count].size >= config.retention_bytes
-                ):
+                while count < limit and remaining - segments[count].size >= config.retention_bytes:
                     remaining -= segments[count].size
                     count += 1
             paths: list[Path] = []

@@ -6,6 +6,7 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+import crc32c
 import grpc
 import pytest
 
@@ -136,3 +137,64 @@ def test_invalid_acks(topic: tuple[pb_grpc.BrokerStub, str]) -> None:
     stub, name = topic
     result = produce(stub, name, 0, encode_batch([b"z"]), acks=2)
     assert result.error_code == InvalidRequiredAcksError.code
+
+
+def test_compressed_batch_lying_about_its_record_count(
+    topic: tuple[pb_grpc.BrokerStub, str],
+) -> None:
+    stub, name = topic
+    forged = bytearray(encode_batch([b"tiny"], compression=1))
+    struct.pack_into(">i", forged, 23, 2**31 - 2)  # lastOffsetDelta
+    struct.pack_into(">i", forged, 57, 2**31 - 1)  # recordsCount
+    struct.pack_into(">I", forged, 17, crc32c.crc32c(bytes(forged[21:])))
+    result = produce(stub, name, 0, bytes(forged))
+    assert result.error_code == CorruptMessageError.code, result
+
+
+def test_consumer_stops_at_a_corrupt_stored_batch_and_skips_nothing(tmp_path: Path) -> None:
+    """A batch damaged on disk: poll returns what precedes it, then raises until a seek."""
+    from cluster.client import Consumer, TopicPartition
+
+    node = NodeProcess(data_dir=tmp_path / "node-1")
+    node.start()
+    try:
+        with grpc.insecure_channel(node.address) as channel:
+            stub = pb_grpc.BrokerStub(channel)
+            create_topic(stub, "rot")
+            for name in ("a", "b", "c"):
+                values = [f"{name}{n}".encode() for n in range(3)]
+                assert produce(stub, "rot", 0, encode_batch(values)).error_code == 0
+        assert node.stop() == 0
+        segment = next((node.data_dir / "rot-0").glob("*.log"))
+        data = bytearray(segment.read_bytes())
+        second_batch = len(data) // 3
+        data[second_batch + 70] ^= 0xFF  # inside batch b's records: its CRC no longer holds
+        segment.write_bytes(bytes(data))
+        node.start()
+        tp = TopicPartition("rot", 0)
+        with Consumer(
+            {"bootstrap.servers": node.address, "auto.offset.reset": "earliest"}
+        ) as consumer:
+            consumer.assign([tp])
+            seen = []
+            for _ in range(20):
+                try:
+                    seen.extend(r.value for r in consumer.poll(timeout_ms=500))
+                except CorruptMessageError:
+                    break
+            else:
+                pytest.fail("poll never raised CorruptMessageError")
+            assert seen == [b"a0", b"a1", b"a2"]
+            assert consumer.position(tp) == 3
+            with pytest.raises(CorruptMessageError):
+                for _ in range(20):
+                    consumer.poll(timeout_ms=500)
+            consumer.seek(tp, 6)
+            rest = []
+            for _ in range(20):
+                rest.extend(r.value for r in consumer.poll(timeout_ms=500))
+                if len(rest) >= 3:
+                    break
+            assert rest == [b"c0", b"c1", b"c2"]
+    finally:
+        node.kill()

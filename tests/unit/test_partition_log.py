@@ -738,3 +738,18 @@ TestPartitionLogModel.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+def test_retention_never_deletes_at_or_above_the_high_watermark(
+    log: PartitionLog, directory: Path
+) -> None:
+    fill(log, 40)
+    bases = [int(path.name[:20]) for path in segment_logs(directory)]
+    assert len(bases) > 4
+    log.update_config(LogConfig(segment_bytes=600, retention_ms=0))
+    # The watermark sits inside the third segment: only the first two are wholly below it.
+    delete_files(log.enforce_retention(now_ms=10**12, high_watermark=bases[2] + 1))
+    assert log.log_start_offset == bases[2]
+    # A watermark exactly at a segment's base frees the segment before it, not that one.
+    delete_files(log.enforce_retention(now_ms=10**12, high_watermark=bases[3]))
+    assert log.log_start_offset == bases[3]

@@ -606,3 +606,31 @@ def test_damaged_records_raise_only_corrupt_message(
     with contextlib.suppress(CorruptMessageError):
         decoded = decode_records(fixed, parse_header(fixed))
         assert len(decoded) == 3
+
+
+def _forge_count(batch: bytes, count: int) -> bytes:
+    """Rewrite recordsCount and lastOffsetDelta, then fix the CRC so only the count lies."""
+    import struct
+
+    import crc32c
+
+    forged = bytearray(batch)
+    struct.pack_into(">i", forged, 23, count - 1)
+    struct.pack_into(">i", forged, 57, count)
+    struct.pack_into(">I", forged, 17, crc32c.crc32c(bytes(forged[21:])))
+    return bytes(forged)
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_compressed_record_count_is_checked(codec: int) -> None:
+    from cluster.errors import CorruptMessageError
+    from replica.batch_header import parse_header, validate_batches
+    from replica.records import check_compressed_records
+
+    batch = encode_batch([b"one", b"two", b"three"], compression=codec)
+    check_compressed_records(batch, parse_header(batch))
+    for lie in (2**31 - 1, 4, 2):
+        forged = _forge_count(batch, lie)
+        (header,) = validate_batches(forged, 1 << 20)  # the header alone looks fine
+        with pytest.raises(CorruptMessageError):
+            check_compressed_records(forged, header)
