@@ -213,14 +213,21 @@ class LogManager:
                 if fresh and directory.exists():
                     remove_directories([_mark_deleted(directory)])
                 partition_log = PartitionLog.open(directory, config, self._now_ms())
+                try:
+                    if partition_log.flushed_offset < partition_log.log_end_offset:
+                        # Recovered bytes that survived a crash sit in the page cache; make
+                        # them durable before they become readable below the high watermark.
+                        partition_log.flush()
+                except (OSError, LograftError):
+                    partition_log.close()
+                    raise
                 opened.append(Partition(tp, partition_log))
-                if partition_log.flushed_offset < partition_log.log_end_offset:
-                    # Recovered bytes that survived a crash sit in the page cache; make
-                    # them durable before they become readable below the high watermark.
-                    partition_log.flush()
         except (OSError, LograftError) as exc:
             doomed = _discard(opened)
             if fresh:
+                failed = self.data_dir / f"{topic.name}-{len(opened)}"
+                if failed.exists():
+                    doomed.append(_mark_deleted(failed))
                 remove_directories(doomed)
             if isinstance(exc, LograftError):
                 raise
