@@ -20,7 +20,6 @@ from pathlib import Path
 from cluster.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
-    InvalidTopicError,
     KafkaStorageError,
     LograftError,
     TopicAlreadyExistsError,
@@ -28,28 +27,18 @@ from cluster.errors import (
 )
 from replica.log.config import LogConfig
 from replica.log.partition_log import PartitionLog
-from replica.partition import Partition, TopicPartition
+from replica.partition import Partition
+from replica.topic_partition import MAX_PARTITIONS, TopicPartition, validate_topic_name
 
 __all__ = ["MAX_PARTITIONS", "LogManager", "TopicInfo", "validate_topic_name"]
 
 log = logging.getLogger(__name__)
 
-_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-MAX_PARTITIONS = 10_000
-"""Upper bound on partitions per topic: a request cannot make the node open unbounded files."""
 _TOPICS_FILE = "topics.json"
 _DELETE_SUFFIX = "-delete"
 _PARTITION_DIR = re.compile(r"^[a-zA-Z0-9._-]+-[0-9]+$")
 _INTERNAL_PREFIX = "__cluster_metadata"
 """Directories the controller's metadata log owns; never treated as topic partitions."""
-
-
-def validate_topic_name(name: str) -> None:
-    """Kafka's rule: 1-249 characters of ``[a-zA-Z0-9._-]``, and not ``.`` or ``..``."""
-    if not _TOPIC_NAME.match(name) or name in (".", ".."):
-        raise InvalidTopicError(
-            f"topic name {name!r} must be 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'"
-        )
 
 
 @dataclass(frozen=True, slots=True)
