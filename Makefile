@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA ?= data
 
-.PHONY: lock install run test lint format typecheck unit integration proto proto-check bench clean
+.PHONY: sim lock install run test lint format typecheck unit integration proto proto-check bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ proto: $(STAMP)
 
 proto-check: $(STAMP)
 	$(BIN)/pytest -q tests/unit/test_proto_drift.py
+
+## Long deterministic simulation of the Raft core: make sim SCHEDULES=200000 SEED_BASE=3000
+SCHEDULES ?= 100000
+SEED_BASE ?= 0
+sim: $(STAMP)
+	LOGRAFT_SIM_SCHEDULES=$(SCHEDULES) LOGRAFT_SIM_SEED_BASE=$(SEED_BASE) $(BIN)/pytest -q -o timeout=0 tests/sim/test_raft_simulation.py -k simulated_schedules
 
 ## Benchmarks print JSON to stdout and write bench/results/*.json.
 bench: $(STAMP)

@@ -12,18 +12,32 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import random
 import resource
 import signal
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import grpc
 
-from cluster.errors import InvalidConfigError, KafkaStorageError, LograftError
+from cluster.errors import (
+    InconsistentClusterIdError,
+    InvalidConfigError,
+    KafkaStorageError,
+    LograftError,
+)
+from cluster.kraft_broker import ControllerClient, KRaftBroker
 from cluster.node_config import NodeConfig
 from cluster.wire import broker_pb2_grpc as pb_grpc
+from cluster.wire import controller_pb2_grpc
+from cluster.wire import raft_pb2_grpc as raft_pb_grpc
+from controller.quorum.controller import QuorumController
+from controller.quorum.driver import RaftDriver, RaftTransport
+from controller.quorum.metadata_machine import MetadataStateMachine
+from controller.raft import RaftConfig
+from controller.storage.disk_storage import DiskStorage
 from replica.broker_service import BrokerEndpoint, BrokerService
 from replica.log.config import FlushPolicy
 from replica.log.partition_log import delete_files
@@ -36,6 +50,8 @@ __all__ = ["Node", "main"]
 log = logging.getLogger("cluster.node")
 
 SHUTDOWN_GRACE_S = 5.0
+RAFT_TICK_MS = 50
+METADATA_LOG_DIR = "__cluster_metadata-0"
 MIN_FLUSH_TICK_MS = 10
 
 
@@ -57,15 +73,29 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-def load_or_create_identity(data_dir: Path, node_id: int) -> str:
+def quorum_cluster_id(config: NodeConfig) -> str:
+    """The cluster id of a quorum: given, or derived from the voter set.
+
+    Kafka formats every node with one cluster id; deriving it from
+    ``controller.quorum.voters`` gives every node started with the same voters the same id
+    without a formatting step, and keeps nodes of other quorums out.
+    """
+    if config.cluster_id or config.quorum_voters is None:
+        return config.cluster_id
+    voters = ",".join(f"{n}@{a}" for n, a in sorted(config.quorum_voters.items()))
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"lograft:{voters}").hex
+
+
+def load_or_create_identity(data_dir: Path, node_id: int, expected_cluster_id: str = "") -> str:
     """Read ``meta.properties`` (creating it on first start) and return the cluster id.
 
-    A data directory written by another node id is refused, as Kafka does.
+    A data directory written by another node id, or for another cluster, is refused, as
+    Kafka does.
     """
     path = data_dir / "meta.properties"
     data_dir.mkdir(parents=True, exist_ok=True)
     if not path.exists():
-        cluster_id = uuid.uuid4().hex
+        cluster_id = expected_cluster_id or uuid.uuid4().hex
         body = f"version=1\nnode.id={node_id}\ncluster.id={cluster_id}\n"
         write_file_atomically(path, body.encode())
         return cluster_id
@@ -81,6 +111,11 @@ def load_or_create_identity(data_dir: Path, node_id: int) -> str:
     cluster_id = properties.get("cluster.id", "")
     if not cluster_id:
         raise KafkaStorageError(f"{path} has no cluster.id")
+    if expected_cluster_id and cluster_id != expected_cluster_id:
+        raise InconsistentClusterIdError(
+            f"{path} belongs to cluster {cluster_id}, this node is configured for "
+            f"{expected_cluster_id}"
+        )
     return cluster_id
 
 
@@ -89,17 +124,23 @@ class Node:
 
     def __init__(self, config: NodeConfig) -> None:
         self.config = config
-        self.cluster_id = load_or_create_identity(config.data_dir, config.node_id)
+        self.cluster_id = load_or_create_identity(
+            config.data_dir, config.node_id, quorum_cluster_id(config)
+        )
         self.logs = LogManager(config.data_dir, config.log_defaults, wall_clock_ms)
         self._server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._starters: list[Callable[[], Awaitable[None]]] = []
+        self._stoppables: list[Callable[[], Awaitable[None]]] = []
+        self._storage: DiskStorage | None = None
         self.bound_port = config.port
 
     async def start(self) -> None:
-        """Recover the logs, then start serving."""
+        """Recover the logs (and the metadata log in a quorum), then start serving."""
         loop = asyncio.get_running_loop()
         open_files = raise_open_file_limit()
-        await loop.run_in_executor(None, self.logs.open)
+        # In a quorum the metadata image says which partitions exist; standalone, topics.json.
+        await loop.run_in_executor(None, self.logs.open, not self.config.in_quorum)
         limit = self.config.socket_request_max_bytes
         server = grpc.aio.server(
             options=[
@@ -108,39 +149,99 @@ class Node:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        service = BrokerService(
-            self.logs,
-            BrokerEndpoint(self.config.node_id, self.config.advertised_host, self.config.port),
-            self.cluster_id,
-            wall_clock_ms,
+        endpoint = BrokerEndpoint(
+            self.config.node_id, self.config.advertised_host, self.config.port
         )
-        pb_grpc.add_BrokerServicer_to_server(service, server)
+        frontend = await self._start_quorum(server, endpoint) if self.config.in_quorum else None
+        if "broker" in self.config.process_roles:
+            service = BrokerService(self.logs, endpoint, self.cluster_id, wall_clock_ms, frontend)
+            pb_grpc.add_BrokerServicer_to_server(service, server)
         self.bound_port = server.add_insecure_port(f"{self.config.host}:{self.config.port}")
         if self.bound_port == 0:
             raise InvalidConfigError(f"cannot listen on {self.config.host}:{self.config.port}")
         await server.start()
         self._server = server
+        for starter in self._starters:
+            await starter()
         self._tasks = [
             asyncio.create_task(self._housekeeping(), name="housekeeping"),
             asyncio.create_task(self._interval_flusher(), name="interval-flusher"),
         ]
         log.info(
-            "node ready node_id=%d listen=%s:%d cluster_id=%s open_file_limit=%d",
+            "node ready node_id=%d listen=%s:%d cluster_id=%s roles=%s open_file_limit=%d",
             self.config.node_id,
             self.config.host,
             self.bound_port,
             self.cluster_id,
+            ",".join(sorted(self.config.process_roles)),
             open_files,
         )
+
+    async def _start_quorum(
+        self, server: grpc.aio.Server, endpoint: BrokerEndpoint
+    ) -> KRaftBroker | None:
+        """Wire the Raft driver, the controller and the broker's metadata follower."""
+        config = self.config
+        assert config.quorum_voters is not None
+        loop = asyncio.get_running_loop()
+        storage = await loop.run_in_executor(
+            None, DiskStorage.open, config.data_dir / METADATA_LOG_DIR
+        )
+        self._storage = storage
+        machine = MetadataStateMachine()
+        snapshot = storage.snapshot()
+        if snapshot is not None:
+            machine.restore(snapshot)
+        tick_ms = RAFT_TICK_MS
+        driver = RaftDriver(
+            RaftConfig(
+                node_id=config.node_id,
+                cluster_id=self.cluster_id,
+                voters=frozenset(config.quorum_voters),
+                election_timeout_ticks=max(2, config.election_timeout_ms // tick_ms),
+            ),
+            storage,
+            RaftTransport(config.node_id, config.quorum_voters),
+            machine,
+            random.Random(),
+            tick_ms=tick_ms,
+        )
+        raft_pb_grpc.add_RaftServicer_to_server(driver, server)
+        self._starters.append(driver.start)
+        self._stoppables.append(driver.stop)
+        if "controller" in config.process_roles:
+            controller = QuorumController(
+                driver, machine, random.Random(), config.broker_session_timeout_ms
+            )
+            controller_pb2_grpc.add_ControllerServicer_to_server(controller, server)
+            self._starters.append(controller.start)
+            self._stoppables.insert(0, controller.stop)
+        if "broker" not in config.process_roles:
+            return None
+        broker = KRaftBroker(
+            endpoint,
+            self.cluster_id,
+            self.logs,
+            machine,
+            driver,
+            ControllerClient(config.quorum_voters, driver),
+        )
+        self._starters.append(broker.start)
+        self._stoppables.insert(0, broker.stop)
+        return broker
 
     async def stop(self) -> None:
         """Stop accepting requests, let in-flight ones finish, flush and close the logs."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for stop in self._stoppables:
+            await stop()
         if self._server is not None:
             await self._server.stop(SHUTDOWN_GRACE_S)
         await asyncio.get_running_loop().run_in_executor(None, self.logs.close)
+        if self._storage is not None:
+            self._storage.close()
         log.info("node stopped node_id=%d", self.config.node_id)
 
     async def _housekeeping(self) -> None:
@@ -217,6 +318,21 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="NAME=VALUE",
         help="broker setting by Kafka name, e.g. log.segment.bytes=1048576 (repeatable)",
     )
+    parser.add_argument(
+        "--process-roles",
+        default="",
+        help="broker, controller or broker,controller (default: both with a quorum, else broker)",
+    )
+    parser.add_argument(
+        "--controller-quorum-voters",
+        default="",
+        metavar="ID@HOST:PORT,...",
+        help="the controller quorum, e.g. 1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094; "
+        "without it the node is a standalone broker",
+    )
+    parser.add_argument(
+        "--cluster-id", default="", help="cluster id (default: derived from the voters)"
+    )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     return parser.parse_args(argv)
 
@@ -249,7 +365,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides[name.strip()] = value.strip()
     try:
         config = NodeConfig.build(
-            args.node_id, args.data_dir, args.listen, args.advertised_host, overrides
+            args.node_id,
+            args.data_dir,
+            args.listen,
+            args.advertised_host,
+            overrides,
+            args.process_roles,
+            args.controller_quorum_voters,
+            args.cluster_id,
         )
         asyncio.run(_serve(config))
     except LograftError as exc:

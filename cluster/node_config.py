@@ -41,6 +41,19 @@ NODE_CONFIGS: dict[str, tuple[int, int, str]] = {
         1024,
         "Largest request the node accepts; larger ones are refused before they are read.",
     ),
+    "controller.quorum.election.timeout.ms": (
+        500,
+        100,
+        "A follower that hears nothing from the leader for this long (randomised up to "
+        "twice as long) starts an election.",
+    ),
+    "broker.session.timeout.ms": (
+        2000,
+        500,
+        "A broker the active controller has not heard from for this long is fenced and "
+        "loses the leadership of its partitions (Kafka: 9000; lograft heartbeats every "
+        "400 ms and fails over faster).",
+    ),
 }
 """Node-only integer settings: name → (default, minimum, description)."""
 
@@ -57,6 +70,17 @@ class NodeConfig:
     log_defaults: LogConfig = field(default_factory=LogConfig)
     retention_check_interval_ms: int = 30_000
     socket_request_max_bytes: int = 100 * 1024 * 1024
+    process_roles: frozenset[str] = frozenset({"broker"})
+    quorum_voters: Mapping[int, str] | None = None
+    """Kafka's ``controller.quorum.voters``; ``None``: a standalone broker (no quorum)."""
+    cluster_id: str = ""
+    election_timeout_ms: int = 500
+    broker_session_timeout_ms: int = 2000
+
+    @property
+    def in_quorum(self) -> bool:
+        """Whether the node takes part in a controller quorum (KRaft mode)."""
+        return self.quorum_voters is not None
 
     @classmethod
     def build(
@@ -66,6 +90,9 @@ class NodeConfig:
         listen: str,
         advertised_host: str = "",
         overrides: Mapping[str, str] | None = None,
+        process_roles: str = "",
+        quorum_voters: str = "",
+        cluster_id: str = "",
     ) -> NodeConfig:
         """Validate and assemble a node config; raises ``InvalidConfigError``."""
         if node_id < 0:
@@ -93,7 +120,26 @@ class NodeConfig:
                 node_values[name] = parsed
             else:
                 raise InvalidConfigError(f"unknown node config {name!r}")
+        voters = _parse_voters(quorum_voters) if quorum_voters else None
+        roles = frozenset(
+            r.strip()
+            for r in (process_roles or ("broker,controller" if voters else "broker")).split(",")
+            if r.strip()
+        )
+        if not roles or not roles <= {"broker", "controller"}:
+            raise InvalidConfigError(
+                f"process.roles must be broker, controller or both: {process_roles!r}"
+            )
+        if voters is None and roles != {"broker"}:
+            raise InvalidConfigError("the controller role needs controller.quorum.voters")
+        if voters is not None and "controller" in roles and node_id not in voters:
+            raise InvalidConfigError(f"node {node_id} has the controller role but is not a voter")
         return cls(
+            process_roles=roles,
+            quorum_voters=voters,
+            cluster_id=cluster_id,
+            election_timeout_ms=node_values["controller.quorum.election.timeout.ms"],
+            broker_session_timeout_ms=node_values["broker.session.timeout.ms"],
             node_id=node_id,
             data_dir=data_dir,
             host=host,
@@ -103,3 +149,14 @@ class NodeConfig:
             retention_check_interval_ms=node_values["log.retention.check.interval.ms"],
             socket_request_max_bytes=node_values["socket.request.max.bytes"],
         )
+
+
+def _parse_voters(text: str) -> dict[int, str]:
+    """Kafka's ``controller.quorum.voters``: ``1@host:port,2@host:port``."""
+    voters: dict[int, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        node_text, sep, address = item.partition("@")
+        if not sep or not node_text.isdigit() or ":" not in address:
+            raise InvalidConfigError(f"controller.quorum.voters entry {item!r} is not id@host:port")
+        voters[int(node_text)] = address
+    return voters

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -22,6 +22,7 @@ from cluster.errors import (
     InvalidRequiredAcksError,
     KafkaStorageError,
     LograftError,
+    NotLeaderOrFollowerError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
@@ -54,6 +55,22 @@ class BrokerEndpoint:
     rack: str = ""
 
 
+class ClusterFrontend(Protocol):
+    """Where a broker that is part of a controller quorum gets cluster-wide answers."""
+
+    async def metadata(self, request: pb.MetadataRequest) -> pb.MetadataResponse:
+        """Brokers, topics and partitions from the metadata image."""
+        ...
+
+    async def create_topics(self, request: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:
+        """Forwarded to the active controller."""
+        ...
+
+    async def delete_topics(self, request: pb.DeleteTopicsRequest) -> pb.DeleteTopicsResponse:
+        """Forwarded to the active controller."""
+        ...
+
+
 def _error_fields(exc: LograftError) -> dict[str, Any]:
     return {"error_code": exc.code, "error_message": exc.message}
 
@@ -67,11 +84,22 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
         endpoint: BrokerEndpoint,
         cluster_id: str,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        frontend: ClusterFrontend | None = None,
     ) -> None:
         self._logs = logs
         self._endpoint = endpoint
         self._cluster_id = cluster_id
         self._now_ms = now_ms
+        self._frontend = frontend
+
+    def _leader_partition(self, topic: str, index: int) -> Partition:
+        partition = self._logs.partition(topic, index)
+        if not partition.is_leader:
+            raise NotLeaderOrFollowerError(
+                f"{partition.topic_partition} is led by another broker "
+                f"(leader epoch {partition.leader_epoch})"
+            )
+        return partition
 
     # ---- Produce ------------------------------------------------------------------------
 
@@ -103,7 +131,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
             for data in topic.partitions:
                 result = topic_response.partitions.add(partition=data.partition, base_offset=-1)
                 try:
-                    partition = self._logs.partition(topic.name, data.partition)
+                    partition = self._leader_partition(topic.name, data.partition)
                     next_offset = self._append(partition, data.records, result)
                 except LograftError as exc:
                     result.error_code = exc.code
@@ -192,7 +220,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
                     partition=wanted.partition, high_watermark=-1, log_start_offset=-1
                 )
                 try:
-                    partition = self._logs.partition(topic.name, wanted.partition)
+                    partition = self._leader_partition(topic.name, wanted.partition)
                     high_watermark = partition.high_watermark
                     result.high_watermark = high_watermark
                     result.log_start_offset = partition.log.log_start_offset
@@ -234,7 +262,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
                     partition=wanted.partition, offset=-1, timestamp=-1
                 )
                 try:
-                    partition = self._logs.partition(topic.name, wanted.partition)
+                    partition = self._leader_partition(topic.name, wanted.partition)
                     offset, timestamp = self._offset_for(partition, wanted.timestamp)
                 except LograftError as exc:
                     result.error_code = exc.code
@@ -279,7 +307,12 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.MetadataResponse:
-        """This node as the only broker, and the topics asked for (all when none named)."""
+        """Brokers and the topics asked for (all when none named).
+
+        Standalone, this node is the only broker; in a quorum, the metadata image answers.
+        """
+        if self._frontend is not None:
+            return await self._frontend.metadata(request)
         node = self._endpoint
         response = pb.MetadataResponse(
             cluster_id=self._cluster_id,
@@ -315,7 +348,9 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
     async def CreateTopics(
         self, request: pb.CreateTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateTopicsResponse:
-        """Create topics local to this node (the controller takes this over later)."""
+        """Create topics: through the active controller, or local to a standalone node."""
+        if self._frontend is not None:
+            return await self._frontend.create_topics(request)
         response = pb.CreateTopicsResponse()
         for topic in request.topics:
             result = response.topics.add(
@@ -352,7 +387,9 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
     async def DeleteTopics(
         self, request: pb.DeleteTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteTopicsResponse:
-        """Delete topics; their files are removed off the event loop."""
+        """Delete topics; standalone, their files are removed off the event loop."""
+        if self._frontend is not None:
+            return await self._frontend.delete_topics(request)
         response = pb.DeleteTopicsResponse()
         doomed = []
         for name in request.topic_names:

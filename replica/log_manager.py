@@ -35,6 +35,7 @@ __all__ = ["MAX_PARTITIONS", "LogManager", "TopicInfo", "validate_topic_name"]
 log = logging.getLogger(__name__)
 
 _TOPICS_FILE = "topics.json"
+_PARTITION_METADATA = "partition.metadata"
 _DELETE_SUFFIX = "-delete"
 _PARTITION_DIR = re.compile(r"^[a-zA-Z0-9._-]+-[0-9]+$")
 _INTERNAL_PREFIX = "__cluster_metadata"
@@ -65,11 +66,17 @@ class LogManager:
 
     # ---- start-up and shutdown ----------------------------------------------------------
 
-    def open(self) -> None:
-        """Load topic definitions and open (and recover) every partition log."""
+    def open(self, load_topics: bool = True) -> None:
+        """Load topic definitions and open (and recover) every partition log.
+
+        With ``load_topics=False`` (a node in a controller quorum) no topic is loaded here:
+        partitions are opened as the metadata image assigns them (:meth:`host_partition`).
+        """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         for leftover in self.data_dir.glob(f"*{_DELETE_SUFFIX}"):
             shutil.rmtree(leftover, ignore_errors=True)
+        if not load_topics:
+            return
         path = self.data_dir / _TOPICS_FILE
         if path.exists():
             try:
@@ -179,6 +186,42 @@ class LogManager:
                 doomed.extend(_discard([partition]))
         log.info("topic deleted topic=%s", name)
         return doomed
+
+    # ---- partitions assigned by the metadata image (controller quorum) ------------------
+
+    def host_partition(
+        self, tp: TopicPartition, topic_id: str, configs: Mapping[str, str]
+    ) -> Partition:
+        """The partition, opening (and recovering) its log on first use.
+
+        ``partition.metadata`` in the directory records the topic id: a directory left by
+        an earlier topic of the same name (another id) is moved aside, never adopted.
+        """
+        existing = self.partitions.get(tp)
+        if existing is not None:
+            return existing
+        directory = self.data_dir / f"{tp.topic}-{tp.partition}"
+        marker = directory / _PARTITION_METADATA
+        if directory.exists() and (
+            not marker.exists() or marker.read_text().strip() != f"topic_id={topic_id}"
+        ):
+            log.warning("moving aside directory of another topic dir=%s", directory)
+            remove_directories([_mark_deleted(directory)])
+        partition_log = PartitionLog.open(directory, self.log_config_for(configs), self._now_ms())
+        if not marker.exists():
+            write_file_atomically(marker, f"topic_id={topic_id}\n".encode())
+        if partition_log.flushed_offset < partition_log.log_end_offset:
+            partition_log.flush()
+        partition = Partition(tp, partition_log)
+        self.partitions[tp] = partition
+        return partition
+
+    def unhost_partition(self, tp: TopicPartition) -> Path | None:
+        """Close a partition this broker no longer hosts; returns its directory to remove."""
+        partition = self.partitions.pop(tp, None)
+        if partition is None:
+            return None
+        return _discard([partition])[0]
 
     def partition(self, topic: str, index: int) -> Partition:
         """The partition, or ``UnknownTopicOrPartitionError``."""

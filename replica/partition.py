@@ -30,6 +30,8 @@ class Partition:
         self.topic_partition = topic_partition
         self.log = partition_log
         self.leader_epoch = 0
+        self.is_leader = True
+        """Standalone nodes lead every partition; in a quorum the metadata image decides."""
         self._high_watermark = self._durable_end()
         self._data_waiters: set[asyncio.Future[None]] = set()
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []

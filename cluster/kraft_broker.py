@@ -1,0 +1,308 @@
+"""A broker inside a controller quorum: registration, heartbeats, and the image it serves.
+
+The broker follows the metadata log as a Raft observer (or as a voter, on a combined node)
+and acts only as its image says: it opens a log for every partition that lists it as a
+replica, leads the ones whose leader it is, answers Metadata from the image, and forwards
+CreateTopics and DeleteTopics to the active controller. It registers with the controller
+once per process start (a new incarnation) and heartbeats; the controller unfences it once
+its metadata has caught up with its own registration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from cluster.errors import (
+    BrokerIdNotRegisteredError,
+    LograftError,
+    NotControllerError,
+    StaleBrokerEpochError,
+    error_for_code,
+)
+from cluster.wire import broker_pb2 as pb
+from cluster.wire import controller_pb2 as cpb
+from cluster.wire import controller_pb2_grpc as cpb_grpc
+from controller.metadata import MetadataImage
+from controller.quorum.driver import CHANNEL_OPTIONS, RaftDriver
+from controller.quorum.metadata_machine import MetadataStateMachine
+from replica.broker_service import BrokerEndpoint
+from replica.log_manager import LogManager, remove_directories
+from replica.topic_partition import TopicPartition
+
+__all__ = ["ControllerClient", "KRaftBroker"]
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL_S = 0.4
+CONTROLLER_CALL_TIMEOUT_S = 10.0
+RETRY_BACKOFF_S = 0.2
+
+
+class ControllerClient:
+    """Calls the ``Controller`` service of the active controller, following NOT_CONTROLLER."""
+
+    def __init__(self, voters: Mapping[int, str], driver: RaftDriver) -> None:
+        self._voters = dict(voters)
+        self._driver = driver
+        self._channels: dict[int, grpc.aio.Channel] = {}
+        self._hint: int | None = None
+
+    def _stub(self, node_id: int) -> cpb_grpc.ControllerStub:
+        channel = self._channels.get(node_id)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(self._voters[node_id], options=CHANNEL_OPTIONS)
+            self._channels[node_id] = channel
+        return cpb_grpc.ControllerStub(channel)
+
+    def _candidates(self) -> list[int]:
+        leader = self._driver.status().leader_id
+        order = [n for n in (leader, self._hint) if n is not None and n in self._voters]
+        return order + [n for n in sorted(self._voters) if n not in order]
+
+    async def call(
+        self, method: str, request: Any, timeout_s: float = CONTROLLER_CALL_TIMEOUT_S
+    ) -> Any:
+        """Call ``method`` on the active controller; retry others until ``timeout_s``.
+
+        Returns the first response that is not NOT_CONTROLLER (for responses that carry a
+        top-level ``error_code``) or an error-free one; raises ``NotControllerError`` when no
+        controller answered as active in time.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        last_error = "no controller reachable"
+        while loop.time() < deadline:
+            for node_id in self._candidates():
+                try:
+                    response = await getattr(self._stub(node_id), method)(
+                        request, timeout=max(0.1, min(2.0, deadline - loop.time()))
+                    )
+                except grpc.aio.AioRpcError as exc:
+                    last_error = f"controller {node_id}: {exc.code().name}"
+                    continue
+                if _not_controller(response):
+                    self._hint = (
+                        response.leader_id if getattr(response, "leader_id", -1) >= 0 else None
+                    )
+                    last_error = f"controller {node_id} is not active"
+                    continue
+                self._hint = node_id
+                return response
+            await asyncio.sleep(RETRY_BACKOFF_S)
+        raise NotControllerError(last_error)
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+
+
+def _not_controller(response: Any) -> bool:
+    code = getattr(response, "error_code", None)
+    if code == NotControllerError.code:
+        return True
+    topics = list(getattr(response, "topics", ()))
+    return bool(topics) and all(t.error_code == NotControllerError.code for t in topics)
+
+
+class KRaftBroker:
+    """The broker role of a node in a quorum; also the broker service's ``ClusterFrontend``."""
+
+    def __init__(
+        self,
+        endpoint: BrokerEndpoint,
+        cluster_id: str,
+        logs: LogManager,
+        machine: MetadataStateMachine,
+        driver: RaftDriver,
+        controllers: ControllerClient,
+    ) -> None:
+        self._endpoint = endpoint
+        self._cluster_id = cluster_id
+        self._logs = logs
+        self._machine = machine
+        self._driver = driver
+        self._controllers = controllers
+        self._incarnation = uuid.uuid4()
+        self.broker_epoch = -1
+        self.is_fenced = True
+        self._task: asyncio.Task[None] | None = None
+        self._doomed: list[Path] = []
+        machine.add_listener(self._on_image)
+
+    @property
+    def node_id(self) -> int:
+        return self._endpoint.node_id
+
+    async def start(self) -> None:
+        """Start registering and heartbeating."""
+        self._task = asyncio.create_task(self._lifecycle(), name="broker-lifecycle")
+
+    async def stop(self) -> None:
+        """Stop heartbeating (the controller fences this broker after its session)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._controllers.close()
+
+    # ---- registration and heartbeats ----------------------------------------------------
+
+    async def _lifecycle(self) -> None:
+        while True:
+            try:
+                if self.broker_epoch < 0:
+                    await self._register()
+                await self._heartbeat()
+            except (StaleBrokerEpochError, BrokerIdNotRegisteredError) as exc:
+                log.warning("broker must register again node_id=%d reason=%s", self.node_id, exc)
+                self.broker_epoch = -1
+                continue
+            except LograftError as exc:
+                log.info("controller call failed node_id=%d error=%s", self.node_id, exc)
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+
+    async def _register(self) -> None:
+        response = await self._controllers.call(
+            "RegisterBroker",
+            cpb.RegisterBrokerRequest(
+                cluster_id=self._cluster_id,
+                broker_id=self.node_id,
+                incarnation_id=str(self._incarnation),
+                host=self._endpoint.host,
+                port=self._endpoint.port,
+                rack=self._endpoint.rack,
+            ),
+        )
+        if response.error_code:
+            raise error_for_code(response.error_code, response.error_message)
+        self.broker_epoch = response.broker_epoch
+        log.info("broker registered node_id=%d broker_epoch=%d", self.node_id, self.broker_epoch)
+
+    async def _heartbeat(self) -> None:
+        response = await self._controllers.call(
+            "BrokerHeartbeat",
+            cpb.BrokerHeartbeatRequest(
+                broker_id=self.node_id,
+                broker_epoch=self.broker_epoch,
+                current_metadata_offset=self._machine.applied_end_offset,
+            ),
+        )
+        if response.error_code:
+            raise error_for_code(response.error_code, response.error_message)
+        if response.is_fenced != self.is_fenced:
+            log.info(
+                "broker %s node_id=%d", "fenced" if response.is_fenced else "unfenced", self.node_id
+            )
+        self.is_fenced = response.is_fenced
+
+    # ---- the image decides what this broker hosts and leads -----------------------------
+
+    def _on_image(self, previous: MetadataImage, image: MetadataImage) -> None:
+        hosted: set[TopicPartition] = set()
+        for topic, partition_id, state in image.iter_partitions():
+            if self.node_id not in state.replicas:
+                continue
+            tp = TopicPartition(topic.name, partition_id)
+            hosted.add(tp)
+            try:
+                partition = self._logs.host_partition(
+                    tp, str(topic.topic_id), image.topic_configs(topic.name)
+                )
+            except LograftError as exc:
+                log.error("cannot host partition partition=%s error=%s", tp, exc)
+                continue
+            is_leader = state.leader == self.node_id
+            if (partition.is_leader, partition.leader_epoch) != (is_leader, state.leader_epoch):
+                partition.is_leader = is_leader
+                partition.leader_epoch = state.leader_epoch
+                log.info(
+                    "partition role partition=%s role=%s leader_epoch=%d",
+                    tp,
+                    "leader" if is_leader else "follower",
+                    state.leader_epoch,
+                )
+        for tp in [tp for tp in self._logs.partitions if tp not in hosted]:
+            directory = self._logs.unhost_partition(tp)
+            if directory is not None:
+                log.info("partition removed partition=%s", tp)
+                remove_directories([directory])
+
+    # ---- ClusterFrontend ----------------------------------------------------------------
+
+    async def metadata(self, request: pb.MetadataRequest) -> pb.MetadataResponse:
+        """Unfenced brokers, the active controller, and topics from the metadata image."""
+        image = self._machine.image
+        leader = self._driver.status().leader_id
+        response = pb.MetadataResponse(
+            cluster_id=self._cluster_id, controller_id=-1 if leader is None else leader
+        )
+        for broker in image.unfenced_brokers():
+            listener = broker.listeners[0]
+            response.brokers.add(
+                node_id=broker.broker_id,
+                host=listener.host,
+                port=listener.port,
+                rack=broker.rack or "",
+            )
+        names = list(request.topics) or sorted(image.topics_by_name)
+        for name in names:
+            topic = image.topic(name)
+            if topic is None:
+                response.topics.add(
+                    name=name, error_code=3, error_message=f"topic {name!r} does not exist"
+                )
+                continue
+            topic_metadata = response.topics.add(name=name)
+            topic_metadata.configs.update(
+                self._logs.log_config_for(image.topic_configs(name)).to_topic_configs()
+            )
+            for partition_id, state in sorted(topic.partitions.items()):
+                offline = [r for r in state.replicas if (b := image.broker(r)) is None or b.fenced]
+                topic_metadata.partitions.add(
+                    partition=partition_id,
+                    error_code=5 if state.leader < 0 else 0,
+                    leader_id=state.leader,
+                    leader_epoch=state.leader_epoch,
+                    replica_nodes=list(state.replicas),
+                    isr_nodes=list(state.isr),
+                    offline_replicas=offline,
+                )
+        return response
+
+    async def create_topics(self, request: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:
+        """Forward to the active controller."""
+        try:
+            response: pb.CreateTopicsResponse = await self._controllers.call(
+                "CreateTopics", request
+            )
+        except NotControllerError as exc:
+            return pb.CreateTopicsResponse(
+                topics=[
+                    pb.CreatableTopicResult(
+                        name=t.name, error_code=exc.code, error_message=exc.message
+                    )
+                    for t in request.topics
+                ]
+            )
+        return response
+
+    async def delete_topics(self, request: pb.DeleteTopicsRequest) -> pb.DeleteTopicsResponse:
+        """Forward to the active controller."""
+        try:
+            response: pb.DeleteTopicsResponse = await self._controllers.call(
+                "DeleteTopics", request
+            )
+        except NotControllerError as exc:
+            return pb.DeleteTopicsResponse(
+                topics=[
+                    pb.DeletableTopicResult(name=n, error_code=exc.code, error_message=exc.message)
+                    for n in request.topic_names
+                ]
+            )
+        return response

@@ -1,0 +1,98 @@
+from . import broker_pb2 as _broker_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RegisterBrokerRequest(_message.Message):
+    __slots__ = ("cluster_id", "broker_id", "incarnation_id", "host", "port", "rack")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    broker_id: int
+    incarnation_id: str
+    host: str
+    port: int
+    rack: str
+    def __init__(self, cluster_id: _Optional[str] = ..., broker_id: _Optional[int] = ..., incarnation_id: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ...) -> None: ...
+
+class RegisterBrokerResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "broker_epoch", "leader_id")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    broker_epoch: int
+    leader_id: int
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., broker_epoch: _Optional[int] = ..., leader_id: _Optional[int] = ...) -> None: ...
+
+class BrokerHeartbeatRequest(_message.Message):
+    __slots__ = ("broker_id", "broker_epoch", "current_metadata_offset", "want_fence", "want_shut_down")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_METADATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WANT_FENCE_FIELD_NUMBER: _ClassVar[int]
+    WANT_SHUT_DOWN_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    broker_epoch: int
+    current_metadata_offset: int
+    want_fence: bool
+    want_shut_down: bool
+    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., current_metadata_offset: _Optional[int] = ..., want_fence: _Optional[bool] = ..., want_shut_down: _Optional[bool] = ...) -> None: ...
+
+class BrokerHeartbeatResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "is_caught_up", "is_fenced", "should_shut_down", "leader_id")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    IS_CAUGHT_UP_FIELD_NUMBER: _ClassVar[int]
+    IS_FENCED_FIELD_NUMBER: _ClassVar[int]
+    SHOULD_SHUT_DOWN_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    is_caught_up: bool
+    is_fenced: bool
+    should_shut_down: bool
+    leader_id: int
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., is_caught_up: _Optional[bool] = ..., is_fenced: _Optional[bool] = ..., should_shut_down: _Optional[bool] = ..., leader_id: _Optional[int] = ...) -> None: ...
+
+class DescribeQuorumRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReplicaState(_message.Message):
+    __slots__ = ("replica_id", "log_end_offset", "lag")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    replica_id: int
+    log_end_offset: int
+    lag: int
+    def __init__(self, replica_id: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+
+class DescribeQuorumResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "leader_id", "leader_epoch", "high_watermark", "voters", "observers")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
+    OBSERVERS_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: _containers.RepeatedCompositeFieldContainer[ReplicaState]
+    observers: _containers.RepeatedCompositeFieldContainer[ReplicaState]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., leader_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., high_watermark: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[ReplicaState, _Mapping]]] = ..., observers: _Optional[_Iterable[_Union[ReplicaState, _Mapping]]] = ...) -> None: ...

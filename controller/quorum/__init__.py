@@ -1,0 +1,1 @@
+"""The controller quorum's I/O shell: the Raft core driven over gRPC, on disk, in asyncio."""

@@ -1,0 +1,300 @@
+"""The active controller: decisions on the metadata image, committed through Raft.
+
+Every controller node runs a ``QuorumController``; only the Raft leader's is *active*, and
+only once it has replayed its own leader-change entry (everything committed before its
+epoch is then in its image). Write operations are serialised by one lock: each decision is
+made on the image with every earlier decision committed and replayed, which is the simple
+way to meet ``controller.logic``'s rule that decisions see all appended records. Others
+answer ``NOT_CONTROLLER`` with the leader's id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from cluster.errors import InvalidRequestError, LograftError, NotControllerError
+from cluster.wire import broker_pb2
+from cluster.wire import controller_pb2 as pb
+from cluster.wire import controller_pb2_grpc as pb_grpc
+from controller.logic import (
+    BrokerHeartbeatManager,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+    Decision,
+    NewTopic,
+    broker_heartbeat,
+    create_topics,
+    delete_topics,
+    fence_expired_brokers,
+    register_broker,
+)
+from controller.metadata import Listener, encode_batch
+from controller.quorum.driver import RaftDriver
+from controller.quorum.metadata_machine import MetadataStateMachine
+from controller.raft import Role
+
+__all__ = ["QuorumController"]
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+FENCE_CHECK_INTERVAL_S = 0.1
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
+    """Controller decisions for this node's Raft driver; the ``Controller`` gRPC service."""
+
+    def __init__(
+        self,
+        driver: RaftDriver,
+        machine: MetadataStateMachine,
+        rng: random.Random,
+        session_timeout_ms: int = 2000,
+        now_ms: Callable[[], int] = _now_ms,
+    ) -> None:
+        self._driver = driver
+        self._machine = machine
+        self._rng = rng
+        self._now_ms = now_ms
+        self._session_timeout_ms = session_timeout_ms
+        self._heartbeats = BrokerHeartbeatManager(session_timeout_ms)
+        self._lock = asyncio.Lock()
+        self._active_epoch = -1
+        self._fencer: asyncio.Task[None] | None = None
+
+    # ---- activity -----------------------------------------------------------------------
+
+    @property
+    def is_active(self) -> bool:
+        """Leader of the quorum and caught up with everything committed before its epoch."""
+        status = self._driver.status()
+        if status.role is not Role.LEADER:
+            return False
+        if self._active_epoch != status.epoch:
+            changes = self._machine.leader_change_offsets
+            if not changes or changes[-1][1] != status.epoch:
+                return False
+            # A new epoch: every broker gets a fresh session with this controller.
+            self._active_epoch = status.epoch
+            self._heartbeats = BrokerHeartbeatManager(self._session_timeout_ms)
+            for broker in self._machine.image.unfenced_brokers():
+                self._heartbeats.touch(broker.broker_id, self._now_ms())
+            log.info(
+                "controller active node_id=%d epoch=%d", self._driver.config.node_id, status.epoch
+            )
+        return True
+
+    def leader_id(self) -> int:
+        """The active controller's id as far as this node knows; -1 when unknown."""
+        leader = self._driver.status().leader_id
+        return -1 if leader is None else leader
+
+    async def start(self) -> None:
+        """Start fencing brokers whose sessions expire (while active)."""
+        self._fencer = asyncio.create_task(self._fence_loop(), name="controller-fencer")
+
+    async def stop(self) -> None:
+        """Stop the fencing task."""
+        if self._fencer is not None:
+            self._fencer.cancel()
+            await asyncio.gather(self._fencer, return_exceptions=True)
+
+    async def _fence_loop(self) -> None:
+        while True:
+            await asyncio.sleep(FENCE_CHECK_INTERVAL_S)
+            if not self.is_active:
+                continue
+            try:
+                fenced = await self._decide(
+                    lambda: fence_expired_brokers(
+                        self._machine.image, self._heartbeats, self._now_ms()
+                    )
+                )
+            except LograftError as exc:
+                log.warning("fencing expired brokers failed error=%s", exc)
+                continue
+            if fenced:
+                log.warning("brokers fenced after session timeout broker_ids=%s", list(fenced))
+
+    # ---- the decision pipeline ----------------------------------------------------------
+
+    async def _decide(self, decide: Callable[[], Decision[R]]) -> R:
+        """Run a decision on the current image; commit its records; return its result."""
+        async with self._lock:
+            if not self.is_active:
+                raise NotControllerError(f"the active controller is {self.leader_id()}")
+            decision = decide()
+            for tp in decision.unclean_elections:
+                log.error(
+                    "UNCLEAN leader election: acknowledged writes may be lost partition=%s", tp
+                )
+            if decision.records:
+                await self._driver.propose(encode_batch(decision.records))
+            return decision.result
+
+    # ---- gRPC ---------------------------------------------------------------------------
+
+    async def RegisterBroker(
+        self, request: pb.RegisterBrokerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RegisterBrokerResponse:
+        """Register a broker incarnation (it starts fenced)."""
+        try:
+            incarnation = uuid.UUID(request.incarnation_id)
+        except ValueError:
+            error: LograftError = InvalidRequestError("incarnation_id is not a UUID")
+            return pb.RegisterBrokerResponse(error_code=error.code, error_message=error.message)
+        registration = BrokerRegistrationRequest(
+            request.broker_id,
+            incarnation,
+            (Listener("PLAINTEXT", request.host, request.port),),
+            request.rack or None,
+        )
+        try:
+            result = await self._decide(
+                lambda: register_broker(
+                    self._machine.image, registration, self._heartbeats, self._now_ms()
+                )
+            )
+        except LograftError as exc:
+            return pb.RegisterBrokerResponse(
+                error_code=exc.code, error_message=exc.message, leader_id=self.leader_id()
+            )
+        log.info(
+            "broker registered broker_id=%d broker_epoch=%d host=%s port=%d",
+            request.broker_id,
+            result.broker_epoch,
+            request.host,
+            request.port,
+        )
+        return pb.RegisterBrokerResponse(
+            broker_epoch=result.broker_epoch, leader_id=self.leader_id()
+        )
+
+    async def BrokerHeartbeat(
+        self, request: pb.BrokerHeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BrokerHeartbeatResponse:
+        """Renew a broker's session; unfence it once caught up."""
+        heartbeat = BrokerHeartbeatRequest(
+            request.broker_id,
+            request.broker_epoch,
+            request.current_metadata_offset,
+            request.want_fence,
+            request.want_shut_down,
+        )
+        try:
+            result = await self._decide(
+                lambda: broker_heartbeat(
+                    self._machine.image, heartbeat, self._heartbeats, self._now_ms()
+                )
+            )
+        except LograftError as exc:
+            return pb.BrokerHeartbeatResponse(
+                error_code=exc.code, error_message=exc.message, leader_id=self.leader_id()
+            )
+        return pb.BrokerHeartbeatResponse(
+            is_caught_up=result.is_caught_up,
+            is_fenced=result.is_fenced,
+            should_shut_down=result.should_shut_down,
+            leader_id=self.leader_id(),
+        )
+
+    async def CreateTopics(
+        self, request: broker_pb2.CreateTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.CreateTopicsResponse:
+        """Create topics: placement, validation and the records, committed before answering."""
+        topics = [
+            NewTopic(t.name, t.num_partitions, t.replication_factor, dict(t.configs))
+            for t in request.topics
+        ]
+        try:
+            results = await self._decide(
+                lambda: create_topics(
+                    self._machine.image, topics, self._rng, validate_only=request.validate_only
+                )
+            )
+        except LograftError as exc:
+            return broker_pb2.CreateTopicsResponse(
+                topics=[
+                    broker_pb2.CreatableTopicResult(
+                        name=t.name, error_code=exc.code, error_message=exc.message
+                    )
+                    for t in request.topics
+                ]
+            )
+        return broker_pb2.CreateTopicsResponse(
+            topics=[
+                broker_pb2.CreatableTopicResult(
+                    name=r.name,
+                    error_code=r.error.code if r.error else 0,
+                    error_message=r.error.message if r.error else "",
+                    num_partitions=r.num_partitions,
+                    replication_factor=r.replication_factor,
+                )
+                for r in results
+            ]
+        )
+
+    async def DeleteTopics(
+        self, request: broker_pb2.DeleteTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.DeleteTopicsResponse:
+        """Delete topics by name."""
+        names = list(request.topic_names)
+        try:
+            results = await self._decide(lambda: delete_topics(self._machine.image, names))
+        except LograftError as exc:
+            return broker_pb2.DeleteTopicsResponse(
+                topics=[
+                    broker_pb2.DeletableTopicResult(
+                        name=n, error_code=exc.code, error_message=exc.message
+                    )
+                    for n in names
+                ]
+            )
+        return broker_pb2.DeleteTopicsResponse(
+            topics=[
+                broker_pb2.DeletableTopicResult(
+                    name=r.name,
+                    error_code=r.error.code if r.error else 0,
+                    error_message=r.error.message if r.error else "",
+                )
+                for r in results
+            ]
+        )
+
+    async def DescribeQuorum(
+        self, request: pb.DescribeQuorumRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeQuorumResponse:
+        """Leader, epoch, high watermark and each replica's lag (lags only on the leader)."""
+        status = self._driver.status()
+        voters = self._driver.config.voters
+        response = pb.DescribeQuorumResponse(
+            leader_id=-1 if status.leader_id is None else status.leader_id,
+            leader_epoch=status.epoch,
+            high_watermark=status.high_watermark,
+        )
+        replicas: dict[int, Any] = {r.replica_id: r for r in status.replicas}
+        for voter in sorted(voters):
+            known = replicas.get(voter)
+            response.voters.add(
+                replica_id=voter,
+                log_end_offset=known.log_end_offset if known else -1,
+                lag=known.lag if known else -1,
+            )
+        for replica_id, known in sorted(replicas.items()):
+            if replica_id not in voters:
+                response.observers.add(
+                    replica_id=replica_id, log_end_offset=known.log_end_offset, lag=known.lag
+                )
+        return response

@@ -1,0 +1,360 @@
+"""The asyncio shell around the pure Raft core: ticks, gRPC I/O, durable storage, applying.
+
+One ``RaftDriver`` per node (voter or observer). It owns the ``RaftNode`` and is its only
+caller, from the event loop. Each cycle follows the core's contract (``controller.raft.node``):
+
+1. step every message received since the last cycle and every elapsed tick;
+2. take the ``Ready``; persist it with ``storage.write`` on a worker thread (it fsyncs);
+3. only then send its messages — those for a peer whose ``Step`` call is waiting for an
+   answer go back in that call's reply, the rest go out as new ``Step`` calls;
+4. apply committed entries (or a snapshot) to the state machine; complete proposals;
+5. ``advance``.
+
+Faults for tests are injected in :class:`RaftTransport` (drop messages to or from nodes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import grpc
+
+from cluster.errors import NotControllerError
+from cluster.wire import raft_pb2 as pb
+from cluster.wire import raft_pb2_grpc as pb_grpc
+from controller.quorum.wire import MalformedRaftMessageError, from_envelope, to_envelope
+from controller.raft import (
+    Entry,
+    EntryKind,
+    NotLeaderError,
+    RaftConfig,
+    RaftMessage,
+    RaftNode,
+    RaftStatus,
+    Ready,
+    Role,
+    Snapshot,
+    Storage,
+)
+
+__all__ = ["RaftDriver", "RaftStorage", "RaftTransport", "StateMachine"]
+
+log = logging.getLogger(__name__)
+
+STEP_TIMEOUT_S = 2.0
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # gRPC backs off reconnecting up to minutes; a restarted peer must be reachable within
+    # an election timeout, so retry connecting quickly.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+]
+
+
+class RaftStorage(Storage, Protocol):
+    """What the driver needs of storage: the core's read side plus a durable write."""
+
+    def write(self, ready: Ready) -> None:
+        """Persist (and fsync) what ``ready`` asks; called on a worker thread."""
+        ...
+
+
+class StateMachine(Protocol):
+    """The application the log drives (the metadata image)."""
+
+    def apply(self, entries: Sequence[Entry]) -> None:
+        """Apply committed entries in offset order."""
+        ...
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Replace the state with a snapshot's image (installed from the leader)."""
+        ...
+
+    def snapshot_image(self) -> tuple[int, bytes] | None:
+        """``(end_offset, image)`` when a snapshot is due, else ``None``."""
+        ...
+
+
+class RaftTransport:
+    """Step calls to peers over gRPC, with fault injection for tests.
+
+    ``blocked`` holds node ids whose messages are dropped in both directions, as a cut
+    network link would.
+    """
+
+    def __init__(self, node_id: int, addresses: Mapping[int, str]) -> None:
+        self.node_id = node_id
+        self.addresses = dict(addresses)
+        self.blocked: set[int] = set()
+        self._channels: dict[int, grpc.aio.Channel] = {}
+
+    def stub(self, node_id: int) -> pb_grpc.RaftStub | None:
+        address = self.addresses.get(node_id)
+        if address is None:
+            return None
+        channel = self._channels.get(node_id)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._channels[node_id] = channel
+        return pb_grpc.RaftStub(channel)
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+
+@dataclass(slots=True)
+class _Inbound:
+    message: RaftMessage
+    reply: asyncio.Future[list[RaftMessage]] | None
+
+
+@dataclass(slots=True)
+class _Proposal:
+    epoch: int
+    future: asyncio.Future[int] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
+    """Runs one ``RaftNode``; also the gRPC servicer of the ``Raft`` service."""
+
+    def __init__(
+        self,
+        config: RaftConfig,
+        storage: RaftStorage,
+        transport: RaftTransport,
+        state_machine: StateMachine,
+        rng: random.Random,
+        tick_ms: int = 50,
+        on_ready: Callable[[Ready], None] | None = None,
+    ) -> None:
+        self.config = config
+        self._storage = storage
+        self._transport = transport
+        self._state_machine = state_machine
+        self._node = RaftNode(config, storage, rng)
+        self._tick_s = tick_ms / 1000
+        self._on_ready = on_ready
+        self._inbound: list[_Inbound] = []
+        self._ticks = 0
+        self._wakeup = asyncio.Event()
+        self._proposals: dict[int, _Proposal] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._sends: set[asyncio.Task[None]] = set()
+        self._role = self._node.status().role
+        self._stopped = False
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start ticking and processing."""
+        self._tasks = [
+            asyncio.create_task(self._run(), name=f"raft-{self.config.node_id}"),
+            asyncio.create_task(self._ticker(), name=f"raft-tick-{self.config.node_id}"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop processing; pending proposals fail with ``NOT_CONTROLLER``."""
+        self._stopped = True
+        for task in (*self._tasks, *self._sends):
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._sends, return_exceptions=True)
+        self._fail_proposals("the node is stopping")
+        await self._transport.close()
+
+    # ---- what callers use ---------------------------------------------------------------
+
+    def status(self) -> RaftStatus:
+        """The core's view: role, epoch, leader, offsets, replica lag on the leader."""
+        return self._node.status()
+
+    @property
+    def transport(self) -> RaftTransport:
+        """The transport, whose ``blocked`` set tests use to cut links."""
+        return self._transport
+
+    @property
+    def node(self) -> RaftNode:
+        """The core, for reads only (status, offsets); never step or propose through it."""
+        return self._node
+
+    async def propose(self, data: bytes) -> int:
+        """Append ``data`` to the log; return its offset once committed and applied.
+
+        Raises ``NotControllerError`` (retriable) when this node is not the leader or loses
+        leadership before the entry commits.
+        """
+        try:
+            offset = self._node.propose(data)
+        except NotLeaderError as exc:
+            raise NotControllerError(str(exc)) from None
+        proposal = _Proposal(self._node.status().epoch)
+        self._proposals[offset] = proposal
+        self._wakeup.set()
+        return await proposal.future
+
+    # ---- gRPC service -------------------------------------------------------------------
+
+    async def Step(
+        self, request: pb.RaftEnvelope, context: grpc.aio.ServicerContext
+    ) -> pb.RaftReply:
+        """Step one message; answer with what the core produced for its sender."""
+        try:
+            message = from_envelope(request)
+        except MalformedRaftMessageError as exc:
+            log.warning("rejected raft message src=%d reason=%s", request.src, exc)
+            return pb.RaftReply(rejected=str(exc))
+        if message.src in self._transport.blocked or self._stopped:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "link cut")
+        reply: asyncio.Future[list[RaftMessage]] = asyncio.get_running_loop().create_future()
+        self._inbound.append(_Inbound(message, reply))
+        self._wakeup.set()
+        try:
+            answers = await asyncio.wait_for(reply, STEP_TIMEOUT_S)
+        except TimeoutError:
+            answers = []
+        return pb.RaftReply(messages=[to_envelope(m) for m in answers])
+
+    # ---- the loop -----------------------------------------------------------------------
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(self._tick_s)
+            self._ticks += 1
+            self._wakeup.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            await self._cycle()
+
+    async def _cycle(self) -> None:
+        inbound, self._inbound = self._inbound, []
+        waiting: dict[int, list[_Inbound]] = {}
+        for item in inbound:
+            rejection = self._node.step(item.message)
+            if rejection is not None:
+                log.warning(
+                    "raft message refused node_id=%d src=%d type=%s error=%s detail=%s",
+                    self.config.node_id,
+                    item.message.src,
+                    type(item.message).__name__,
+                    rejection.error.name,
+                    rejection.detail,
+                )
+            if item.reply is not None:
+                waiting.setdefault(item.message.src, []).append(item)
+        ticks, self._ticks = self._ticks, 0
+        for _ in range(ticks):
+            self._node.tick()
+        answers: dict[int, list[RaftMessage]] = {src: [] for src in waiting}
+        while self._node.has_ready():
+            ready = self._node.ready()
+            if ready.must_sync:
+                await asyncio.get_running_loop().run_in_executor(None, self._storage.write, ready)
+            for message in ready.messages:
+                if message.dst in answers:
+                    answers[message.dst].append(message)
+                else:
+                    self._send(message)
+            self._apply(ready)
+            self._node.advance(ready)
+            self._after_ready(ready)
+        for src, items in waiting.items():
+            for item in items:
+                assert item.reply is not None
+                if not item.reply.done():
+                    item.reply.set_result(answers[src])
+                    answers[src] = []  # each message goes back once
+
+    def _apply(self, ready: Ready) -> None:
+        if ready.apply_snapshot and ready.snapshot is not None:
+            self._state_machine.restore(ready.snapshot)
+        if ready.committed_entries:
+            self._state_machine.apply(ready.committed_entries)
+            for entry in ready.committed_entries:
+                proposal = self._proposals.pop(entry.offset, None)
+                if proposal is None or proposal.future.done():
+                    continue
+                if entry.epoch == proposal.epoch and entry.kind is EntryKind.DATA:
+                    proposal.future.set_result(entry.offset)
+                else:
+                    proposal.future.set_exception(
+                        NotControllerError(f"entry {entry.offset} was replaced by a new leader")
+                    )
+
+    def _after_ready(self, ready: Ready) -> None:
+        if ready.role is not self._role:
+            log.info(
+                "raft role changed node_id=%d role=%s epoch=%d leader_id=%s",
+                self.config.node_id,
+                ready.role.name,
+                ready.epoch,
+                ready.leader_id,
+            )
+            if self._role is Role.LEADER:
+                self._fail_proposals("leadership lost")
+            self._role = ready.role
+        due = self._state_machine.snapshot_image()
+        if due is not None and due[0] <= self._node.applied_offset:
+            self._node.create_snapshot(*due)
+        if self._on_ready is not None:
+            self._on_ready(ready)
+
+    def _fail_proposals(self, why: str) -> None:
+        proposals, self._proposals = self._proposals, {}
+        for proposal in proposals.values():
+            if not proposal.future.done():
+                proposal.future.set_exception(NotControllerError(why))
+
+    def _send(self, message: RaftMessage) -> None:
+        if message.dst in self._transport.blocked:
+            return
+        stub = self._transport.stub(message.dst)
+        if stub is None:
+            return  # an observer without an address: it fetches, so it gets replies
+        task = asyncio.create_task(self._deliver(stub, message))
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+
+    async def _deliver(self, stub: pb_grpc.RaftStub, message: RaftMessage) -> None:
+        try:
+            reply = await stub.Step(to_envelope(message), timeout=STEP_TIMEOUT_S + 1)
+        except grpc.aio.AioRpcError as exc:
+            log.debug(
+                "raft send failed node_id=%d dst=%d code=%s",
+                self.config.node_id,
+                message.dst,
+                exc.code().name,
+            )
+            return
+        if reply.rejected:
+            log.warning(
+                "raft message rejected by peer node_id=%d dst=%d reason=%s",
+                self.config.node_id,
+                message.dst,
+                reply.rejected,
+            )
+        if message.dst in self._transport.blocked:
+            return
+        for envelope in reply.messages:
+            try:
+                answer = from_envelope(envelope)
+            except MalformedRaftMessageError as exc:
+                log.warning("malformed raft reply src=%d reason=%s", message.dst, exc)
+                continue
+            self._inbound.append(_Inbound(answer, None))
+        if reply.messages:
+            self._wakeup.set()

@@ -1,0 +1,749 @@
+"""Durable storage for a controller's metadata log directory (``__cluster_metadata-0/``).
+
+:class:`DiskStorage` implements the Raft core's :class:`~controller.raft.storage.Storage`
+read side from memory and persists each ``Ready`` with :meth:`DiskStorage.write`, which
+returns only once everything it wrote is on stable storage. Byte formats are in
+:mod:`controller.storage.formats`.
+
+Directory layout::
+
+    quorum-state                               epoch and vote (atomic replace)
+    metadata.log                               header(base offset) + framed entries
+    <end_offset:020d>-<epoch:010d>.checkpoint  snapshots: the newest, plus the previous one
+                                               while the log still covers its end
+    .lock                                      flock against a second opener
+    *.tmp                                      leftovers of an interrupted atomic write
+
+Why two snapshots: when a local snapshot N supersedes C, the log file keeps its entries
+from C's end (not N's), so a checkpoint N later found corrupt can be replaced by C plus
+the log on the next open. Entries below N's end are dropped from memory at once (reads
+never see them); the next snapshot's rewrite drops them from disk. A snapshot installed
+from the leader that does not continue the log (it covers more than the log, or the log
+holds a different epoch at its last offset) resets the log to start at its end, and then
+only that snapshot is kept: if it is later found corrupt the directory is unrecoverable
+and :meth:`DiskStorage.open` raises.
+
+Persistence order inside :meth:`DiskStorage.write` (the core's order, each step durable
+before the next, so a crash leaves a prefix of the steps):
+
+1. the snapshot file (temp + fsync + rename + directory fsync);
+2. the log: rewritten atomically when the snapshot moves its start, else truncated
+   (``ftruncate`` at the remembered frame position) and appended (one ``pwrite``),
+   then ``fsync`` (after a truncation) or ``fdatasync`` (appends only);
+3. snapshot files no longer kept are deleted (directory fsync);
+4. ``quorum-state`` (temp + fsync + rename + directory fsync).
+
+Recovery (:meth:`DiskStorage.open`) treats every file as untrusted; see its docstring.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cluster.errors import KafkaStorageError
+from controller.raft.messages import Entry, HardState, Snapshot, SnapshotId
+from controller.storage.formats import (
+    LOG_HEADER_SIZE,
+    MAX_QUORUM_STATE_BYTES,
+    MAX_SNAPSHOT_BYTES,
+    SNAPSHOT_HEADER_SIZE,
+    CorruptMetadataStorageError,
+    FrameError,
+    decode_frame,
+    decode_log_header,
+    decode_quorum_state,
+    decode_snapshot,
+    encode_frame,
+    encode_log_header,
+    encode_quorum_state,
+    encode_snapshot,
+    parse_snapshot_name,
+    snapshot_file_name,
+)
+
+if TYPE_CHECKING:
+    from controller.raft.node import Ready
+
+__all__ = ["LOCK_FILE", "LOG_FILE", "QUORUM_STATE_FILE", "DiskStorage"]
+
+log = logging.getLogger(__name__)
+
+QUORUM_STATE_FILE = "quorum-state"
+LOG_FILE = "metadata.log"
+LOCK_FILE = ".lock"
+_TMP_SUFFIX = ".tmp"
+_INITIAL_HARD_STATE = HardState(0, None)
+
+
+class DiskStorage:
+    """A durable :class:`~controller.raft.storage.Storage` over one metadata log directory.
+
+    Build it with :meth:`open` (which recovers). Every entry since the snapshot, the
+    snapshot and the hard state are held in memory, so the read side never touches disk;
+    :meth:`write` persists a ``Ready`` and returns once it is durable.
+
+    Thread-safety: none inside; the shell serialises access. :meth:`write` runs on one
+    worker thread at a time, and the read methods run on the event loop thread only while
+    no ``write`` is in flight (the shell awaits the write before reading again). After a
+    failed write (an ``OSError`` becomes :class:`KafkaStorageError`) the instance refuses
+    further writes: what reached the disk is unknown, so the node must restart and recover.
+
+    Errors: ``write`` raises ``IndexError`` (like ``MemoryStorage``) or ``ValueError`` for
+    a ``Ready`` that does not fit the log, and ``MessageTooLargeError`` for an entry or
+    snapshot over the size limits -- all before any I/O, so the disk is unchanged.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_directory",
+        "_entries",
+        "_failed",
+        "_file_base",
+        "_file_end",
+        "_hard_state",
+        "_lock_fd",
+        "_log_fd",
+        "_positions",
+        "_snapshot",
+        "_snapshot_files",
+        "_start",
+    )
+
+    def __init__(self, directory: Path, lock_fd: int, state: _Recovered) -> None:
+        """Use :meth:`open`; this adopts already recovered state and open descriptors."""
+        self._directory = directory
+        self._lock_fd = lock_fd
+        self._log_fd = state.log_fd
+        self._hard_state = state.hard_state
+        self._snapshot = state.snapshot
+        self._start = state.start
+        self._entries = state.entries
+        self._positions = state.positions
+        self._file_base = state.file_base
+        self._file_end = state.file_end
+        self._snapshot_files = state.snapshot_files
+        self._closed = False
+        self._failed = False
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike[str]) -> DiskStorage:
+        """Open (creating if new) and recover the metadata log directory ``directory``.
+
+        Recovery, files being untrusted input:
+
+        * ``*.tmp`` files (an interrupted atomic write) are removed with a WARNING.
+        * ``quorum-state`` must be valid (magic fields, version, ranges, CRC); a corrupt
+          one, or a missing one next to a log or snapshots, raises
+          :class:`~controller.storage.formats.CorruptMetadataStorageError` (a
+          ``KafkaStorageError``): resetting a vote could let this node vote twice.
+        * The log is scanned from its header; at the first torn or corrupt frame, or one
+          whose offset does not continue the sequence, the file is truncated there
+          (``ftruncate`` + ``fsync``) and a WARNING gives ``dir position bytes_dropped``.
+        * The newest valid snapshot whose end is not below the log's base offset is used;
+          corrupt ones are skipped with a WARNING. A log base above every valid
+          snapshot's end means committed entries are gone: fatal.
+        * If that snapshot covers more than the log, or the log's entry at its last offset
+          has another epoch (a crash between saving an installed snapshot and resetting
+          the log), the log is reset to start at the snapshot's end. Entries below the
+          snapshot's end stay on disk but are not served.
+
+        Raises ``KafkaStorageError`` when the directory is locked by another opener or an
+        I/O error occurs.
+        """
+        path = Path(directory)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            lock_fd = _lock_directory(path)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot open metadata log dir={path}: {exc}") from exc
+        try:
+            state = _recover(path)
+        except OSError as exc:
+            os.close(lock_fd)
+            raise KafkaStorageError(f"recovery failed dir={path}: {exc}") from exc
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        storage = cls(path, lock_fd, state)
+        log.info(
+            "metadata log opened dir=%s epoch=%d voted_for=%s log_start_offset=%d "
+            "log_end_offset=%d snapshot=%s",
+            path,
+            storage._hard_state.epoch,
+            storage._hard_state.voted_for,
+            storage._start,
+            storage.log_end_offset(),
+            storage.snapshot_id(),
+        )
+        return storage
+
+    def close(self) -> None:
+        """Close the log file and release the directory lock; idempotent, writes nothing.
+
+        Reads keep answering from memory afterwards; writes raise.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            os.close(self._log_fd)
+        finally:
+            os.close(self._lock_fd)
+
+    def __enter__(self) -> DiskStorage:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- helpers for the shell -------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        """The metadata log directory."""
+        return self._directory
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def snapshot_id(self) -> SnapshotId | None:
+        """``(end_offset, epoch)`` of the current snapshot, or ``None``."""
+        return None if self._snapshot is None else self._snapshot.id
+
+    def size_bytes(self) -> int:
+        """Bytes on disk: the log file plus every snapshot file (no I/O; tracked)."""
+        return self._file_end + sum(self._snapshot_files.values())
+
+    def __repr__(self) -> str:
+        return (
+            f"DiskStorage(dir={str(self._directory)!r}, hard_state={self._hard_state}, "
+            f"snapshot={self.snapshot_id()}, log=[{self._start}, {self.log_end_offset()}))"
+        )
+
+    # --- read side (the Storage protocol): memory only ---------------------------------------
+
+    def hard_state(self) -> HardState:
+        """See :meth:`Storage.hard_state`."""
+        return self._hard_state
+
+    def snapshot(self) -> Snapshot | None:
+        """See :meth:`Storage.snapshot`."""
+        return self._snapshot
+
+    def log_start_offset(self) -> int:
+        """See :meth:`Storage.log_start_offset`."""
+        return self._start
+
+    def log_end_offset(self) -> int:
+        """See :meth:`Storage.log_end_offset`."""
+        return self._start + len(self._entries)
+
+    def epoch_at(self, offset: int) -> int:
+        """See :meth:`Storage.epoch_at`."""
+        if offset == self._start - 1:
+            return self._snapshot.epoch if self._snapshot is not None else 0
+        if not self._start <= offset < self.log_end_offset():
+            raise IndexError(
+                f"offset {offset} outside [{self._start - 1}, {self.log_end_offset()})"
+            )
+        return self._entries[offset - self._start].epoch
+
+    def entries(self, start: int, end: int) -> Sequence[Entry]:
+        """See :meth:`Storage.entries`."""
+        if not self._start <= start <= end <= self.log_end_offset():
+            raise IndexError(
+                f"range [{start}, {end}) outside [{self._start}, {self.log_end_offset()})"
+            )
+        return self._entries[start - self._start : end - self._start]
+
+    # --- write side ------------------------------------------------------------------------
+
+    def write(self, ready: Ready) -> None:
+        """Persist ``ready``'s snapshot, truncation, entries and hard state; durable on return.
+
+        Same semantics as ``MemoryStorage.write`` (an older or equal snapshot is ignored,
+        entries below a new snapshot's end are dropped). A ``Ready`` with nothing to
+        persist (``must_sync`` false) returns at once without any I/O. The whole ``Ready``
+        is validated before the first byte is written.
+        """
+        if not ready.must_sync:
+            return
+        if self._closed:
+            raise KafkaStorageError(f"metadata log is closed dir={self._directory}")
+        if self._failed:
+            raise KafkaStorageError(
+                f"metadata log failed earlier, restart to recover dir={self._directory}"
+            )
+        plan = self._plan(ready)
+        try:
+            self._persist(plan)
+        except OSError as exc:
+            self._failed = True
+            log.error(
+                "metadata log write failed dir=%s errno=%s error=%s",
+                self._directory,
+                errno.errorcode.get(exc.errno or 0, exc.errno),
+                exc,
+            )
+            raise KafkaStorageError(
+                f"metadata log write failed dir={self._directory}: {exc}"
+            ) from exc
+        self._apply(plan)
+
+    def _plan(self, ready: Ready) -> _Plan:
+        """Validate ``ready`` and compute the new state and the I/O, touching nothing."""
+        start, entries = self._start, self._entries
+        plan = _Plan(start=start, keep_count=len(entries))
+        snapshot = ready.snapshot
+        if snapshot is not None and (
+            self._snapshot is None or snapshot.end_offset > self._snapshot.end_offset
+        ):
+            plan.snapshot = snapshot
+            plan.snapshot_blob = encode_snapshot(snapshot)
+            cut = snapshot.end_offset - start
+            if 0 < cut <= len(entries):
+                continues = entries[cut - 1].epoch == snapshot.epoch
+            else:
+                continues = cut == 0
+            plan.drop = min(cut, len(entries))
+            plan.keep_count = len(entries) - plan.drop
+            plan.start = snapshot.end_offset
+            plan.keep = {snapshot_file_name(snapshot.end_offset, snapshot.epoch)}
+            if continues:
+                # Keep the log from the current snapshot's end, so that snapshot stays a
+                # usable fallback should the new checkpoint be found corrupt on open.
+                base, plan.rewrite_from = start, 0
+                if self._snapshot is not None:
+                    plan.keep.add(
+                        snapshot_file_name(self._snapshot.end_offset, self._snapshot.epoch)
+                    )
+            else:
+                # The log does not lead to this snapshot: it restarts at its end, and the
+                # previous snapshot (now separated from the log by a gap) is useless.
+                base, plan.rewrite_from = snapshot.end_offset, plan.drop
+            if base != self._file_base:
+                plan.rewrite_base = base
+        truncate = ready.truncate_from_offset
+        if truncate is not None:
+            if truncate < plan.start:
+                raise IndexError(f"cannot truncate below log start {plan.start}: {truncate}")
+            if truncate - plan.start < plan.keep_count:
+                plan.keep_count = truncate - plan.start
+                if plan.rewrite_base is None:
+                    plan.truncate_position = self._positions[plan.drop + plan.keep_count]
+        if ready.entries:
+            expected = plan.start + plan.keep_count
+            for entry in ready.entries:
+                if entry.offset != expected:
+                    raise IndexError(f"append at {entry.offset}, log end offset is {expected}")
+                plan.new_frames.append(encode_frame(entry))
+                expected += 1
+            plan.new_entries = ready.entries
+        if ready.hard_state is not None:
+            plan.hard_state = ready.hard_state
+            plan.hard_state_blob = encode_quorum_state(ready.hard_state)
+        return plan
+
+    def _persist(self, plan: _Plan) -> None:
+        """Do the I/O of ``plan`` in the documented order; each step durable before the next."""
+        directory = self._directory
+        if plan.snapshot is not None and plan.snapshot_blob is not None:
+            name = snapshot_file_name(plan.snapshot.end_offset, plan.snapshot.epoch)
+            _write_atomically(directory / name, plan.snapshot_blob)
+            plan.snapshot_sizes[name] = len(plan.snapshot_blob)
+        if plan.rewrite_base is not None:
+            self._rewrite_log(plan, plan.rewrite_base)
+        else:
+            self._edit_log(plan)
+        if plan.keep is not None:
+            doomed = sorted(name for name in self._snapshot_files if name not in plan.keep)
+            for name in doomed:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(directory / name)
+            if doomed:
+                _fsync_directory(directory)
+                log.info("metadata log deleted snapshots dir=%s files=%s", directory, doomed)
+            plan.deleted = doomed
+        if plan.hard_state_blob is not None:
+            _write_atomically(directory / QUORUM_STATE_FILE, plan.hard_state_blob)
+
+    def _rewrite_log(self, plan: _Plan, base: int) -> None:
+        """Replace the log file by one starting at ``base`` (temp + fsync + rename)."""
+        parts = [encode_log_header(base)]
+        # Entries kept only on disk (between the fallback snapshot and the new one).
+        parts.extend(encode_frame(e) for e in self._entries[plan.rewrite_from : plan.drop])
+        position = sum(map(len, parts))
+        positions: list[int] = []
+        kept = self._entries[plan.drop : plan.drop + plan.keep_count]
+        for frame in [encode_frame(e) for e in kept] + plan.new_frames:
+            positions.append(position)
+            parts.append(frame)
+            position += len(frame)
+        path = self._directory / LOG_FILE
+        _write_atomically(path, b"".join(parts))
+        new_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        os.close(self._log_fd)
+        self._log_fd = new_fd
+        plan.positions = positions
+        plan.file_base = base
+        plan.file_end = position
+        log.info(
+            "metadata log rewritten dir=%s base_offset=%d log_start_offset=%d entries=%d bytes=%d",
+            self._directory,
+            base,
+            plan.start,
+            len(positions),
+            position,
+        )
+
+    def _edit_log(self, plan: _Plan) -> None:
+        """Truncate and append in place; one fsync (or fdatasync) for both."""
+        fd = self._log_fd
+        file_end = self._file_end
+        if plan.truncate_position is not None:
+            os.ftruncate(fd, plan.truncate_position)
+            file_end = plan.truncate_position
+        appended: list[int] = []
+        if plan.new_frames:
+            blob = b"".join(plan.new_frames)
+            for frame in plan.new_frames:
+                appended.append(file_end)
+                file_end += len(frame)
+            _pwrite_all(fd, blob, appended[0])
+        if plan.truncate_position is not None:
+            # A size change is metadata: fsync, not only fdatasync, makes the cut durable.
+            os.fsync(fd)
+        elif plan.new_frames:
+            os.fdatasync(fd)
+        plan.appended_positions = appended
+        plan.file_base = self._file_base
+        plan.file_end = file_end
+
+    def _apply(self, plan: _Plan) -> None:
+        """Adopt the state ``plan`` made durable (in place: appends are the common case)."""
+        if plan.snapshot is not None:
+            self._snapshot = plan.snapshot
+        self._start = plan.start
+        del self._entries[: plan.drop]
+        del self._entries[plan.keep_count :]
+        self._entries.extend(plan.new_entries)
+        if plan.positions is not None:
+            self._positions = plan.positions
+        else:
+            del self._positions[: plan.drop]
+            del self._positions[plan.keep_count :]
+            self._positions.extend(plan.appended_positions)
+        self._file_base = plan.file_base
+        self._file_end = plan.file_end
+        for name in plan.deleted:
+            self._snapshot_files.pop(name, None)
+        self._snapshot_files.update(plan.snapshot_sizes)
+        if plan.hard_state is not None:
+            self._hard_state = plan.hard_state
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What one ``write`` will do, computed and validated before any I/O."""
+
+    start: int
+    #: Entries kept from the current in-memory log: ``[drop, drop + keep_count)``.
+    keep_count: int
+    drop: int = 0
+    snapshot: Snapshot | None = None
+    snapshot_blob: bytes | None = None
+    #: Snapshot file names to keep (the rest are deleted); ``None``: no snapshot change.
+    keep: set[str] | None = None
+    #: Rewrite the log file to start at this offset (``None``: edit it in place).
+    rewrite_base: int | None = None
+    #: Index into the current entries where the rewritten file's frames start.
+    rewrite_from: int = 0
+    truncate_position: int | None = None
+    new_entries: Sequence[Entry] = ()
+    new_frames: list[bytes] = field(default_factory=list)
+    hard_state: HardState | None = None
+    hard_state_blob: bytes | None = None
+    # Filled in by the I/O.
+    positions: list[int] | None = None
+    appended_positions: list[int] = field(default_factory=list)
+    file_base: int = 0
+    file_end: int = 0
+    deleted: list[str] = field(default_factory=list)
+    snapshot_sizes: dict[str, int] = field(default_factory=dict)
+
+
+# --- recovery ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Recovered:
+    """State rebuilt from the directory by :func:`_recover`."""
+
+    log_fd: int
+    hard_state: HardState
+    snapshot: Snapshot | None
+    start: int
+    entries: list[Entry]
+    positions: list[int]
+    file_base: int
+    file_end: int
+    snapshot_files: dict[str, int]
+
+
+def _recover(directory: Path) -> _Recovered:
+    """Rebuild the storage state from ``directory`` (see :meth:`DiskStorage.open`)."""
+    names = set(os.listdir(directory))
+    _remove_temporaries(directory, names)
+    checkpoints = {name: parsed for name in names if (parsed := parse_snapshot_name(name))}
+    hard_state = _recover_quorum_state(directory, names, bool(checkpoints))
+    if LOG_FILE not in names:
+        if checkpoints or hard_state != _INITIAL_HARD_STATE:
+            raise CorruptMetadataStorageError(
+                f"log file missing dir={directory} file={LOG_FILE} "
+                f"snapshots={len(checkpoints)} epoch={hard_state.epoch}"
+            )
+        # Only a crash while creating the directory gets here (quorum-state comes first).
+        _write_atomically(directory / LOG_FILE, encode_log_header(0))
+    raw = (directory / LOG_FILE).read_bytes()
+    try:
+        file_base = decode_log_header(raw)
+    except FrameError as exc:
+        # The header is only ever written by an atomic replace: a bad one is not a torn
+        # write but damage, and without it nothing says where the entries belong.
+        raise CorruptMetadataStorageError(
+            f"corrupt log header dir={directory} file={LOG_FILE} reason={exc.reason}"
+        ) from exc
+    scanned, positions, valid_end = _scan_log(directory, raw, file_base)
+    log_fd = os.open(directory / LOG_FILE, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        if valid_end < len(raw):
+            os.ftruncate(log_fd, valid_end)
+            os.fsync(log_fd)
+        snapshot = _choose_snapshot(directory, checkpoints, file_base)
+        if snapshot is None and file_base > 0:
+            raise CorruptMetadataStorageError(
+                f"no valid snapshot covers the log's start dir={directory} "
+                f"base_offset={file_base} snapshots={sorted(checkpoints)}"
+            )
+        start = 0 if snapshot is None else snapshot.end_offset
+        log_end = file_base + len(scanned)
+        reset = False
+        if snapshot is not None:
+            cut = start - file_base
+            if start > log_end:
+                # A crash after saving an installed snapshot, before the log was reset.
+                log.info(
+                    "metadata log behind snapshot, resetting dir=%s log_end_offset=%d "
+                    "snapshot_end_offset=%d",
+                    directory,
+                    log_end,
+                    start,
+                )
+                reset = True
+            elif cut > 0 and scanned[cut - 1].epoch != snapshot.epoch:
+                # Our entry before the snapshot's end is not the committed one, so nothing
+                # after it is committed either (log matching): drop, never serve it.
+                log.warning(
+                    "metadata log does not continue snapshot, resetting dir=%s "
+                    "offset=%d log_epoch=%d snapshot_epoch=%d entries_dropped=%d",
+                    directory,
+                    start - 1,
+                    scanned[cut - 1].epoch,
+                    snapshot.epoch,
+                    log_end - start,
+                )
+                reset = True
+        if reset:
+            os.close(log_fd)
+            log_fd = -1
+            header = encode_log_header(start)
+            _write_atomically(directory / LOG_FILE, header)
+            log_fd = os.open(directory / LOG_FILE, os.O_RDWR | os.O_CLOEXEC)
+            entries: list[Entry] = []
+            positions = []
+            file_base, file_end = start, len(header)
+        else:
+            cut = start - file_base
+            entries, positions, file_end = scanned[cut:], positions[cut:], valid_end
+        sizes = {
+            name: (directory / name).stat().st_size
+            for name in checkpoints
+            if (directory / name).exists()
+        }
+    except BaseException:
+        if log_fd >= 0:
+            os.close(log_fd)
+        raise
+    return _Recovered(
+        log_fd=log_fd,
+        hard_state=hard_state,
+        snapshot=snapshot,
+        start=start,
+        entries=entries,
+        positions=positions,
+        file_base=file_base,
+        file_end=file_end,
+        snapshot_files=sizes,
+    )
+
+
+def _remove_temporaries(directory: Path, names: set[str]) -> None:
+    """Delete leftovers of interrupted atomic writes; their targets are intact."""
+    strays = sorted(name for name in names if name.endswith(_TMP_SUFFIX))
+    for name in strays:
+        log.warning(
+            "metadata log stray temporary file removed dir=%s file=%s bytes=%d",
+            directory,
+            name,
+            (directory / name).stat().st_size,
+        )
+        os.unlink(directory / name)
+        names.discard(name)
+    if strays:
+        _fsync_directory(directory)
+
+
+def _recover_quorum_state(directory: Path, names: set[str], has_snapshots: bool) -> HardState:
+    """Read and validate ``quorum-state``, or create it for a new directory."""
+    path = directory / QUORUM_STATE_FILE
+    if QUORUM_STATE_FILE in names:
+        with open(path, "rb") as handle:
+            # Read one byte past the limit so an oversized file is caught without reading it.
+            raw = handle.read(MAX_QUORUM_STATE_BYTES + 1)
+        return decode_quorum_state(raw, str(path))
+    if LOG_FILE in names or has_snapshots:
+        # Recreating it would forget a vote this node may have cast: refuse.
+        raise CorruptMetadataStorageError(
+            f"quorum-state missing next to a log dir={directory} file={QUORUM_STATE_FILE}"
+        )
+    _write_atomically(path, encode_quorum_state(_INITIAL_HARD_STATE))
+    log.info("metadata log directory initialised dir=%s", directory)
+    return _INITIAL_HARD_STATE
+
+
+def _scan_log(directory: Path, raw: bytes, base_offset: int) -> tuple[list[Entry], list[int], int]:
+    """Frames of ``raw`` up to the first bad one: ``(entries, positions, valid_end)``."""
+    view = memoryview(raw)
+    entries: list[Entry] = []
+    positions: list[int] = []
+    position = LOG_HEADER_SIZE
+    expected = base_offset
+    reason = ""
+    while position < len(raw):
+        try:
+            frame = decode_frame(view, position)
+        except FrameError as exc:
+            reason = exc.reason
+            break
+        if frame.entry.offset != expected:
+            reason = f"offset_gap expected={expected} found={frame.entry.offset}"
+            break
+        entries.append(frame.entry)
+        positions.append(position)
+        position = frame.end
+        expected += 1
+    if position < len(raw):
+        log.warning(
+            "metadata log truncated at bad frame dir=%s file=%s position=%d bytes_dropped=%d "
+            "next_offset=%d reason=%s",
+            directory,
+            LOG_FILE,
+            position,
+            len(raw) - position,
+            expected,
+            reason,
+        )
+    return entries, positions, position
+
+
+def _choose_snapshot(
+    directory: Path, checkpoints: dict[str, tuple[int, int]], file_base: int
+) -> Snapshot | None:
+    """The newest valid snapshot whose end the log reaches (``end >= file_base``)."""
+    ordered = sorted(checkpoints.items(), key=lambda item: item[1], reverse=True)
+    for name, (end_offset, epoch) in ordered:
+        if end_offset < file_base:
+            # Older than the log's start: left over from a reset; the log cannot follow it.
+            continue
+        path = directory / name
+        size = path.stat().st_size
+        if size > SNAPSHOT_HEADER_SIZE + MAX_SNAPSHOT_BYTES:
+            reason = f"too_large size={size}"
+        else:
+            try:
+                return decode_snapshot(path.read_bytes(), end_offset, epoch)
+            except FrameError as exc:
+                reason = str(exc)
+        log.warning(
+            "metadata log corrupt snapshot ignored dir=%s file=%s reason=%s",
+            directory,
+            name,
+            reason,
+        )
+    return None
+
+
+# --- file primitives ----------------------------------------------------------------------------
+
+
+def _lock_directory(directory: Path) -> int:
+    """Take an exclusive ``flock`` on the directory's lock file; returns its descriptor."""
+    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        os.close(fd)
+        raise KafkaStorageError(
+            f"metadata log dir is in use by another process or instance dir={directory}"
+        ) from exc
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Temp file, write, fsync, rename over ``path``, fsync the directory: all or nothing.
+
+    The same steps as ``replica.log_manager.write_file_atomically``, kept here so the
+    controller does not import the broker's modules.
+    """
+    temporary = path.with_name(path.name + _TMP_SUFFIX)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        _pwrite_all(fd, data, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    _fsync_directory(path.parent)
+
+
+def _pwrite_all(fd: int, data: bytes, position: int) -> None:
+    """``pwrite`` until all of ``data`` is written (a short write is legal)."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make creations, renames and deletions in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,53 @@
+"""The simulator has teeth: deliberately broken cores fail within a few seeds.
+
+Each test patches one Raft rule out of the core (pytest's monkeypatch restores it) and
+expects :class:`SimulationFailure`. If one of these ever passes, the invariant checker has
+gone blind, and a green simulation run means nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.raft import node as raft_node
+from controller.raft.messages import ErrorCode, FetchResponse
+from controller.raft.node import Rejection
+from tests.sim.simulator import SimulationFailure, run_seed
+
+SEEDS = 200
+
+
+def _first_failure() -> str:
+    for seed in range(SEEDS):
+        try:
+            run_seed(seed)
+        except SimulationFailure as failure:
+            return str(failure)
+    raise AssertionError(f"no failure in {SEEDS} seeds: the checker missed an injected bug")
+
+
+def test_votes_for_stale_logs_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Break section 5.4.1 (election restriction): leader completeness must fail."""
+    monkeypatch.setattr(raft_node.RaftNode, "_log_is_up_to_date", lambda self, epoch, end: True)
+    assert "replay: LOGRAFT_SIM_SEED=" in _first_failure()
+
+
+def test_trusting_the_leaders_high_watermark_blindly_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Break the follower's ``min(leader HW, matched end)``: a replica applies wrong entries."""
+    original = raft_node.RaftNode._on_fetch_response
+
+    def trusting(self: raft_node.RaftNode, m: FetchResponse) -> Rejection | None:
+        result = original(self, m)
+        if (
+            m.error is ErrorCode.NONE
+            and m.epoch == self.epoch
+            and self._high_watermark < m.high_watermark <= self.log_end_offset
+        ):
+            self._high_watermark = m.high_watermark
+        return result
+
+    monkeypatch.setattr(raft_node.RaftNode, "_on_fetch_response", trusting)
+    message = _first_failure()
+    assert "safety" in message or "committed" in message or "completeness" in message
