@@ -79,8 +79,32 @@ class ReplicaState(_message.Message):
     lag: int
     def __init__(self, replica_id: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
 
+class BrokerState(_message.Message):
+    __slots__ = ("broker_id", "broker_epoch", "fenced", "in_controlled_shutdown", "host", "port")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    IN_CONTROLLED_SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    broker_epoch: int
+    fenced: bool
+    in_controlled_shutdown: bool
+    host: str
+    port: int
+    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., fenced: _Optional[bool] = ..., in_controlled_shutdown: _Optional[bool] = ..., host: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
+class OfflinePartition(_message.Message):
+    __slots__ = ("topic", "partition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
 class DescribeQuorumResponse(_message.Message):
-    __slots__ = ("error_code", "error_message", "leader_id", "leader_epoch", "high_watermark", "voters", "observers")
+    __slots__ = ("error_code", "error_message", "leader_id", "leader_epoch", "high_watermark", "voters", "observers", "brokers", "offline_partitions", "metadata_offset")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +112,9 @@ class DescribeQuorumResponse(_message.Message):
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     VOTERS_FIELD_NUMBER: _ClassVar[int]
     OBSERVERS_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
+    OFFLINE_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
     error_code: int
     error_message: str
     leader_id: int
@@ -95,4 +122,7 @@ class DescribeQuorumResponse(_message.Message):
     high_watermark: int
     voters: _containers.RepeatedCompositeFieldContainer[ReplicaState]
     observers: _containers.RepeatedCompositeFieldContainer[ReplicaState]
-    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., leader_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., high_watermark: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[ReplicaState, _Mapping]]] = ..., observers: _Optional[_Iterable[_Union[ReplicaState, _Mapping]]] = ...) -> None: ...
+    brokers: _containers.RepeatedCompositeFieldContainer[BrokerState]
+    offline_partitions: _containers.RepeatedCompositeFieldContainer[OfflinePartition]
+    metadata_offset: int
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., leader_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., high_watermark: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[ReplicaState, _Mapping]]] = ..., observers: _Optional[_Iterable[_Union[ReplicaState, _Mapping]]] = ..., brokers: _Optional[_Iterable[_Union[BrokerState, _Mapping]]] = ..., offline_partitions: _Optional[_Iterable[_Union[OfflinePartition, _Mapping]]] = ..., metadata_offset: _Optional[int] = ...) -> None: ...

@@ -297,4 +297,19 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
                 response.observers.add(
                     replica_id=replica_id, log_end_offset=known.log_end_offset, lag=known.lag
                 )
+        image = self._machine.image
+        response.metadata_offset = image.offset
+        for broker_id, broker in sorted(image.brokers.items()):
+            listener = broker.listeners[0]
+            response.brokers.add(
+                broker_id=broker_id,
+                broker_epoch=broker.broker_epoch,
+                fenced=broker.fenced,
+                in_controlled_shutdown=broker.in_controlled_shutdown,
+                host=listener.host,
+                port=listener.port,
+            )
+        for topic, partition_id, state in image.iter_partitions():
+            if state.leader < 0:
+                response.offline_partitions.add(topic=topic.name, partition=partition_id)
         return response

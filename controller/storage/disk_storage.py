@@ -142,7 +142,7 @@ class DiskStorage:
         Recovery, files being untrusted input:
 
         * ``*.tmp`` files (an interrupted atomic write) are removed with a WARNING.
-        * ``quorum-state`` must be valid (magic fields, version, ranges, CRC); a corrupt
+        * ``quorum-state`` must be valid (exact fields, version, ranges, CRC); a corrupt
           one, or a missing one next to a log or snapshots, raises
           :class:`~controller.storage.formats.CorruptMetadataStorageError` (a
           ``KafkaStorageError``): resetting a vote could let this node vote twice.
@@ -154,11 +154,13 @@ class DiskStorage:
           snapshot's end means committed entries are gone: fatal.
         * If that snapshot covers more than the log, or the log's entry at its last offset
           has another epoch (a crash between saving an installed snapshot and resetting
-          the log), the log is reset to start at the snapshot's end. Entries below the
-          snapshot's end stay on disk but are not served.
+          the log), the log is reset to start at the snapshot's end. Otherwise entries
+          between the log's base and the snapshot's end stay on disk (the fallback for an
+          older snapshot) but are not served.
 
         Raises ``KafkaStorageError`` when the directory is locked by another opener or an
-        I/O error occurs.
+        I/O error occurs. Blocking (it reads the whole log and the chosen snapshot): call
+        it before the event loop serves, or from a worker thread.
         """
         path = Path(directory)
         try:
@@ -177,13 +179,14 @@ class DiskStorage:
         storage = cls(path, lock_fd, state)
         log.info(
             "metadata log opened dir=%s epoch=%d voted_for=%s log_start_offset=%d "
-            "log_end_offset=%d snapshot=%s",
+            "log_end_offset=%d snapshot_epoch=%s size_bytes=%d",
             path,
             storage._hard_state.epoch,
             storage._hard_state.voted_for,
             storage._start,
             storage.log_end_offset(),
-            storage.snapshot_id(),
+            None if state.snapshot is None else state.snapshot.epoch,
+            storage.size_bytes(),
         )
         return storage
 

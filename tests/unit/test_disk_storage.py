@@ -348,6 +348,28 @@ def test_write_makes_each_step_durable_in_the_core_order(
     assert_same(opened, mem)
 
 
+def test_atomic_write_syncs_the_file_then_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        trace.append("fsync dir" if os.path.isdir(f"/proc/self/fd/{fd}") else "fsync file")
+        real_fsync(fd)
+
+    def replace(src: Path, dst: Path) -> None:
+        trace.append(f"replace {Path(src).name} {Path(dst).name}")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    disk_storage_module._write_atomically(tmp_path / "f", b"data")
+    assert trace == ["fsync file", "replace f.tmp f", "fsync dir"]
+    assert (tmp_path / "f").read_bytes() == b"data"
+    assert os.listdir(tmp_path) == ["f"]
+
+
 def test_invalid_ready_raises_before_any_io(opened: DiskStorage) -> None:
     opened.write(make_ready(entries=entries_from(0, [1, 1])))
     before = (opened.directory / LOG_FILE).read_bytes()
