@@ -7,6 +7,8 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from cluster.wire import broker_pb2_grpc as pb_grpc
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
+POLL_INTERVAL_S = 0.05
 
 
 def free_port() -> int:
@@ -34,6 +37,7 @@ class NodeProcess:
     node_id: int = 1
     port: int = field(default_factory=free_port)
     configs: dict[str, str] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -44,8 +48,8 @@ class NodeProcess:
     def log_path(self) -> Path:
         return self.data_dir.parent / f"node-{self.node_id}.log"
 
-    def start(self) -> None:
-        """Start the process and return once it answers a Metadata request."""
+    def start(self, wait: bool = True) -> None:
+        """Start the process; with ``wait``, return once it answers a Metadata request."""
         assert self.process is None or self.process.poll() is not None, "already running"
         command = [
             sys.executable,
@@ -60,11 +64,13 @@ class NodeProcess:
         ]
         for name, value in self.configs.items():
             command += ["--config", f"{name}={value}"]
+        command += self.extra_args
         with open(self.log_path, "ab") as log_file:
             self.process = subprocess.Popen(
                 command, stdout=log_file, stderr=subprocess.STDOUT, env=dict(os.environ)
             )
-        self.wait_ready()
+        if wait:
+            self.wait_ready()
 
     def wait_ready(self) -> None:
         with grpc.insecure_channel(self.address) as channel:
@@ -96,3 +102,15 @@ class NodeProcess:
         except subprocess.TimeoutExpired:
             self.kill()
             raise AssertionError(f"node {self.node_id} ignored SIGTERM") from None
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll a condition on the cluster's state until it holds (bounded by ``timeout_s``).
+
+    It waits for a state to be reached, and asserts nothing about how long that took.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(POLL_INTERVAL_S)

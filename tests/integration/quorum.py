@@ -1,0 +1,110 @@
+"""A three-node combined-mode cluster of real processes for integration tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from cluster.wire import broker_pb2 as pb
+from cluster.wire import broker_pb2_grpc as pb_grpc
+from cluster.wire import controller_pb2 as cpb
+from cluster.wire import controller_pb2_grpc as cpb_grpc
+from tests.integration.nodes import NodeProcess, free_port, wait_until
+
+RPC_TIMEOUT_S = 5.0
+CLUSTER_TIMEOUT_S = 60.0
+
+
+@dataclass
+class QuorumCluster:
+    """Nodes 1..n, each broker and controller, voters of one quorum."""
+
+    base_dir: Path
+    size: int = 3
+    nodes: dict[int, NodeProcess] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        ports = {n: free_port() for n in range(1, self.size + 1)}
+        voters = ",".join(f"{n}@127.0.0.1:{p}" for n, p in ports.items())
+        for node_id, port in ports.items():
+            self.nodes[node_id] = NodeProcess(
+                data_dir=self.base_dir / f"node-{node_id}",
+                node_id=node_id,
+                port=port,
+                extra_args=["--controller-quorum-voters", voters],
+            )
+
+    def start(self) -> None:
+        for node in self.nodes.values():
+            node.start(wait=False)
+        wait_until(self.healthy, CLUSTER_TIMEOUT_S, "a healthy cluster")
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            node.kill()
+
+    def alive(self) -> list[NodeProcess]:
+        return [n for n in self.nodes.values() if n.process and n.process.poll() is None]
+
+    def describe_quorum(self, node: NodeProcess) -> cpb.DescribeQuorumResponse | None:
+        try:
+            with grpc.insecure_channel(node.address) as channel:
+                response: cpb.DescribeQuorumResponse = cpb_grpc.ControllerStub(
+                    channel
+                ).DescribeQuorum(cpb.DescribeQuorumRequest(), timeout=RPC_TIMEOUT_S)
+                return response
+        except grpc.RpcError:
+            return None
+
+    def metadata(
+        self, node: NodeProcess, topics: list[str] | None = None
+    ) -> pb.MetadataResponse | None:
+        try:
+            with grpc.insecure_channel(node.address) as channel:
+                response: pb.MetadataResponse = pb_grpc.BrokerStub(channel).Metadata(
+                    pb.MetadataRequest(topics=topics or []), timeout=RPC_TIMEOUT_S
+                )
+                return response
+        except grpc.RpcError:
+            return None
+
+    def healthy(self) -> bool:
+        """Every live node answers, knows a controller, and lists every live broker."""
+        live = {n.node_id for n in self.alive()}
+        for node in self.alive():
+            metadata = self.metadata(node)
+            if metadata is None or metadata.controller_id < 0:
+                return False
+            if {b.node_id for b in metadata.brokers} != live:
+                return False
+        return True
+
+    def active_controller(self) -> int:
+        for node in self.alive():
+            answer = self.describe_quorum(node)
+            if answer is not None and answer.leader_id >= 0:
+                return answer.leader_id
+        return -1
+
+    def create_topic(self, node: NodeProcess, name: str, partitions: int, rf: int) -> int:
+        """CreateTopics through ``node``; returns the error code (0: created)."""
+        with grpc.insecure_channel(node.address) as channel:
+            response = pb_grpc.BrokerStub(channel).CreateTopics(
+                pb.CreateTopicsRequest(
+                    topics=[
+                        pb.CreatableTopic(
+                            name=name, num_partitions=partitions, replication_factor=rf
+                        )
+                    ]
+                ),
+                timeout=30,
+            )
+        return int(response.topics[0].error_code)
+
+    def leaders(self, node: NodeProcess, topic: str) -> dict[int, int]:
+        metadata = self.metadata(node, [topic])
+        if metadata is None or metadata.topics[0].error_code:
+            return {}
+        return {p.partition: p.leader_id for p in metadata.topics[0].partitions}

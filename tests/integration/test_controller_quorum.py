@@ -1,0 +1,94 @@
+"""The controller quorum with real processes: failover, fencing, restart of every node."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cluster.errors import InvalidReplicationFactorError
+from tests.integration.nodes import wait_until
+from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[QuorumCluster]:
+    running = QuorumCluster(tmp_path)
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_kill9_active_controller_elects_another_and_topics_can_be_created(
+    cluster: QuorumCluster,
+) -> None:
+    first = cluster.active_controller()
+    assert first in cluster.nodes
+    cluster.nodes[first].kill()
+    survivor = next(n for n in cluster.alive())
+    wait_until(
+        lambda: cluster.active_controller() not in (-1, first),
+        CLUSTER_TIMEOUT_S,
+        "a new active controller",
+    )
+    wait_until(
+        lambda: cluster.create_topic(survivor, "after-failover", 3, 2) == 0,
+        CLUSTER_TIMEOUT_S,
+        "CreateTopics to succeed",
+    )
+    assert set(cluster.leaders(survivor, "after-failover")) == {0, 1, 2}
+
+
+def test_kill9_broker_is_fenced_and_its_partitions_get_new_leaders(
+    cluster: QuorumCluster,
+) -> None:
+    any_node = cluster.nodes[1]
+    assert cluster.create_topic(any_node, "spread", 6, 3) == 0
+    wait_until(lambda: len(cluster.leaders(any_node, "spread")) == 6, 30, "leaders")
+    leaders = cluster.leaders(any_node, "spread")
+    victim = leaders[0]
+    led = {p for p, leader in leaders.items() if leader == victim}
+    cluster.nodes[victim].kill()
+    observer = next(n for n in cluster.alive())
+    wait_until(
+        lambda: all(
+            cluster.leaders(observer, "spread").get(p, victim) not in (victim, -1) for p in led
+        ),
+        CLUSTER_TIMEOUT_S,
+        "new leaders for the victim's partitions",
+    )
+    metadata = cluster.metadata(observer, ["spread"])
+    assert metadata is not None
+    assert victim not in {b.node_id for b in metadata.brokers}
+    for partition in metadata.topics[0].partitions:
+        assert victim not in partition.isr_nodes
+        assert partition.leader_id in partition.isr_nodes
+    # Two live brokers cannot host three replicas.
+    assert cluster.create_topic(observer, "too-wide", 1, 3) == InvalidReplicationFactorError.code
+
+
+def test_restarting_every_node_at_once_keeps_the_metadata(cluster: QuorumCluster) -> None:
+    node = cluster.nodes[1]
+    for index in range(5):
+        assert cluster.create_topic(node, f"kept-{index}", 2, 3) == 0
+    before = cluster.metadata(node)
+    assert before is not None
+    expected = {
+        t.name: [(p.partition, tuple(p.replica_nodes)) for p in t.partitions] for t in before.topics
+    }
+    for each in cluster.nodes.values():
+        each.kill()
+    cluster.start()
+    for each in cluster.nodes.values():
+        after = cluster.metadata(each)
+        assert after is not None
+        got = {
+            t.name: [(p.partition, tuple(p.replica_nodes)) for p in t.partitions]
+            for t in after.topics
+        }
+        assert got == expected
