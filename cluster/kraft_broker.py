@@ -41,6 +41,7 @@ __all__ = ["ControllerClient", "KRaftBroker"]
 log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 0.4
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
 CONTROLLER_CALL_TIMEOUT_S = 10.0
 RETRY_BACKOFF_S = 0.2
 
@@ -145,11 +146,40 @@ class KRaftBroker:
         self._task = asyncio.create_task(self._lifecycle(), name="broker-lifecycle")
 
     async def stop(self) -> None:
-        """Stop heartbeating (the controller fences this broker after its session)."""
+        """Controlled shutdown, then stop heartbeating.
+
+        The broker asks the controller to move leadership of its partitions elsewhere and
+        waits (bounded) until the controller says it may go, so clients switch leaders
+        before the process exits instead of waiting for the session to expire.
+        """
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self.broker_epoch >= 0:
+            try:
+                await asyncio.wait_for(self._controlled_shutdown(), CONTROLLED_SHUTDOWN_TIMEOUT_S)
+            except (TimeoutError, LograftError) as exc:
+                log.warning("controlled shutdown incomplete node_id=%d error=%r", self.node_id, exc)
         await self._controllers.close()
+
+    async def _controlled_shutdown(self) -> None:
+        while True:
+            response = await self._controllers.call(
+                "BrokerHeartbeat",
+                cpb.BrokerHeartbeatRequest(
+                    broker_id=self.node_id,
+                    broker_epoch=self.broker_epoch,
+                    current_metadata_offset=self._machine.applied_end_offset,
+                    want_shut_down=True,
+                ),
+                timeout_s=CONTROLLED_SHUTDOWN_TIMEOUT_S,
+            )
+            if response.error_code:
+                raise error_for_code(response.error_code, response.error_message)
+            if response.should_shut_down:
+                log.info("controlled shutdown complete node_id=%d", self.node_id)
+                return
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S / 4)
 
     # ---- registration and heartbeats ----------------------------------------------------
 

@@ -33,6 +33,7 @@ from controller.logic import (
     broker_heartbeat,
     create_topics,
     delete_topics,
+    elect_preferred_leaders,
     fence_expired_brokers,
     register_broker,
 )
@@ -47,6 +48,8 @@ log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 FENCE_CHECK_INTERVAL_S = 0.1
+LEADER_IMBALANCE_CHECK_INTERVAL_MS = 5000
+"""Kafka checks every 300 s; a small cluster can afford to restore leaders sooner."""
 
 
 def _now_ms() -> int:
@@ -73,6 +76,7 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
         self._lock = asyncio.Lock()
         self._active_epoch = -1
         self._fencer: asyncio.Task[None] | None = None
+        self._last_rebalance_ms = 0
 
     # ---- activity -----------------------------------------------------------------------
 
@@ -127,6 +131,20 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
                 continue
             if fenced:
                 log.warning("brokers fenced after session timeout broker_ids=%s", list(fenced))
+            if self._now_ms() - self._last_rebalance_ms >= LEADER_IMBALANCE_CHECK_INTERVAL_MS:
+                self._last_rebalance_ms = self._now_ms()
+                try:
+                    elected = await self._decide(
+                        lambda: elect_preferred_leaders(self._machine.image)
+                    )
+                except LograftError as exc:
+                    log.warning("preferred leader election failed error=%s", exc)
+                    continue
+                if elected:
+                    log.info(
+                        "preferred leaders restored partitions=%s",
+                        [str(e.topic_partition) for e in elected],
+                    )
 
     # ---- the decision pipeline ----------------------------------------------------------
 

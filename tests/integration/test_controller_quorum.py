@@ -92,3 +92,22 @@ def test_restarting_every_node_at_once_keeps_the_metadata(cluster: QuorumCluster
             for t in after.topics
         }
         assert got == expected
+
+
+def test_controlled_shutdown_moves_leadership_before_the_broker_exits(
+    cluster: QuorumCluster,
+) -> None:
+    any_node = cluster.nodes[1]
+    assert cluster.create_topic(any_node, "handover", 6, 3) == 0
+    wait_until(lambda: len(cluster.leaders(any_node, "handover")) == 6, 30, "leaders")
+    leaders = cluster.leaders(any_node, "handover")
+    leaving = leaders[0]
+    assert cluster.nodes[leaving].stop() == 0
+    assert "controlled shutdown complete" in cluster.nodes[leaving].read_log()
+    observer = next(n for n in cluster.alive())
+    wait_until(
+        lambda: leaving not in cluster.leaders(observer, "handover").values(),
+        CLUSTER_TIMEOUT_S,
+        "leadership to move away",
+    )
+    assert -1 not in cluster.leaders(observer, "handover").values()
