@@ -1,0 +1,103 @@
+"""``lograft cluster status``: the quorum, the brokers and partitions without a leader.
+
+Asks any reachable node for DescribeQuorum, then asks the active controller itself, which
+alone knows each voter's lag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+
+from cluster.errors import BrokerNotAvailableError
+from cluster.wire import controller_pb2 as cpb
+from cluster.wire import controller_pb2_grpc as cpb_grpc
+
+__all__ = ["describe_cluster", "render_status"]
+
+TIMEOUT_S = 5.0
+
+
+def _describe(address: str, timeout_s: float) -> cpb.DescribeQuorumResponse | None:
+    try:
+        with grpc.insecure_channel(address) as channel:
+            response: cpb.DescribeQuorumResponse = cpb_grpc.ControllerStub(channel).DescribeQuorum(
+                cpb.DescribeQuorumRequest(), timeout=timeout_s
+            )
+            return response
+    except grpc.RpcError:
+        return None
+
+
+def describe_cluster(bootstrap: Sequence[str], timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
+    """The cluster as JSON-ready data; raises ``BrokerNotAvailableError`` if none answers."""
+    answer = None
+    for address in bootstrap:
+        answer = _describe(address, timeout_s)
+        if answer is not None:
+            break
+    if answer is None:
+        raise BrokerNotAvailableError(f"no node answered DescribeQuorum at {list(bootstrap)}")
+    leader = next((b for b in answer.brokers if b.broker_id == answer.leader_id), None)
+    if leader is not None:
+        # Only the leader knows how far behind each voter is.
+        answer = _describe(f"{leader.host}:{leader.port}", timeout_s) or answer
+    return {
+        "quorum": {
+            "leader_id": answer.leader_id,
+            "epoch": answer.leader_epoch,
+            "high_watermark": answer.high_watermark,
+            "voters": [
+                {"node_id": v.replica_id, "log_end_offset": v.log_end_offset, "lag": v.lag}
+                for v in answer.voters
+            ],
+            "observers": [
+                {"node_id": o.replica_id, "log_end_offset": o.log_end_offset, "lag": o.lag}
+                for o in answer.observers
+            ],
+        },
+        "metadata_offset": answer.metadata_offset,
+        "brokers": [
+            {
+                "node_id": b.broker_id,
+                "broker_epoch": b.broker_epoch,
+                "fenced": b.fenced,
+                "in_controlled_shutdown": b.in_controlled_shutdown,
+                "address": f"{b.host}:{b.port}",
+            }
+            for b in answer.brokers
+        ],
+        "offline_partitions": [f"{p.topic}-{p.partition}" for p in answer.offline_partitions],
+    }
+
+
+def render_status(status: dict[str, Any]) -> str:
+    """The status as the text ``lograft cluster status`` prints."""
+    quorum = status["quorum"]
+    lines = [
+        f"Quorum: leader {quorum['leader_id']}  epoch {quorum['epoch']}  "
+        f"high watermark {quorum['high_watermark']}",
+    ]
+    for voter in quorum["voters"]:
+        lag = "?" if voter["lag"] < 0 else str(voter["lag"])
+        role = "leader" if voter["node_id"] == quorum["leader_id"] else "voter"
+        lines.append(f"  {role:<7} {voter['node_id']:<4} lag {lag}")
+    for observer in quorum["observers"]:
+        lines.append(f"  observer {observer['node_id']:<4} lag {observer['lag']}")
+    lines.append("Brokers:")
+    for broker in status["brokers"]:
+        state = "fenced" if broker["fenced"] else "unfenced"
+        if broker["in_controlled_shutdown"]:
+            state += ", shutting down"
+        lines.append(
+            f"  {broker['node_id']:<4} {broker['address']:<21} epoch {broker['broker_epoch']:<4} "
+            f"{state}"
+        )
+    offline = status["offline_partitions"]
+    lines.append(f"Partitions without a leader: {len(offline)}")
+    lines.extend(f"  {name}" for name in offline[:50])
+    if len(offline) > 50:
+        lines.append(f"  ... and {len(offline) - 50} more")
+    return "\n".join(lines)
