@@ -1,9 +1,9 @@
-# lograft: `make run` starts a node with a short demo; `make test` runs lint, types and tests.
+# lograft: `make run` starts a three-node cluster with a short demo; `make test` runs lint, types and tests.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DATA ?= data
+DATA ?= data/cluster
 
 .PHONY: sim lock install run test lint format typecheck unit integration proto proto-check bench clean
 
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-## Start one node on 127.0.0.1:9092 with data under ./data, run a short demo, keep serving.
+## Start a three-node cluster on 127.0.0.1:9092-9094 (data in ./data/cluster) and run a short demo.
 run: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m cluster.demo --data-dir $(DATA)
 

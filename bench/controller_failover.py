@@ -43,7 +43,8 @@ def _free_port() -> int:
 
 
 class Cluster:
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, extra: list[str] | None = None) -> None:
+        self.extra = extra or []
         self.ports = {n: _free_port() for n in (1, 2, 3)}
         self.voters = ",".join(f"{n}@127.0.0.1:{p}" for n, p in self.ports.items())
         self.base = base
@@ -66,6 +67,7 @@ class Cluster:
                 self.voters,
                 "--log-level",
                 "WARNING",
+                *self.extra,
             ],
             cwd=ROOT,
             stdout=log,
@@ -128,7 +130,9 @@ class Cluster:
                 raise SystemExit(f"timed out waiting for {what}")
             time.sleep(POLL_S)
 
-    def create_topic(self, node_id: int, name: str, partitions: int, rf: int) -> int:
+    def create_topic(
+        self, node_id: int, name: str, partitions: int, rf: int, timeout_s: float = 5
+    ) -> int:
         try:
             with grpc.insecure_channel(self.address(node_id)) as channel:
                 response = pb_grpc.BrokerStub(channel).CreateTopics(
@@ -139,7 +143,7 @@ class Cluster:
                             )
                         ]
                     ),
-                    timeout=5,
+                    timeout=timeout_s,
                 )
             return int(response.topics[0].error_code)
         except grpc.RpcError:

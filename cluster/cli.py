@@ -43,6 +43,7 @@ from cluster.client import (
     TopicPartition,
 )
 from cluster.errors import InvalidConfigError, InvalidRequestError, LograftError
+from cluster.launcher import add_cluster_commands, run_cluster_command
 
 __all__ = ["build_parser", "main"]
 
@@ -222,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
     )
 
+    add_cluster_commands(commands)
     commands.add_parser(
         "node",
         help="run a node: arguments go to `python -m cluster.node` (see `lograft node -h`)",
@@ -582,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     handlers: dict[str, Callable[[], int]] = {
         "topics": lambda: _cmd_topics(args, sys.stdout),
+        "cluster": lambda: run_cluster_command(args, sys.stdout, sys.stderr),
         "produce": lambda: _cmd_produce(args, sys.stdin.buffer, sys.stderr),
         "consume": lambda: _cmd_consume(args, sys.stdout.buffer, sys.stderr),
         "perf": lambda: (

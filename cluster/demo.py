@@ -1,110 +1,95 @@
-"""``make run``: start a node in ./data, show produce and consume, keep the node serving.
+"""``make run``: a local three-node cluster and a short demo; the cluster keeps running.
 
-This is a user-facing entry point (it prints to the terminal); the node runs as a child
-process and receives SIGTERM on Ctrl-C, so it shuts down cleanly.
+A user-facing entry point (it prints to the terminal). The cluster's processes outlive this
+command; ``lograft cluster down`` stops them.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import subprocess
-import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import grpc
-
 from cluster.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
-from cluster.errors import TopicAlreadyExistsError
+from cluster.errors import LograftError, TopicAlreadyExistsError
+from cluster.launcher import ClusterSpec, LocalCluster
 
-READY_TIMEOUT_S = 60.0
 DEMO_TOPIC = "demo"
-
-
-def _wait_ready(address: str, node: subprocess.Popen[bytes]) -> None:
-    with grpc.insecure_channel(address) as channel:
-        try:
-            grpc.channel_ready_future(channel).result(timeout=READY_TIMEOUT_S)
-        except grpc.FutureTimeoutError:
-            node.terminate()
-            raise SystemExit(f"the node did not start listening on {address}") from None
+DEMO_RECORDS = 12
+CONSUME_DEADLINE_S = 30.0
 
 
 def _demo(bootstrap: str) -> None:
     config = {"bootstrap.servers": bootstrap}
-    try:
-        AdminClient(config).create_topics([NewTopic(DEMO_TOPIC, num_partitions=3)])
-        print(f"created topic {DEMO_TOPIC!r} with 3 partitions")
-    except TopicAlreadyExistsError:
-        print(f"topic {DEMO_TOPIC!r} exists already (data kept from an earlier run)")
+    with AdminClient(config) as admin:
+        try:
+            admin.create_topics([NewTopic(DEMO_TOPIC, num_partitions=3, replication_factor=3)])[
+                DEMO_TOPIC
+            ].result()
+            print(f"created topic {DEMO_TOPIC!r}: 3 partitions, 3 replicas each")
+        except TopicAlreadyExistsError:
+            print(f"topic {DEMO_TOPIC!r} exists already (data kept from an earlier run)")
+        for description in admin.describe_topics([DEMO_TOPIC]):
+            for partition in description.partitions:
+                print(
+                    f"  partition {partition.partition}: leader {partition.leader}, "
+                    f"replicas {list(partition.replicas)}, isr {list(partition.isr)}"
+                )
     with Producer({**config, "acks": "all"}) as producer:
         futures = [
             producer.send(DEMO_TOPIC, f"hello {n}".encode(), key=f"user-{n % 4}".encode())
-            for n in range(12)
+            for n in range(DEMO_RECORDS)
         ]
         producer.flush()
         for future in futures[:3]:
             meta = future.result()
             print(f"produced to partition {meta.partition} at offset {meta.offset}")
-    consumer = Consumer({**config, "auto.offset.reset": "earliest"})
-    try:
+    with Consumer({**config, "auto.offset.reset": "earliest"}) as consumer:
         consumer.assign([TopicPartition(DEMO_TOPIC, p) for p in range(3)])
-        consumer.seek_to_beginning(*consumer.assignment())
+        consumer.seek_to_beginning()
         seen = 0
-        for _ in range(20):
+        deadline = time.monotonic() + CONSUME_DEADLINE_S
+        while seen < DEMO_RECORDS and time.monotonic() < deadline:
             for record in consumer.poll(timeout_ms=500):
                 seen += 1
                 if seen <= 5:
                     key = record.key.decode() if record.key else None
                     value = record.value.decode() if record.value else None
                     print(f"consumed p{record.partition}@{record.offset} key={key} value={value}")
-            if seen >= 12:
-                break
         print(f"consumed {seen} records in total")
-    finally:
-        consumer.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Start the node, run the demo, then serve until Ctrl-C."""
+    """Start (or find running) the local cluster, then run the demo."""
     parser = argparse.ArgumentParser(prog="python -m cluster.demo")
-    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get("DATA", "data")))
-    parser.add_argument("--listen", default="127.0.0.1:9092")
+    parser.add_argument("--data-dir", type=Path, default=Path("data/cluster"))
+    parser.add_argument("--base-port", type=int, default=9092)
     args = parser.parse_args(argv)
-    command = [
-        sys.executable,
-        "-m",
-        "cluster.node",
-        "--node-id",
-        "1",
-        "--data-dir",
-        str(args.data_dir / "node-1"),
-        "--listen",
-        args.listen,
-    ]
-    print(f"starting node 1 on {args.listen}, data in {args.data_dir / 'node-1'}")
-    node = subprocess.Popen(command)
+    cluster = LocalCluster(ClusterSpec(data_dir=args.data_dir, base_port=args.base_port))
     try:
-        _wait_ready(args.listen, node)
-        _demo(args.listen)
-        print(
-            "\nThe node keeps running. In another terminal:\n"
-            "  source .venv/bin/activate\n"
-            "  lograft topics list\n"
-            "  printf 'a\\nb\\n' | lograft produce demo\n"
-            "  lograft consume demo --from-beginning --max-messages 14\n"
-            "Press Ctrl-C to stop the node."
-        )
-        return node.wait()
-    except KeyboardInterrupt:
-        node.send_signal(signal.SIGTERM)
-        return node.wait(timeout=30)
-    finally:
-        if node.poll() is None:
-            node.send_signal(signal.SIGTERM)
-            node.wait(timeout=30)
+        started = cluster.up()
+    except LograftError as exc:
+        print(f"lograft: {exc}")
+        return 1
+    if started:
+        print(f"started nodes {started} with data in {args.data_dir}")
+    print(f"cluster is up; bootstrap {cluster.bootstrap}\n")
+    try:
+        _demo(cluster.bootstrap)
+    except LograftError as exc:
+        print(f"lograft: demo failed: {exc}")
+        return 1
+    print(
+        "\nThe cluster keeps running. Next:\n"
+        "  source .venv/bin/activate\n"
+        f"  lograft cluster status --data-dir {args.data_dir}\n"
+        "  lograft topics describe demo\n"
+        "  printf 'a\\nb\\n' | lograft produce demo\n"
+        f"  lograft consume demo --from-beginning --max-messages {DEMO_RECORDS + 2}\n"
+        f"  lograft cluster down --data-dir {args.data_dir}"
+    )
+    return 0
 
 
 if __name__ == "__main__":

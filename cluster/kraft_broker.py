@@ -14,7 +14,6 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -23,6 +22,7 @@ from cluster.errors import (
     BrokerIdNotRegisteredError,
     LograftError,
     NotControllerError,
+    RequestTimedOutError,
     StaleBrokerEpochError,
     error_for_code,
 )
@@ -34,6 +34,7 @@ from controller.quorum.driver import CHANNEL_OPTIONS, RaftDriver
 from controller.quorum.metadata_machine import MetadataStateMachine
 from replica.broker_service import BrokerEndpoint
 from replica.log_manager import LogManager, remove_directories
+from replica.partition import Partition
 from replica.topic_partition import TopicPartition
 
 __all__ = ["ControllerClient", "KRaftBroker"]
@@ -42,7 +43,8 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 0.4
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
-CONTROLLER_CALL_TIMEOUT_S = 10.0
+HEARTBEAT_CALL_TIMEOUT_S = 2.0
+CONTROLLER_CALL_TIMEOUT_S = 60.0
 RETRY_BACKOFF_S = 0.2
 
 
@@ -83,9 +85,14 @@ class ControllerClient:
             for node_id in self._candidates():
                 try:
                     response = await getattr(self._stub(node_id), method)(
-                        request, timeout=max(0.1, min(2.0, deadline - loop.time()))
+                        request, timeout=max(0.1, deadline - loop.time())
                     )
                 except grpc.aio.AioRpcError as exc:
+                    if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                        # The controller may have acted on it: retrying could repeat it.
+                        raise RequestTimedOutError(
+                            f"controller {node_id} did not answer {method} in time"
+                        ) from None
                     last_error = f"controller {node_id}: {exc.code().name}"
                     continue
                 if _not_controller(response):
@@ -134,7 +141,9 @@ class KRaftBroker:
         self.broker_epoch = -1
         self.is_fenced = True
         self._task: asyncio.Task[None] | None = None
-        self._doomed: list[Path] = []
+        self._latest_image = machine.image
+        self._sync_wanted = asyncio.Event()
+        self._sync_task: asyncio.Task[None] | None = None
         machine.add_listener(self._on_image)
 
     @property
@@ -142,7 +151,10 @@ class KRaftBroker:
         return self._endpoint.node_id
 
     async def start(self) -> None:
-        """Start registering and heartbeating."""
+        """Start registering, heartbeating and following the image."""
+        self._latest_image = self._machine.image
+        self._sync_wanted.set()
+        self._sync_task = asyncio.create_task(self._sync_loop(), name="broker-image-sync")
         self._task = asyncio.create_task(self._lifecycle(), name="broker-lifecycle")
 
     async def stop(self) -> None:
@@ -152,9 +164,10 @@ class KRaftBroker:
         waits (bounded) until the controller says it may go, so clients switch leaders
         before the process exits instead of waiting for the session to expire.
         """
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._sync_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self.broker_epoch >= 0:
             try:
                 await asyncio.wait_for(self._controlled_shutdown(), CONTROLLED_SHUTDOWN_TIMEOUT_S)
@@ -200,7 +213,8 @@ class KRaftBroker:
     async def _register(self) -> None:
         response = await self._controllers.call(
             "RegisterBroker",
-            cpb.RegisterBrokerRequest(
+            timeout_s=HEARTBEAT_CALL_TIMEOUT_S,
+            request=cpb.RegisterBrokerRequest(
                 cluster_id=self._cluster_id,
                 broker_id=self.node_id,
                 incarnation_id=str(self._incarnation),
@@ -222,6 +236,7 @@ class KRaftBroker:
                 broker_epoch=self.broker_epoch,
                 current_metadata_offset=self._machine.applied_end_offset,
             ),
+            timeout_s=HEARTBEAT_CALL_TIMEOUT_S,
         )
         if response.error_code:
             raise error_for_code(response.error_code, response.error_message)
@@ -234,34 +249,73 @@ class KRaftBroker:
     # ---- the image decides what this broker hosts and leads -----------------------------
 
     def _on_image(self, previous: MetadataImage, image: MetadataImage) -> None:
-        hosted: set[TopicPartition] = set()
-        for topic, partition_id, state in image.iter_partitions():
-            if self.node_id not in state.replicas:
-                continue
-            tp = TopicPartition(topic.name, partition_id)
-            hosted.add(tp)
+        self._latest_image = image
+        self._sync_wanted.set()
+
+    async def _sync_loop(self) -> None:
+        """Bring the hosted partitions in line with the newest image, one change at a time.
+
+        Opening thousands of logs is disk work: it runs on a worker thread, so Raft ticks and
+        heartbeats on the event loop go on meanwhile. Image changes that arrive during a
+        sync are coalesced into the next one.
+        """
+        while True:
+            await self._sync_wanted.wait()
+            self._sync_wanted.clear()
             try:
-                partition = self._logs.host_partition(
-                    tp, str(topic.topic_id), image.topic_configs(topic.name)
-                )
+                await self._sync(self._latest_image)
             except LograftError as exc:
-                log.error("cannot host partition partition=%s error=%s", tp, exc)
+                log.error("syncing partitions with the metadata image failed error=%s", exc)
+
+    async def _sync(self, image: MetadataImage) -> None:
+        loop = asyncio.get_running_loop()
+        wanted: dict[TopicPartition, tuple[str, Mapping[str, str], int, int]] = {}
+        for topic, partition_id, state in image.iter_partitions():
+            if self.node_id in state.replicas:
+                wanted[TopicPartition(topic.name, partition_id)] = (
+                    str(topic.topic_id),
+                    image.topic_configs(topic.name),
+                    state.leader,
+                    state.leader_epoch,
+                )
+        missing = [
+            (tp, info[0], info[1]) for tp, info in wanted.items() if tp not in self._logs.partitions
+        ]
+        if missing:
+            opened = await loop.run_in_executor(None, self._open_all, missing)
+            for new_partition in opened:
+                self._logs.adopt_partition(new_partition)
+            log.info("partitions opened count=%d", len(opened))
+        for tp, (_, _, leader, leader_epoch) in wanted.items():
+            partition = self._logs.partitions.get(tp)
+            if partition is None:
                 continue
-            is_leader = state.leader == self.node_id
-            if (partition.is_leader, partition.leader_epoch) != (is_leader, state.leader_epoch):
+            is_leader = leader == self.node_id
+            if (partition.is_leader, partition.leader_epoch) != (is_leader, leader_epoch):
                 partition.is_leader = is_leader
-                partition.leader_epoch = state.leader_epoch
+                partition.leader_epoch = leader_epoch
                 log.info(
                     "partition role partition=%s role=%s leader_epoch=%d",
                     tp,
                     "leader" if is_leader else "follower",
-                    state.leader_epoch,
+                    leader_epoch,
                 )
-        for tp in [tp for tp in self._logs.partitions if tp not in hosted]:
-            directory = self._logs.unhost_partition(tp)
-            if directory is not None:
-                log.info("partition removed partition=%s", tp)
-                remove_directories([directory])
+        stale = [tp for tp in self._logs.partitions if tp not in wanted]
+        doomed = [d for tp in stale if (d := self._logs.unhost_partition(tp)) is not None]
+        if doomed:
+            log.info("partitions removed count=%d", len(doomed))
+            await loop.run_in_executor(None, remove_directories, doomed)
+
+    def _open_all(
+        self, missing: list[tuple[TopicPartition, str, Mapping[str, str]]]
+    ) -> list[Partition]:
+        opened = []
+        for tp, topic_id, configs in missing:
+            try:
+                opened.append(self._logs.open_partition(tp, topic_id, configs))
+            except LograftError as exc:
+                log.error("cannot host partition partition=%s error=%s", tp, exc)
+        return opened
 
     # ---- ClusterFrontend ----------------------------------------------------------------
 

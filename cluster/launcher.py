@@ -52,11 +52,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TextIO
+from typing import Any, TextIO
 
 import grpc
 
 from cluster.errors import LograftError
+from cluster.status import describe_cluster, render_status
 from cluster.wire import broker_pb2, broker_pb2_grpc
 
 __all__ = [
@@ -310,9 +311,7 @@ def _process_state(pid: int) -> str | None:
     """The state letter from ``/proc/<pid>/stat`` (``None`` when there is no such process)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    except OSError:
+    except OSError:  # FileNotFoundError or ProcessLookupError: no such process
         return None
     # "pid (comm) S ...": comm may contain spaces and parentheses, the state follows the last ")".
     rest = stat[stat.rfind(")") + 1 :].split()
@@ -378,7 +377,7 @@ def signal_node(pid: int, node_data_dir: Path, sig: int) -> bool:
         return False
     try:
         if not is_our_node(pid, node_data_dir):
-            log.warning("not signalling pid=%d: not the node of %s", pid, node_data_dir)
+            log.info("not signalling pid=%d: not a live node of %s", pid, node_data_dir)
             return False
         try:
             if pidfd >= 0:
@@ -622,8 +621,6 @@ class LocalCluster:
     operations that start or stop nodes hold ``DIR/.cluster.lock`` and write it back.
     """
 
-    CLUSTER_FILE: ClassVar[str] = CLUSTER_FILE
-
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec
         self.nodes: list[NodeRecord] = spec.node_records()
@@ -855,12 +852,21 @@ class LocalCluster:
         """
         with self._locked():
             self._refresh()
-            started = []
-            for node in self.nodes:
-                if not self.running(node):
+            to_start = [node for node in self.nodes if not self.running(node)]
+            busy = [n for n in to_start if not is_port_free(n.host, n.client_port)]
+            if busy:
+                ports = ", ".join(f"{n.client_port} (node {n.node_id})" for n in busy)
+                raise LauncherError(
+                    f"ports in use by other processes: {ports}; stop them or pick another "
+                    "--base-port"
+                )
+            started: list[int] = []
+            try:
+                for node in to_start:
                     self._spawn(node)
                     started.append(node.node_id)
-            self.save()
+            finally:
+                self.save()  # every pid started so far is recorded, even after a failure
         if wait:
             self.wait_healthy(timeout_s)
         return started
@@ -915,8 +921,10 @@ class LocalCluster:
                 if node.pid is not None:
                     self.save()
                     raise LauncherError(f"node {node_id}: {outcome[node_id]}")
-            self._spawn(node)
-            self.save()
+            try:
+                self._spawn(node)
+            finally:
+                self.save()
             assert node.pid is not None
             pid = node.pid
         if wait:
@@ -1256,11 +1264,38 @@ def _dash(value: object) -> str:
 
 
 def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
-    """``lograft cluster status [--json]``."""
-    current = LocalCluster.load(args.data_dir).status()
+    """``lograft cluster status [--json]``: the processes, then the quorum and brokers.
+
+    Without a ``cluster.json`` in ``--data-dir`` it reports the cluster reachable at the
+    bootstrap address (``--bootstrap``) alone.
+    """
+    try:
+        current: ClusterStatus | None = LocalCluster.load(args.data_dir).status()
+    except LauncherError:
+        current = None
+    bootstrap = (
+        current.bootstrap if current is not None else getattr(args, "bootstrap", None) or ""
+    ).split(",")
+    try:
+        quorum: dict[str, Any] | None = describe_cluster([b for b in bootstrap if b])
+    except LograftError as exc:
+        if current is None:
+            raise LauncherError(f"no cluster in {args.data_dir} and {exc}") from None
+        quorum = None
     if args.json:
-        print(json.dumps(current.to_json(), indent=2), file=out)
+        document = current.to_json() if current is not None else {}
+        if quorum is not None:
+            document.update(quorum)
+        print(json.dumps(document, indent=2), file=out)
         return 0
+    if current is not None:
+        _print_processes(current, out)
+    if quorum is not None:
+        print(render_status(quorum), file=out)
+    return 0
+
+
+def _print_processes(current: ClusterStatus, out: TextIO) -> None:
     print(f"Cluster {current.data_dir}", file=out)
     print(f"Bootstrap: {current.bootstrap}", file=out)
     print(f"Healthy: {'yes' if current.healthy else 'no'}", file=out)
@@ -1279,7 +1314,6 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
         )
     for problem in current.problems:
         print(f"  ! {problem}", file=out)
-    return 0
 
 
 def cmd_logs(args: argparse.Namespace, out: TextIO) -> int:

@@ -188,7 +188,7 @@ class Node:
             None, DiskStorage.open, config.data_dir / METADATA_LOG_DIR
         )
         self._storage = storage
-        machine = MetadataStateMachine()
+        machine = MetadataStateMachine(snapshot_every_bytes=config.metadata_snapshot_bytes)
         snapshot = storage.snapshot()
         if snapshot is not None:
             machine.restore(snapshot)

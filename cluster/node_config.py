@@ -47,6 +47,12 @@ NODE_CONFIGS: dict[str, tuple[int, int, str]] = {
         "A follower that hears nothing from the leader for this long (randomised up to "
         "twice as long) starts an election.",
     ),
+    "metadata.log.max.record.bytes.between.snapshots": (
+        20 * 1024 * 1024,
+        1,
+        "Take a metadata snapshot once this many bytes of records were applied since the "
+        "last one (or 1000 entries).",
+    ),
     "broker.session.timeout.ms": (
         2000,
         500,
@@ -76,6 +82,7 @@ class NodeConfig:
     cluster_id: str = ""
     election_timeout_ms: int = 500
     broker_session_timeout_ms: int = 2000
+    metadata_snapshot_bytes: int = 20 * 1024 * 1024
 
     @property
     def in_quorum(self) -> bool:
@@ -140,6 +147,7 @@ class NodeConfig:
             cluster_id=cluster_id,
             election_timeout_ms=node_values["controller.quorum.election.timeout.ms"],
             broker_session_timeout_ms=node_values["broker.session.timeout.ms"],
+            metadata_snapshot_bytes=node_values["metadata.log.max.record.bytes.between.snapshots"],
             node_id=node_id,
             data_dir=data_dir,
             host=host,

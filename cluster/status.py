@@ -81,8 +81,8 @@ def render_status(status: dict[str, Any]) -> str:
         f"high watermark {quorum['high_watermark']}",
     ]
     for voter in quorum["voters"]:
-        lag = "?" if voter["lag"] < 0 else str(voter["lag"])
         role = "leader" if voter["node_id"] == quorum["leader_id"] else "voter"
+        lag = "0" if role == "leader" else "?" if voter["lag"] < 0 else str(voter["lag"])
         lines.append(f"  {role:<7} {voter['node_id']:<4} lag {lag}")
     for observer in quorum["observers"]:
         lines.append(f"  observer {observer['node_id']:<4} lag {observer['lag']}")

@@ -189,17 +189,16 @@ class LogManager:
 
     # ---- partitions assigned by the metadata image (controller quorum) ------------------
 
-    def host_partition(
+    def open_partition(
         self, tp: TopicPartition, topic_id: str, configs: Mapping[str, str]
     ) -> Partition:
-        """The partition, opening (and recovering) its log on first use.
+        """Open (and recover) the log of a partition the metadata image assigns here.
 
-        ``partition.metadata`` in the directory records the topic id: a directory left by
-        an earlier topic of the same name (another id) is moved aside, never adopted.
+        Only touches its own directory, so it may run on a worker thread; the caller then
+        hands the result to :meth:`adopt_partition` on the event loop.
+        ``partition.metadata`` records the topic id: a directory left by an earlier topic of
+        the same name (another id) is moved aside, never adopted.
         """
-        existing = self.partitions.get(tp)
-        if existing is not None:
-            return existing
         directory = self.data_dir / f"{tp.topic}-{tp.partition}"
         marker = directory / _PARTITION_METADATA
         if directory.exists() and (
@@ -212,8 +211,21 @@ class LogManager:
             write_file_atomically(marker, f"topic_id={topic_id}\n".encode())
         if partition_log.flushed_offset < partition_log.log_end_offset:
             partition_log.flush()
-        partition = Partition(tp, partition_log)
-        self.partitions[tp] = partition
+        return Partition(tp, partition_log)
+
+    def adopt_partition(self, partition: Partition) -> None:
+        """Make an opened partition servable (event loop only)."""
+        self.partitions[partition.topic_partition] = partition
+
+    def host_partition(
+        self, tp: TopicPartition, topic_id: str, configs: Mapping[str, str]
+    ) -> Partition:
+        """The partition, opening it on first use (both steps, on the calling thread)."""
+        existing = self.partitions.get(tp)
+        if existing is not None:
+            return existing
+        partition = self.open_partition(tp, topic_id, configs)
+        self.adopt_partition(partition)
         return partition
 
     def unhost_partition(self, tp: TopicPartition) -> Path | None:

@@ -22,18 +22,26 @@ ImageListener = Callable[[MetadataImage, MetadataImage], None]
 """Called with (previous image, new image) after every change."""
 
 SNAPSHOT_EVERY_ENTRIES = 1000
+SNAPSHOT_EVERY_BYTES = 20 * 1024 * 1024
+"""Kafka's ``metadata.log.max.record.bytes.between.snapshots`` default."""
 
 
 class MetadataStateMachine:
     """Replays committed metadata entries; hands out snapshots every so many entries."""
 
-    def __init__(self, snapshot_every_entries: int = SNAPSHOT_EVERY_ENTRIES) -> None:
+    def __init__(
+        self,
+        snapshot_every_entries: int = SNAPSHOT_EVERY_ENTRIES,
+        snapshot_every_bytes: int = SNAPSHOT_EVERY_BYTES,
+    ) -> None:
         self.image = MetadataImage.empty()
         self.leader_change_offsets: list[tuple[int, int]] = []
         """(offset, epoch) of the most recent leader-change entries applied."""
         self._listeners: list[ImageListener] = []
         self._snapshot_every = snapshot_every_entries
+        self._snapshot_every_bytes = snapshot_every_bytes
         self._applied_since_snapshot = 0
+        self._bytes_since_snapshot = 0
 
     @property
     def applied_end_offset(self) -> int:
@@ -57,6 +65,7 @@ class MetadataStateMachine:
                 self.leader_change_offsets = [(entry.offset, entry.epoch)]
         self.image = delta.apply()
         self._applied_since_snapshot += len(entries)
+        self._bytes_since_snapshot += sum(len(e.data) for e in entries)
         self._publish(previous)
 
     def restore(self, snapshot: Snapshot) -> None:
@@ -64,6 +73,7 @@ class MetadataStateMachine:
         previous = self.image
         self.image = decode_snapshot(snapshot.image)
         self._applied_since_snapshot = 0
+        self._bytes_since_snapshot = 0
         log.info(
             "metadata image restored from snapshot end_offset=%d epoch=%d",
             snapshot.end_offset,
@@ -73,9 +83,14 @@ class MetadataStateMachine:
 
     def snapshot_image(self) -> tuple[int, bytes] | None:
         """``(end_offset, image bytes)`` once enough entries were applied since the last."""
-        if self._applied_since_snapshot < self._snapshot_every or self.image.offset < 0:
+        due = (
+            self._applied_since_snapshot >= self._snapshot_every
+            or self._bytes_since_snapshot >= self._snapshot_every_bytes
+        )
+        if not due or self.image.offset < 0:
             return None
         self._applied_since_snapshot = 0
+        self._bytes_since_snapshot = 0
         return self.applied_end_offset, encode_image(self.image)
 
     def _publish(self, previous: MetadataImage) -> None:

@@ -515,3 +515,14 @@ def test_missing_cluster_is_an_error_not_a_traceback(tmp_path: Path) -> None:
         args = build_parser().parse_args([*action, "--data-dir", str(tmp_path)])
         assert run_cluster_command(args, io.StringIO(), err) == 1
         assert err.getvalue().startswith("lograft: CLUSTER_LAUNCHER_ERROR: no cluster in")
+
+
+def test_up_refuses_busy_ports_before_starting_anything(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        spec = ClusterSpec(data_dir=tmp_path, nodes=1, base_port=port)
+        with pytest.raises(LauncherError, match=f"ports in use by other processes: {port}"):
+            LocalCluster(spec).up(wait=False)
+    assert not (tmp_path / "node-1").exists()
