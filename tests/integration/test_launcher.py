@@ -24,25 +24,7 @@ from cluster.launcher import CLUSTER_FILE, ClusterSpec, LauncherError, LocalClus
 LAUNCHER_TIMEOUT_S = 120.0
 
 
-def _node_supports_controller_wiring() -> bool:
-    result = subprocess.run(
-        [sys.executable, "-m", "cluster.node", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return "--controller-quorum-voters" in result.stdout
-
-
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        not _node_supports_controller_wiring(),
-        reason="controller wiring has not landed: `python -m cluster.node` does not accept "
-        "--process-roles/--controller-quorum-voters yet",
-    ),
-]
+pytestmark = pytest.mark.integration
 
 
 def _free_consecutive_ports(count: int) -> int:
