@@ -116,6 +116,7 @@ class RaftTransport:
 class _Inbound:
     message: RaftMessage
     reply: asyncio.Future[list[RaftMessage]] | None
+    rejected: str = ""
 
 
 @dataclass(slots=True)
@@ -218,13 +219,14 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
         if message.src in self._transport.blocked or self._stopped:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "link cut")
         reply: asyncio.Future[list[RaftMessage]] = asyncio.get_running_loop().create_future()
-        self._inbound.append(_Inbound(message, reply))
+        item = _Inbound(message, reply)
+        self._inbound.append(item)
         self._wakeup.set()
         try:
             answers = await asyncio.wait_for(reply, STEP_TIMEOUT_S)
         except TimeoutError:
             answers = []
-        return pb.RaftReply(messages=[to_envelope(m) for m in answers])
+        return pb.RaftReply(messages=[to_envelope(m) for m in answers], rejected=item.rejected)
 
     # ---- the loop -----------------------------------------------------------------------
 
@@ -254,6 +256,7 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
                     rejection.error.name,
                     rejection.detail,
                 )
+                item.rejected = f"{rejection.error.name}: {rejection.detail}"
             if item.reply is not None:
                 waiting.setdefault(item.message.src, []).append(item)
         ticks, self._ticks = self._ticks, 0

@@ -162,7 +162,14 @@ async def test_malformed_and_foreign_messages_change_nothing(cluster: Cluster) -
         foreign.vote_request.log_end_offset = 10**6
         foreign.vote_request.last_epoch = 99
         reply = await stub.Step(foreign)
-        assert all(m.cluster_id == CLUSTER_ID for m in reply.messages)
+        assert reply.rejected.startswith("INCONSISTENT_CLUSTER_ID")
+        assert not reply.messages
+        stale = pb.RaftEnvelope(cluster_id=CLUSTER_ID, src=2, dst=1, epoch=0)
+        stale.begin_quorum_epoch.SetInParent()
+        stale_reply = await stub.Step(stale)
+        # A stale leader is told the current epoch (and who leads) so it steps down.
+        answers = [m for m in stale_reply.messages if m.epoch == before.epoch]
+        assert answers or stale_reply.rejected
     after = leader.status()
     assert (after.role, after.epoch, after.leader_id) == (
         before.role,
