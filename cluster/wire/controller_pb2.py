@@ -25,31 +25,39 @@ _sym_db = _symbol_database.Default()
 from . import broker_pb2 as broker__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10\x63ontroller.proto\x12\x15lograft.controller.v1\x1a\x0c\x62roker.proto\"\x80\x01\n\x15RegisterBrokerRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x03 \x01(\t\x12\x0c\n\x04host\x18\x04 \x01(\t\x12\x0c\n\x04port\x18\x05 \x01(\x05\x12\x0c\n\x04rack\x18\x06 \x01(\t\"l\n\x16RegisterBrokerResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x11\n\tleader_id\x18\x04 \x01(\x05\"\x8e\x01\n\x16\x42rokerHeartbeatRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x1f\n\x17\x63urrent_metadata_offset\x18\x03 \x01(\x03\x12\x12\n\nwant_fence\x18\x04 \x01(\x08\x12\x16\n\x0ewant_shut_down\x18\x05 \x01(\x08\"\x9a\x01\n\x17\x42rokerHeartbeatResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x14\n\x0cis_caught_up\x18\x03 \x01(\x08\x12\x11\n\tis_fenced\x18\x04 \x01(\x08\x12\x18\n\x10should_shut_down\x18\x05 \x01(\x08\x12\x11\n\tleader_id\x18\x06 \x01(\x05\"\x17\n\x15\x44\x65scribeQuorumRequest\"G\n\x0cReplicaState\x12\x12\n\nreplica_id\x18\x01 \x01(\x05\x12\x16\n\x0elog_end_offset\x18\x02 \x01(\x03\x12\x0b\n\x03lag\x18\x03 \x01(\x03\"\x82\x01\n\x0b\x42rokerState\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x03 \x01(\x08\x12\x1e\n\x16in_controlled_shutdown\x18\x04 \x01(\x08\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x0c\n\x04port\x18\x06 \x01(\x05\"4\n\x10OfflinePartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"\x84\x03\n\x16\x44\x65scribeQuorumResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\x12\x16\n\x0ehigh_watermark\x18\x05 \x01(\x03\x12\x33\n\x06voters\x18\x06 \x03(\x0b\x32#.lograft.controller.v1.ReplicaState\x12\x36\n\tobservers\x18\x07 \x03(\x0b\x32#.lograft.controller.v1.ReplicaState\x12\x33\n\x07\x62rokers\x18\x08 \x03(\x0b\x32\".lograft.controller.v1.BrokerState\x12\x43\n\x12offline_partitions\x18\t \x03(\x0b\x32\'.lograft.controller.v1.OfflinePartition\x12\x17\n\x0fmetadata_offset\x18\n \x01(\x03\x32\x82\x04\n\nController\x12m\n\x0eRegisterBroker\x12,.lograft.controller.v1.RegisterBrokerRequest\x1a-.lograft.controller.v1.RegisterBrokerResponse\x12p\n\x0f\x42rokerHeartbeat\x12-.lograft.controller.v1.BrokerHeartbeatRequest\x1a..lograft.controller.v1.BrokerHeartbeatResponse\x12Q\n\x0c\x43reateTopics\x12\x1f.lograft.v1.CreateTopicsRequest\x1a .lograft.v1.CreateTopicsResponse\x12Q\n\x0c\x44\x65leteTopics\x12\x1f.lograft.v1.DeleteTopicsRequest\x1a .lograft.v1.DeleteTopicsResponse\x12m\n\x0e\x44\x65scribeQuorum\x12,.lograft.controller.v1.DescribeQuorumRequest\x1a-.lograft.controller.v1.DescribeQuorumResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x10\x63ontroller.proto\x12\x15lograft.controller.v1\x1a\x0c\x62roker.proto\"\xa2\x01\n\x15\x41lterPartitionRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x11\n\tpartition\x18\x04 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x05 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x06 \x01(\x05\x12\x0f\n\x07new_isr\x18\x07 \x03(\x05\"\x92\x01\n\x16\x41lterPartitionResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\x12\x17\n\x0fpartition_epoch\x18\x05 \x01(\x05\x12\x0b\n\x03isr\x18\x06 \x03(\x05\"E\n\x1a\x41llocateProducerIdsRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\"|\n\x1b\x41llocateProducerIdsResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x19\n\x11producer_id_start\x18\x03 \x01(\x03\x12\x17\n\x0fproducer_id_len\x18\x04 \x01(\x05\"\x80\x01\n\x15RegisterBrokerRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12\x16\n\x0eincarnation_id\x18\x03 \x01(\t\x12\x0c\n\x04host\x18\x04 \x01(\t\x12\x0c\n\x04port\x18\x05 \x01(\x05\x12\x0c\n\x04rack\x18\x06 \x01(\t\"l\n\x16RegisterBrokerResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x14\n\x0c\x62roker_epoch\x18\x03 \x01(\x03\x12\x11\n\tleader_id\x18\x04 \x01(\x05\"\x8e\x01\n\x16\x42rokerHeartbeatRequest\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x1f\n\x17\x63urrent_metadata_offset\x18\x03 \x01(\x03\x12\x12\n\nwant_fence\x18\x04 \x01(\x08\x12\x16\n\x0ewant_shut_down\x18\x05 \x01(\x08\"\x9a\x01\n\x17\x42rokerHeartbeatResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x14\n\x0cis_caught_up\x18\x03 \x01(\x08\x12\x11\n\tis_fenced\x18\x04 \x01(\x08\x12\x18\n\x10should_shut_down\x18\x05 \x01(\x08\x12\x11\n\tleader_id\x18\x06 \x01(\x05\"\x17\n\x15\x44\x65scribeQuorumRequest\"G\n\x0cReplicaState\x12\x12\n\nreplica_id\x18\x01 \x01(\x05\x12\x16\n\x0elog_end_offset\x18\x02 \x01(\x03\x12\x0b\n\x03lag\x18\x03 \x01(\x03\"\x82\x01\n\x0b\x42rokerState\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x14\n\x0c\x62roker_epoch\x18\x02 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x03 \x01(\x08\x12\x1e\n\x16in_controlled_shutdown\x18\x04 \x01(\x08\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x0c\n\x04port\x18\x06 \x01(\x05\"4\n\x10OfflinePartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"\x84\x03\n\x16\x44\x65scribeQuorumResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\x12\x16\n\x0ehigh_watermark\x18\x05 \x01(\x03\x12\x33\n\x06voters\x18\x06 \x03(\x0b\x32#.lograft.controller.v1.ReplicaState\x12\x36\n\tobservers\x18\x07 \x03(\x0b\x32#.lograft.controller.v1.ReplicaState\x12\x33\n\x07\x62rokers\x18\x08 \x03(\x0b\x32\".lograft.controller.v1.BrokerState\x12\x43\n\x12offline_partitions\x18\t \x03(\x0b\x32\'.lograft.controller.v1.OfflinePartition\x12\x17\n\x0fmetadata_offset\x18\n \x01(\x03\x32\xef\x05\n\nController\x12m\n\x0eRegisterBroker\x12,.lograft.controller.v1.RegisterBrokerRequest\x1a-.lograft.controller.v1.RegisterBrokerResponse\x12p\n\x0f\x42rokerHeartbeat\x12-.lograft.controller.v1.BrokerHeartbeatRequest\x1a..lograft.controller.v1.BrokerHeartbeatResponse\x12Q\n\x0c\x43reateTopics\x12\x1f.lograft.v1.CreateTopicsRequest\x1a .lograft.v1.CreateTopicsResponse\x12Q\n\x0c\x44\x65leteTopics\x12\x1f.lograft.v1.DeleteTopicsRequest\x1a .lograft.v1.DeleteTopicsResponse\x12m\n\x0e\x44\x65scribeQuorum\x12,.lograft.controller.v1.DescribeQuorumRequest\x1a-.lograft.controller.v1.DescribeQuorumResponse\x12m\n\x0e\x41lterPartition\x12,.lograft.controller.v1.AlterPartitionRequest\x1a-.lograft.controller.v1.AlterPartitionResponse\x12|\n\x13\x41llocateProducerIds\x12\x31.lograft.controller.v1.AllocateProducerIdsRequest\x1a\x32.lograft.controller.v1.AllocateProducerIdsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'controller_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REGISTERBROKERREQUEST']._serialized_start=58
-  _globals['_REGISTERBROKERREQUEST']._serialized_end=186
-  _globals['_REGISTERBROKERRESPONSE']._serialized_start=188
-  _globals['_REGISTERBROKERRESPONSE']._serialized_end=296
-  _globals['_BROKERHEARTBEATREQUEST']._serialized_start=299
-  _globals['_BROKERHEARTBEATREQUEST']._serialized_end=441
-  _globals['_BROKERHEARTBEATRESPONSE']._serialized_start=444
-  _globals['_BROKERHEARTBEATRESPONSE']._serialized_end=598
-  _globals['_DESCRIBEQUORUMREQUEST']._serialized_start=600
-  _globals['_DESCRIBEQUORUMREQUEST']._serialized_end=623
-  _globals['_REPLICASTATE']._serialized_start=625
-  _globals['_REPLICASTATE']._serialized_end=696
-  _globals['_BROKERSTATE']._serialized_start=699
-  _globals['_BROKERSTATE']._serialized_end=829
-  _globals['_OFFLINEPARTITION']._serialized_start=831
-  _globals['_OFFLINEPARTITION']._serialized_end=883
-  _globals['_DESCRIBEQUORUMRESPONSE']._serialized_start=886
-  _globals['_DESCRIBEQUORUMRESPONSE']._serialized_end=1274
-  _globals['_CONTROLLER']._serialized_start=1277
-  _globals['_CONTROLLER']._serialized_end=1791
+  _globals['_ALTERPARTITIONREQUEST']._serialized_start=58
+  _globals['_ALTERPARTITIONREQUEST']._serialized_end=220
+  _globals['_ALTERPARTITIONRESPONSE']._serialized_start=223
+  _globals['_ALTERPARTITIONRESPONSE']._serialized_end=369
+  _globals['_ALLOCATEPRODUCERIDSREQUEST']._serialized_start=371
+  _globals['_ALLOCATEPRODUCERIDSREQUEST']._serialized_end=440
+  _globals['_ALLOCATEPRODUCERIDSRESPONSE']._serialized_start=442
+  _globals['_ALLOCATEPRODUCERIDSRESPONSE']._serialized_end=566
+  _globals['_REGISTERBROKERREQUEST']._serialized_start=569
+  _globals['_REGISTERBROKERREQUEST']._serialized_end=697
+  _globals['_REGISTERBROKERRESPONSE']._serialized_start=699
+  _globals['_REGISTERBROKERRESPONSE']._serialized_end=807
+  _globals['_BROKERHEARTBEATREQUEST']._serialized_start=810
+  _globals['_BROKERHEARTBEATREQUEST']._serialized_end=952
+  _globals['_BROKERHEARTBEATRESPONSE']._serialized_start=955
+  _globals['_BROKERHEARTBEATRESPONSE']._serialized_end=1109
+  _globals['_DESCRIBEQUORUMREQUEST']._serialized_start=1111
+  _globals['_DESCRIBEQUORUMREQUEST']._serialized_end=1134
+  _globals['_REPLICASTATE']._serialized_start=1136
+  _globals['_REPLICASTATE']._serialized_end=1207
+  _globals['_BROKERSTATE']._serialized_start=1210
+  _globals['_BROKERSTATE']._serialized_end=1340
+  _globals['_OFFLINEPARTITION']._serialized_start=1342
+  _globals['_OFFLINEPARTITION']._serialized_end=1394
+  _globals['_DESCRIBEQUORUMRESPONSE']._serialized_start=1397
+  _globals['_DESCRIBEQUORUMRESPONSE']._serialized_end=1785
+  _globals['_CONTROLLER']._serialized_start=1788
+  _globals['_CONTROLLER']._serialized_end=2539
 # @@protoc_insertion_point(module_scope)

@@ -7,6 +7,60 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class AlterPartitionRequest(_message.Message):
+    __slots__ = ("broker_id", "broker_epoch", "topic", "partition", "leader_epoch", "partition_epoch", "new_isr")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    NEW_ISR_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    broker_epoch: int
+    topic: str
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., new_isr: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AlterPartitionResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "leader_id", "leader_epoch", "partition_epoch", "isr")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ISR_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    leader_id: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., leader_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., isr: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AllocateProducerIdsRequest(_message.Message):
+    __slots__ = ("broker_id", "broker_epoch")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    broker_epoch: int
+    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ...) -> None: ...
+
+class AllocateProducerIdsResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "producer_id_start", "producer_id_len")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_START_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_LEN_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    producer_id_start: int
+    producer_id_len: int
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., producer_id_start: _Optional[int] = ..., producer_id_len: _Optional[int] = ...) -> None: ...
+
 class RegisterBrokerRequest(_message.Message):
     __slots__ = ("cluster_id", "broker_id", "incarnation_id", "host", "port", "rack")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]

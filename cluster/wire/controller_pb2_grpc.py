@@ -60,6 +60,16 @@ class ControllerStub:
                 request_serializer=controller__pb2.DescribeQuorumRequest.SerializeToString,
                 response_deserializer=controller__pb2.DescribeQuorumResponse.FromString,
                 _registered_method=True)
+        self.AlterPartition = channel.unary_unary(
+                '/lograft.controller.v1.Controller/AlterPartition',
+                request_serializer=controller__pb2.AlterPartitionRequest.SerializeToString,
+                response_deserializer=controller__pb2.AlterPartitionResponse.FromString,
+                _registered_method=True)
+        self.AllocateProducerIds = channel.unary_unary(
+                '/lograft.controller.v1.Controller/AllocateProducerIds',
+                request_serializer=controller__pb2.AllocateProducerIdsRequest.SerializeToString,
+                response_deserializer=controller__pb2.AllocateProducerIdsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -95,6 +105,20 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterPartition(self, request, context):
+        """A partition leader proposes a new ISR, based on the partition epoch it knows.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AllocateProducerIds(self, request, context):
+        """A block of producer ids for a broker's idempotent producers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -122,6 +146,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DescribeQuorum,
                     request_deserializer=controller__pb2.DescribeQuorumRequest.FromString,
                     response_serializer=controller__pb2.DescribeQuorumResponse.SerializeToString,
+            ),
+            'AlterPartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartition,
+                    request_deserializer=controller__pb2.AlterPartitionRequest.FromString,
+                    response_serializer=controller__pb2.AlterPartitionResponse.SerializeToString,
+            ),
+            'AllocateProducerIds': grpc.unary_unary_rpc_method_handler(
+                    servicer.AllocateProducerIds,
+                    request_deserializer=controller__pb2.AllocateProducerIdsRequest.FromString,
+                    response_serializer=controller__pb2.AllocateProducerIdsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -259,6 +293,60 @@ class Controller:
             '/lograft.controller.v1.Controller/DescribeQuorum',
             controller__pb2.DescribeQuorumRequest.SerializeToString,
             controller__pb2.DescribeQuorumResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.controller.v1.Controller/AlterPartition',
+            controller__pb2.AlterPartitionRequest.SerializeToString,
+            controller__pb2.AlterPartitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AllocateProducerIds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.controller.v1.Controller/AllocateProducerIds',
+            controller__pb2.AllocateProducerIdsRequest.SerializeToString,
+            controller__pb2.AllocateProducerIdsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -20,16 +20,24 @@ from typing import Any, TypeVar
 
 import grpc
 
-from cluster.errors import InvalidRequestError, LograftError, NotControllerError
+from cluster.errors import (
+    InvalidRequestError,
+    LograftError,
+    NotControllerError,
+    UnknownTopicOrPartitionError,
+)
 from cluster.wire import broker_pb2
 from cluster.wire import controller_pb2 as pb
 from cluster.wire import controller_pb2_grpc as pb_grpc
 from controller.logic import (
+    AlterPartitionRequest,
     BrokerHeartbeatManager,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     Decision,
     NewTopic,
+    allocate_producer_ids,
+    alter_partition,
     broker_heartbeat,
     create_topics,
     delete_topics,
@@ -289,6 +297,51 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
                 )
                 for r in results
             ]
+        )
+
+    async def AlterPartition(
+        self, request: pb.AlterPartitionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AlterPartitionResponse:
+        """Check and commit a leader's ISR change (partition and leader epochs must match)."""
+        topic = self._machine.image.topic(request.topic)
+        if topic is None:
+            error: LograftError = UnknownTopicOrPartitionError(f"topic {request.topic!r}")
+            return pb.AlterPartitionResponse(error_code=error.code, error_message=error.message)
+        change = AlterPartitionRequest(
+            request.broker_id,
+            request.broker_epoch,
+            topic.topic_id,
+            request.partition,
+            request.leader_epoch,
+            request.partition_epoch,
+            tuple(request.new_isr),
+        )
+        try:
+            result = await self._decide(lambda: alter_partition(self._machine.image, change))
+        except LograftError as exc:
+            return pb.AlterPartitionResponse(error_code=exc.code, error_message=exc.message)
+        state = result.state
+        return pb.AlterPartitionResponse(
+            leader_id=state.leader,
+            leader_epoch=state.leader_epoch,
+            partition_epoch=state.partition_epoch,
+            isr=list(state.isr),
+        )
+
+    async def AllocateProducerIds(
+        self, request: pb.AllocateProducerIdsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AllocateProducerIdsResponse:
+        """Hand a broker the next block of producer ids (never reused: it is in the log)."""
+        try:
+            block = await self._decide(
+                lambda: allocate_producer_ids(
+                    self._machine.image, request.broker_id, request.broker_epoch
+                )
+            )
+        except LograftError as exc:
+            return pb.AllocateProducerIdsResponse(error_code=exc.code, error_message=exc.message)
+        return pb.AllocateProducerIdsResponse(
+            producer_id_start=block.first_producer_id, producer_id_len=block.size
         )
 
     async def DescribeQuorum(

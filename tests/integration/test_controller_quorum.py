@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,3 +112,69 @@ def test_controlled_shutdown_moves_leadership_before_the_broker_exits(
         "leadership to move away",
     )
     assert -1 not in cluster.leaders(observer, "handover").values()
+
+
+def _controller_call(cluster: QuorumCluster, method: str, request: object) -> Any:
+    import grpc
+
+    from cluster.wire import controller_pb2_grpc as cpb_grpc
+
+    leader = cluster.nodes[cluster.active_controller()]
+    with grpc.insecure_channel(leader.address) as channel:
+        return getattr(cpb_grpc.ControllerStub(channel), method)(request, timeout=10)
+
+
+def test_alter_partition_and_producer_id_blocks_through_the_controller(
+    cluster: QuorumCluster,
+) -> None:
+    from cluster.errors import InvalidUpdateVersionError, StaleBrokerEpochError
+    from cluster.wire import controller_pb2 as cpb
+
+    node = cluster.nodes[1]
+    assert cluster.create_topic(node, "isr", 1, 3) == 0
+    wait_until(lambda: len(cluster.leaders(node, "isr")) == 1, 30, "a leader")
+    metadata = cluster.metadata(node, ["isr"])
+    assert metadata is not None
+    partition = metadata.topics[0].partitions[0]
+    leader = partition.leader_id
+    quorum = cluster.describe_quorum(node)
+    assert quorum is not None
+    epochs = {b.broker_id: b.broker_epoch for b in quorum.brokers}
+    shrunk = [leader, next(r for r in partition.replica_nodes if r != leader)]
+    request = cpb.AlterPartitionRequest(
+        broker_id=leader,
+        broker_epoch=epochs[leader],
+        topic="isr",
+        partition=0,
+        leader_epoch=partition.leader_epoch,
+        partition_epoch=0,
+        new_isr=shrunk,
+    )
+    answer = _controller_call(cluster, "AlterPartition", request)
+    assert answer.error_code == 0, answer
+    assert list(answer.isr) == shrunk and answer.partition_epoch == 1
+    stale = _controller_call(cluster, "AlterPartition", request)  # based on epoch 0 again
+    assert stale.error_code == InvalidUpdateVersionError.code
+    wait_until(
+        lambda: list(cluster.metadata(node, ["isr"]).topics[0].partitions[0].isr_nodes) == shrunk,
+        30,
+        "the new ISR in Metadata",
+    )
+    first = _controller_call(
+        cluster,
+        "AllocateProducerIds",
+        cpb.AllocateProducerIdsRequest(broker_id=1, broker_epoch=epochs[1]),
+    )
+    second = _controller_call(
+        cluster,
+        "AllocateProducerIds",
+        cpb.AllocateProducerIdsRequest(broker_id=2, broker_epoch=epochs[2]),
+    )
+    assert first.error_code == second.error_code == 0
+    assert second.producer_id_start >= first.producer_id_start + first.producer_id_len
+    refused = _controller_call(
+        cluster,
+        "AllocateProducerIds",
+        cpb.AllocateProducerIdsRequest(broker_id=1, broker_epoch=999),
+    )
+    assert refused.error_code == StaleBrokerEpochError.code
