@@ -88,9 +88,11 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
 
     # ---- activity -----------------------------------------------------------------------
 
-    @property
-    def is_active(self) -> bool:
-        """Leader of the quorum and caught up with everything committed before its epoch."""
+    def check_active(self) -> bool:
+        """Leader of the quorum and caught up with everything committed before its epoch.
+
+        On the first call of a new epoch it also starts every broker's session afresh.
+        """
         status = self._driver.status()
         if status.role is not Role.LEADER:
             return False
@@ -126,7 +128,7 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
     async def _fence_loop(self) -> None:
         while True:
             await asyncio.sleep(FENCE_CHECK_INTERVAL_S)
-            if not self.is_active:
+            if not self.check_active():
                 continue
             try:
                 fenced = await self._decide(
@@ -159,7 +161,7 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
     async def _decide(self, decide: Callable[[], Decision[R]]) -> R:
         """Run a decision on the current image; commit its records; return its result."""
         async with self._lock:
-            if not self.is_active:
+            if not self.check_active():
                 raise NotControllerError(f"the active controller is {self.leader_id()}")
             decision = decide()
             for tp in decision.unclean_elections:

@@ -6,9 +6,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
-from cluster.errors import InvalidReplicationFactorError
+from cluster.errors import (
+    InvalidReplicationFactorError,
+    InvalidUpdateVersionError,
+    StaleBrokerEpochError,
+)
+from cluster.wire import controller_pb2 as cpb
+from cluster.wire import controller_pb2_grpc as cpb_grpc
 from tests.integration.nodes import wait_until
 from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
 
@@ -115,10 +122,6 @@ def test_controlled_shutdown_moves_leadership_before_the_broker_exits(
 
 
 def _controller_call(cluster: QuorumCluster, method: str, request: object) -> Any:
-    import grpc
-
-    from cluster.wire import controller_pb2_grpc as cpb_grpc
-
     leader = cluster.nodes[cluster.active_controller()]
     with grpc.insecure_channel(leader.address) as channel:
         return getattr(cpb_grpc.ControllerStub(channel), method)(request, timeout=10)
@@ -127,9 +130,6 @@ def _controller_call(cluster: QuorumCluster, method: str, request: object) -> An
 def test_alter_partition_and_producer_id_blocks_through_the_controller(
     cluster: QuorumCluster,
 ) -> None:
-    from cluster.errors import InvalidUpdateVersionError, StaleBrokerEpochError
-    from cluster.wire import controller_pb2 as cpb
-
     node = cluster.nodes[1]
     assert cluster.create_topic(node, "isr", 1, 3) == 0
     wait_until(lambda: len(cluster.leaders(node, "isr")) == 1, 30, "a leader")
