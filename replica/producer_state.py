@@ -1,0 +1,606 @@
+"""Idempotent-producer state of one partition: Kafka's ``ProducerStateManager``, pure.
+
+The leader keeps, per producer id, the producer epoch, the metadata of the last five
+batches the producer wrote (first and last sequence, first and last offset, max timestamp)
+and the timestamp of its last batch. Before an append the leader asks
+:meth:`ProducerStateManager.check_and_plan` whether a produced batch is new, a retry of a
+batch already in the log, or invalid; after the append it reports the batch, with its
+offsets, to :meth:`ProducerStateManager.on_appended`. Followers, and recovery, feed every
+batch they append to :meth:`~ProducerStateManager.on_appended` (or
+:meth:`~ProducerStateManager.rebuild_from_batches`) without checking, as Kafka does for
+``AppendOrigin.REPLICATION``, so every replica holds the same state for the same log.
+
+Nothing here reads a clock or touches a file: timestamps come in as arguments, snapshots go
+out and come in as bytes (:meth:`~ProducerStateManager.take_snapshot`,
+:meth:`~ProducerStateManager.load_snapshot`).
+
+Rules for a produced batch (``ProducerAppendInfo`` and ``UnifiedLog`` in Kafka 3.x/4.x):
+
+1. ``producerId == -1``: not idempotent; always passes, nothing is recorded.
+2. Duplicate: the producer is known, the batch epoch equals its epoch, and one of the five
+   cached batches has exactly the batch's (first sequence, last sequence). The broker
+   appends nothing and answers with the cached batch's offsets
+   (``ProducerStateEntry.findDuplicateBatch``). Modern Kafka answers duplicates with
+   success, never ``DUPLICATE_SEQUENCE_NUMBER``. As in Kafka, duplicates are looked up in
+   the state of the log (batches already appended), not among earlier batches of the same
+   request.
+3. Epoch older than the known epoch: ``INVALID_PRODUCER_EPOCH``
+   (:class:`~cluster.errors.InvalidProducerEpochError`). Kafka answered
+   ``PRODUCER_FENCED`` for this before 2.7; KIP-588 (2.7) changed the produce path to
+   ``INVALID_PRODUCER_EPOCH``, which this module follows.
+4. Epoch newer than the known epoch: the batch must start at sequence 0, else
+   ``OUT_OF_ORDER_SEQUENCE_NUMBER``. The new epoch replaces the old one and clears the
+   cached batches.
+5. Same epoch: the first sequence must be the last sequence + 1, where sequence
+   2**31 - 1 is followed by 0 (``ProducerAppendInfo.inSequence``), else
+   ``OUT_OF_ORDER_SEQUENCE_NUMBER``.
+6. Unknown producer id (no state at all, whatever the sequence): accepted, and the batch
+   starts the producer's state. This is Kafka since KIP-360 (2.5): the broker no longer
+   answers ``UNKNOWN_PRODUCER_ID``, because it cannot tell a producer it never saw from one
+   whose state expired (``producer.id.expiration.ms``) or whose batches were all deleted;
+   a fresh idempotent producer always starts at sequence 0, so a non-zero first sequence
+   means the state is gone, not that data is missing. (Kafka's only exception is a
+   transactions-v2 producer in a verified transaction, which does not exist here.)
+
+Several batches of one request are checked in order: pass the plans of the earlier batches
+of the request to :meth:`~ProducerStateManager.check_and_plan` (or use
+:meth:`~ProducerStateManager.check_batches`), so the second batch of a producer must
+follow the first. A batch that fails fails the request; nothing is recorded by checking.
+
+The last sequence of a batch is ``baseSequence + lastOffsetDelta`` wrapped at 2**31, as
+Kafka's ``DefaultRecordBatch.incrementSequence``. The producer's "last timestamp", used for
+expiry, is the batch's ``maxTimestamp`` (as Kafka's ``ProducerStateEntry.lastTimestamp``):
+it is in the log, so replicas and recovery agree on it, which a broker clock would not.
+
+Recovery: the shell loads the newest snapshot (its :attr:`~ProducerStateManager.end_offset`
+is the log end offset it covers) and replays the log from there with
+:meth:`~ProducerStateManager.rebuild_from_batches`. Producer state is not dropped when
+retention deletes segments (KIP-360); producers idle for ``producer.id.expiration.ms``
+(default 86400000) are removed by :meth:`~ProducerStateManager.expire_producers`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+import crc32c as _crc32c
+
+from cluster.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    OutOfOrderSequenceNumberError,
+)
+from replica.batch_header import BatchHeader
+
+__all__ = [
+    "DEFAULT_MAX_SNAPSHOT_BYTES",
+    "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
+    "MAX_SEQUENCE",
+    "NO_PRODUCER_EPOCH",
+    "NO_PRODUCER_ID",
+    "NUM_BATCHES_TO_RETAIN",
+    "SNAPSHOT_SUFFIX",
+    "AppendPlan",
+    "BatchMetadata",
+    "CorruptProducerSnapshotError",
+    "Duplicate",
+    "ProducerEntry",
+    "ProducerStateManager",
+    "last_sequence",
+    "parse_snapshot_file_name",
+    "snapshot_file_name",
+]
+
+NO_PRODUCER_ID: Final = -1
+NO_PRODUCER_EPOCH: Final = -1
+NUM_BATCHES_TO_RETAIN: Final = 5
+"""Kafka's ``ProducerStateEntry.NUM_BATCHES_TO_RETAIN``: at most five requests in flight."""
+MAX_SEQUENCE: Final = 2**31 - 1
+DEFAULT_PRODUCER_ID_EXPIRATION_MS: Final = 86_400_000
+"""Kafka's ``producer.id.expiration.ms`` default (one day)."""
+DEFAULT_MAX_SNAPSHOT_BYTES: Final = 64 * 1024 * 1024
+SNAPSHOT_SUFFIX: Final = ".snapshot"
+
+_SNAPSHOT_MAGIC: Final = b"LGPS"
+_SNAPSHOT_VERSION: Final = 1
+# magic, version, crc32c (of everything after it), end offset, producer count
+_SNAPSHOT_HEADER = struct.Struct(">4sHIqI")
+_CRC_START: Final = 10  # bytes covered by the CRC start after magic and version and crc
+# producer id, epoch, last timestamp, batch count
+_ENTRY = struct.Struct(">qhqB")
+# first sequence, last sequence, first offset, last offset, max timestamp
+_BATCH = struct.Struct(">iiqqq")
+
+
+class CorruptProducerSnapshotError(ValueError):
+    """A producer-state snapshot is too large, truncated, fails its CRC or holds bad values.
+
+    The shell treats it like Kafka's ``CorruptSnapshotException``: delete the file and
+    rebuild from an older snapshot (or the log start) by replaying the log.
+    """
+
+
+def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
+    """The sequence of a batch's last record: ``base + delta`` wrapped past 2**31 - 1 to 0."""
+    return (base_sequence + last_offset_delta) % (MAX_SEQUENCE + 1)
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    """Kafka's ``inSequence``: ``next`` directly follows ``last``, 2**31 - 1 wrapping to 0."""
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == MAX_SEQUENCE)
+
+
+def snapshot_file_name(end_offset: int) -> str:
+    """Kafka's snapshot file name: the 20-digit offset the snapshot covers, ``.snapshot``."""
+    if end_offset < 0:
+        raise ValueError(f"negative snapshot offset {end_offset}")
+    return f"{end_offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def parse_snapshot_file_name(name: str) -> int | None:
+    """The offset in a name made by :func:`snapshot_file_name`, or None for other names."""
+    if not name.endswith(SNAPSHOT_SUFFIX):
+        return None
+    digits = name[: -len(SNAPSHOT_SUFFIX)]
+    if len(digits) != 20 or not digits.isascii() or not digits.isdigit():
+        return None
+    return int(digits)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """One appended batch of a producer, as cached for duplicate detection."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerEntry:
+    """What the partition knows of one producer.
+
+    ``batches`` holds the producer's last one to five batches of ``producer_epoch``, oldest
+    first (never empty: a producer without a cached batch has no entry).
+    ``last_timestamp`` is the max timestamp of its last batch.
+    """
+
+    producer_id: int
+    producer_epoch: int
+    batches: tuple[BatchMetadata, ...]
+    last_timestamp: int
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        """The cached batch with this epoch and exact sequence range, if any."""
+        if epoch != self.producer_epoch:
+            return None
+        for batch in self.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+    def with_batch(self, epoch: int, batch: BatchMetadata) -> ProducerEntry:
+        """This entry after ``batch``: a new epoch clears the cache; keeps the last five."""
+        kept = self.batches if epoch == self.producer_epoch else ()
+        batches = (*kept, batch)[-NUM_BATCHES_TO_RETAIN:]
+        return ProducerEntry(self.producer_id, epoch, batches, batch.max_timestamp)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendPlan:
+    """A batch that may be appended. ``producer_id == -1``: not idempotent, no checks.
+
+    Pass it among ``earlier`` to check the next batch of the same request.
+    """
+
+    producer_id: int
+    producer_epoch: int
+    first_seq: int
+    last_seq: int
+
+    @property
+    def is_idempotent(self) -> bool:
+        return self.producer_id != NO_PRODUCER_ID
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """A retry of a batch already in the log: append nothing, answer with ``original``."""
+
+    producer_id: int
+    original: BatchMetadata
+
+    @property
+    def first_offset(self) -> int:
+        return self.original.first_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.original.last_offset
+
+
+def _check_header_fields(header: BatchHeader) -> None:
+    if header.producer_id == NO_PRODUCER_ID:
+        return
+    if header.producer_id < 0:
+        raise InvalidRecordError(f"invalid producer id {header.producer_id}")
+    if header.producer_epoch < 0:
+        raise InvalidRecordError(
+            f"producer {header.producer_id} sent invalid epoch {header.producer_epoch}"
+        )
+    if header.base_sequence < 0:
+        raise InvalidRecordError(
+            f"producer {header.producer_id} sent invalid sequence {header.base_sequence}"
+        )
+    if header.last_offset_delta < 0:
+        raise InvalidRecordError(f"invalid lastOffsetDelta {header.last_offset_delta}")
+
+
+class ProducerStateManager:
+    """Producer ids, epochs and the last five batch sequences of one partition.
+
+    Mutable, single-threaded (the partition's owner calls it), pure: no I/O, no clock.
+    :attr:`end_offset` is the log end offset the state covers: every batch below it has
+    been applied.
+    """
+
+    __slots__ = ("_end_offset", "_entries", "_expiration_ms")
+
+    def __init__(
+        self,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        end_offset: int = 0,
+    ) -> None:
+        """An empty state covering a log that ends (or starts) at ``end_offset``."""
+        if producer_id_expiration_ms < 0:
+            raise ValueError(f"producer.id.expiration.ms={producer_id_expiration_ms} < 0")
+        if end_offset < 0:
+            raise ValueError(f"negative end offset {end_offset}")
+        self._expiration_ms = producer_id_expiration_ms
+        self._end_offset = end_offset
+        self._entries: dict[int, ProducerEntry] = {}
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    @property
+    def end_offset(self) -> int:
+        """The log end offset covered: the next offset :meth:`on_appended` expects."""
+        return self._end_offset
+
+    @property
+    def producer_id_expiration_ms(self) -> int:
+        return self._expiration_ms
+
+    def entry(self, producer_id: int) -> ProducerEntry | None:
+        """The state of ``producer_id``, or None if unknown."""
+        return self._entries.get(producer_id)
+
+    def entries(self) -> Mapping[int, ProducerEntry]:
+        """A read-only view of every producer's state, by producer id."""
+        return MappingProxyType(self._entries)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ProducerStateManager):
+            return NotImplemented
+        return self._end_offset == other._end_offset and self._entries == other._entries
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return (
+            f"ProducerStateManager(end_offset={self._end_offset}, producers={len(self._entries)})"
+        )
+
+    # ---- the produce path ------------------------------------------------------------------
+
+    def check_and_plan(
+        self, header: BatchHeader, earlier: Sequence[AppendPlan] = ()
+    ) -> AppendPlan | Duplicate:
+        """Check a produced batch before it is appended; changes nothing.
+
+        ``earlier`` are the plans of the batches before this one in the same request (in
+        order); the batch must follow them. Returns a :class:`Duplicate` (append nothing,
+        answer with its offsets) or an :class:`AppendPlan`. Raises
+        ``InvalidProducerEpochError``, ``OutOfOrderSequenceNumberError``, or
+        ``InvalidRecordError`` for a negative epoch or sequence with a producer id. See the
+        module docstring for the rules.
+        """
+        _check_header_fields(header)
+        producer_id = header.producer_id
+        epoch = header.producer_epoch
+        first_seq = header.base_sequence
+        last_seq = last_sequence(first_seq, header.last_offset_delta)
+        if producer_id == NO_PRODUCER_ID:
+            return AppendPlan(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, -1, -1)
+        plan = AppendPlan(producer_id, epoch, first_seq, last_seq)
+        entry = self._entries.get(producer_id)
+        if entry is not None:
+            duplicate = entry.find_duplicate(epoch, first_seq, last_seq)
+            if duplicate is not None:
+                return Duplicate(producer_id, duplicate)
+        # The producer's state as the earlier batches of this request leave it.
+        current_epoch = NO_PRODUCER_EPOCH if entry is None else entry.producer_epoch
+        current_last_seq = -1 if entry is None else entry.last_seq
+        for previous in earlier:
+            if previous.producer_id == producer_id:
+                current_epoch = previous.producer_epoch
+                current_last_seq = previous.last_seq
+        where = f"producer {producer_id} at offset {self._end_offset}"
+        if current_epoch == NO_PRODUCER_EPOCH:
+            return plan  # unknown producer: any sequence (KIP-360)
+        if epoch < current_epoch:
+            raise InvalidProducerEpochError(
+                f"epoch of {where} is {epoch}, older than the last seen epoch {current_epoch}"
+            )
+        if epoch > current_epoch:
+            if first_seq != 0:
+                raise OutOfOrderSequenceNumberError(
+                    f"invalid sequence for new epoch of {where}: {epoch} (request epoch), "
+                    f"{first_seq} (sequence), {current_epoch} (current epoch)"
+                )
+            return plan
+        if not _in_sequence(current_last_seq, first_seq):
+            raise OutOfOrderSequenceNumberError(
+                f"out of order sequence for {where}: {first_seq} (incoming sequence), "
+                f"{current_last_seq} (current end sequence)"
+            )
+        return plan
+
+    def check_batches(self, headers: Iterable[BatchHeader]) -> list[AppendPlan | Duplicate]:
+        """:meth:`check_and_plan` for each batch of one request, each seeing the ones before."""
+        results: list[AppendPlan | Duplicate] = []
+        plans: list[AppendPlan] = []
+        for header in headers:
+            result = self.check_and_plan(header, plans)
+            results.append(result)
+            if isinstance(result, AppendPlan) and result.is_idempotent:
+                plans.append(result)
+        return results
+
+    def on_appended(self, header: BatchHeader) -> None:
+        """Record a batch just written to the log, with its offsets assigned.
+
+        No checks (the leader checked before appending; a follower or recovery trusts the
+        log, as Kafka's ``AppendOrigin.REPLICATION``): a different epoch, older or newer,
+        replaces the producer's epoch and clears its cache. Every batch moves
+        :attr:`end_offset`; batches without a producer id record nothing else. Raises
+        ``ValueError`` if the batch starts below :attr:`end_offset` (already applied).
+        """
+        if header.base_offset < self._end_offset:
+            raise ValueError(
+                f"batch at offset {header.base_offset} is below the producer state end "
+                f"offset {self._end_offset}"
+            )
+        self._apply(header)
+
+    def _apply(self, header: BatchHeader) -> None:
+        self._end_offset = header.next_offset
+        producer_id = header.producer_id
+        if producer_id < 0 or header.producer_epoch < 0 or header.base_sequence < 0:
+            return
+        batch = BatchMetadata(
+            first_seq=header.base_sequence,
+            last_seq=last_sequence(header.base_sequence, header.last_offset_delta),
+            first_offset=header.base_offset,
+            last_offset=header.last_offset,
+            max_timestamp=header.max_timestamp,
+        )
+        entry = self._entries.get(producer_id)
+        if entry is None:
+            self._entries[producer_id] = ProducerEntry(
+                producer_id, header.producer_epoch, (batch,), batch.max_timestamp
+            )
+        else:
+            self._entries[producer_id] = entry.with_batch(header.producer_epoch, batch)
+
+    # ---- recovery --------------------------------------------------------------------------
+
+    def rebuild_from_batches(self, headers: Iterable[BatchHeader]) -> None:
+        """Replay batch headers read from the log (the tail after the loaded snapshot).
+
+        Headers wholly below :attr:`end_offset` were covered by the snapshot and are
+        skipped; a batch straddling it raises ``ValueError`` (the snapshot does not match
+        the log). A gap (the log starts above the snapshot, after retention) is accepted.
+        """
+        for header in headers:
+            if header.last_offset < self._end_offset:
+                continue
+            if header.base_offset < self._end_offset:
+                raise ValueError(
+                    f"batch {header.base_offset}..{header.last_offset} straddles the "
+                    f"producer state end offset {self._end_offset}"
+                )
+            self._apply(header)
+
+    def truncate_to(self, offset: int) -> frozenset[int]:
+        """Forget every batch at or above ``offset`` (replication truncation).
+
+        Cached batches ending at or above ``offset`` are dropped; a producer left with none
+        is removed, and a producer's epoch is that of its remaining batches (the cache only
+        holds one epoch). Lowers :attr:`end_offset` to ``offset`` if above.
+
+        Returns the producers whose state may now differ from a replay of the log up to
+        ``offset``: those that lost every cached batch (their older history is unknown
+        here) and those whose full cache lost batches (older batches that would refill it
+        are not kept). If the set is not empty, the shell gets the exact state as Kafka's
+        ``truncateAndReload`` does: load the newest snapshot at or below ``offset`` and
+        :meth:`rebuild_from_batches` the log from it. Producers not in the set are exact.
+        """
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        inexact: set[int] = set()
+        for producer_id, entry in list(self._entries.items()):
+            kept = tuple(batch for batch in entry.batches if batch.last_offset < offset)
+            if len(kept) == len(entry.batches):
+                continue
+            if not kept or len(entry.batches) == NUM_BATCHES_TO_RETAIN:
+                inexact.add(producer_id)
+            if kept:
+                self._entries[producer_id] = ProducerEntry(
+                    producer_id, entry.producer_epoch, kept, kept[-1].max_timestamp
+                )
+            else:
+                del self._entries[producer_id]
+        self._end_offset = min(self._end_offset, offset)
+        return frozenset(inexact)
+
+    def expire_producers(self, now_ms: int) -> list[int]:
+        """Remove producers whose last timestamp is ``producer.id.expiration.ms`` old or more.
+
+        Kafka's ``removeExpiredProducers``: expired when ``now_ms - last_timestamp >=
+        producer.id.expiration.ms``. Returns the removed producer ids, ascending.
+        """
+        expired = sorted(
+            producer_id
+            for producer_id, entry in self._entries.items()
+            if now_ms - entry.last_timestamp >= self._expiration_ms
+        )
+        for producer_id in expired:
+            del self._entries[producer_id]
+        return expired
+
+    # ---- snapshots -------------------------------------------------------------------------
+
+    def take_snapshot(self) -> bytes:
+        """Encode the state and :attr:`end_offset` (versioned, CRC-32C); see :meth:`load_snapshot`.
+
+        Layout, big-endian: magic ``LGPS``, version u16, CRC-32C u32 of everything after
+        it, end offset i64, producer count u32, then per producer (ascending id): id i64,
+        epoch i16, last timestamp i64, batch count u8, and per batch (oldest first): first
+        sequence i32, last sequence i32, first offset i64, last offset i64, max timestamp
+        i64.
+        """
+        parts: list[bytes] = []
+        for producer_id in sorted(self._entries):
+            entry = self._entries[producer_id]
+            parts.append(
+                _ENTRY.pack(
+                    producer_id, entry.producer_epoch, entry.last_timestamp, len(entry.batches)
+                )
+            )
+            for batch in entry.batches:
+                parts.append(
+                    _BATCH.pack(
+                        batch.first_seq,
+                        batch.last_seq,
+                        batch.first_offset,
+                        batch.last_offset,
+                        batch.max_timestamp,
+                    )
+                )
+        body = struct.pack(">qI", self._end_offset, len(self._entries)) + b"".join(parts)
+        crc = int(_crc32c.crc32c(body))
+        return _SNAPSHOT_MAGIC + struct.pack(">HI", _SNAPSHOT_VERSION, crc) + body
+
+    @classmethod
+    def load_snapshot(
+        cls,
+        data: bytes | bytearray | memoryview,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
+    ) -> ProducerStateManager:
+        """Decode a snapshot made by :meth:`take_snapshot`; the input is untrusted.
+
+        Raises :class:`CorruptProducerSnapshotError` if it is longer than ``max_bytes``,
+        truncated or padded, of another magic or version, fails its CRC, or holds values
+        the state cannot have (negative ids, epochs, sequences or offsets; zero or more
+        than five batches; batches out of order or at or beyond the end offset; producer
+        ids not strictly ascending). Expired producers are kept: call
+        :meth:`expire_producers` after loading.
+        """
+        view = memoryview(data)
+        if len(view) > max_bytes:
+            raise CorruptProducerSnapshotError(
+                f"snapshot of {len(view)} bytes exceeds the limit of {max_bytes}"
+            )
+        if len(view) < _SNAPSHOT_HEADER.size:
+            raise CorruptProducerSnapshotError(f"snapshot truncated: {len(view)} bytes")
+        magic, version, crc, end_offset, count = _SNAPSHOT_HEADER.unpack_from(view, 0)
+        if magic != _SNAPSHOT_MAGIC:
+            raise CorruptProducerSnapshotError(f"bad snapshot magic {bytes(magic)!r}")
+        if version != _SNAPSHOT_VERSION:
+            raise CorruptProducerSnapshotError(f"unsupported snapshot version {version}")
+        if int(_crc32c.crc32c(view[_CRC_START:])) != crc:
+            raise CorruptProducerSnapshotError("snapshot CRC mismatch")
+        if end_offset < 0:
+            raise CorruptProducerSnapshotError(f"negative snapshot end offset {end_offset}")
+        manager = cls(producer_id_expiration_ms, end_offset)
+        position = _SNAPSHOT_HEADER.size
+        previous_id = -1
+        for _ in range(count):
+            if len(view) - position < _ENTRY.size:
+                raise CorruptProducerSnapshotError(f"snapshot truncated at byte {position}")
+            producer_id, epoch, last_timestamp, batch_count = _ENTRY.unpack_from(view, position)
+            position += _ENTRY.size
+            if producer_id <= previous_id:
+                raise CorruptProducerSnapshotError(
+                    f"producer id {producer_id} not above the previous {previous_id}"
+                )
+            if epoch < 0:
+                raise CorruptProducerSnapshotError(f"producer {producer_id}: epoch {epoch}")
+            if not 1 <= batch_count <= NUM_BATCHES_TO_RETAIN:
+                raise CorruptProducerSnapshotError(
+                    f"producer {producer_id}: {batch_count} cached batches"
+                )
+            if len(view) - position < batch_count * _BATCH.size:
+                raise CorruptProducerSnapshotError(f"snapshot truncated at byte {position}")
+            batches: list[BatchMetadata] = []
+            for _ in range(batch_count):
+                batch = BatchMetadata(*_BATCH.unpack_from(view, position))
+                position += _BATCH.size
+                _check_snapshot_batch(producer_id, batch, batches, end_offset)
+                batches.append(batch)
+            if last_timestamp != batches[-1].max_timestamp:
+                raise CorruptProducerSnapshotError(
+                    f"producer {producer_id}: last timestamp {last_timestamp} is not that "
+                    f"of its last batch"
+                )
+            manager._entries[producer_id] = ProducerEntry(
+                producer_id, epoch, tuple(batches), last_timestamp
+            )
+            previous_id = producer_id
+        if position != len(view):
+            raise CorruptProducerSnapshotError(
+                f"{len(view) - position} unexpected bytes after {count} producers"
+            )
+        return manager
+
+
+def _check_snapshot_batch(
+    producer_id: int,
+    batch: BatchMetadata,
+    before: list[BatchMetadata],
+    end_offset: int,
+) -> None:
+    if not (0 <= batch.first_seq <= MAX_SEQUENCE and 0 <= batch.last_seq <= MAX_SEQUENCE):
+        raise CorruptProducerSnapshotError(
+            f"producer {producer_id}: sequences {batch.first_seq}..{batch.last_seq}"
+        )
+    if not 0 <= batch.first_offset <= batch.last_offset < end_offset:
+        raise CorruptProducerSnapshotError(
+            f"producer {producer_id}: offsets {batch.first_offset}..{batch.last_offset} "
+            f"with end offset {end_offset}"
+        )
+    if last_sequence(batch.first_seq, batch.last_offset - batch.first_offset) != batch.last_seq:
+        raise CorruptProducerSnapshotError(
+            f"producer {producer_id}: sequences {batch.first_seq}..{batch.last_seq} do not "
+            f"match offsets {batch.first_offset}..{batch.last_offset}"
+        )
+    if before and batch.first_offset <= before[-1].last_offset:
+        raise CorruptProducerSnapshotError(
+            f"producer {producer_id}: batch at {batch.first_offset} not after the previous"
+        )
