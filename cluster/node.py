@@ -22,6 +22,7 @@ from pathlib import Path
 
 import grpc
 
+from cluster.durable import write_file_atomically
 from cluster.errors import (
     InconsistentClusterIdError,
     InvalidConfigError,
@@ -41,7 +42,7 @@ from controller.storage.disk_storage import DiskStorage
 from replica.broker_service import BrokerEndpoint, BrokerService
 from replica.log.config import FlushPolicy
 from replica.log.partition_log import delete_files
-from replica.log_manager import LogManager, write_file_atomically
+from replica.log_manager import LogManager
 from replica.topic_partition import TopicPartition
 
 __all__ = ["Node", "main"]

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster.durable import fsync_directory, write_file_atomically
 from cluster.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -315,22 +316,11 @@ class LogManager:
         write_file_atomically(self.data_dir / _TOPICS_FILE, json.dumps(body, indent=1).encode())
 
 
-def write_file_atomically(path: Path, data: bytes) -> None:
-    """Write via a temporary file, fsync, rename and fsync the directory: all or nothing."""
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    _fsync_directory(path.parent)
-
-
 def _mark_deleted(directory: Path) -> Path:
     """Rename a partition directory out of the way, durably; returns the new path."""
     target = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{_DELETE_SUFFIX}")
     os.replace(directory, target)
-    _fsync_directory(directory.parent)
+    fsync_directory(directory.parent)
     return target
 
 
@@ -342,14 +332,6 @@ def _discard(partitions: list[Partition]) -> list[Path]:
         partition.log.close()
         doomed.append(_mark_deleted(partition.log.directory))
     return doomed
-
-
-def _fsync_directory(directory: Path) -> None:
-    directory_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(directory_fd)
-    finally:
-        os.close(directory_fd)
 
 
 def remove_directories(paths: list[Path]) -> None:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cluster.durable import TMP_SUFFIX, fsync_directory, write_file_atomically
 from cluster.errors import KafkaStorageError
 from controller.raft.messages import Entry, HardState, Snapshot, SnapshotId
 from controller.storage.formats import (
@@ -79,7 +80,6 @@ log = logging.getLogger(__name__)
 QUORUM_STATE_FILE = "quorum-state"
 LOG_FILE = "metadata.log"
 LOCK_FILE = ".lock"
-_TMP_SUFFIX = ".tmp"
 _INITIAL_HARD_STATE = HardState(0, None)
 
 
@@ -364,7 +364,7 @@ class DiskStorage:
         directory = self._directory
         if plan.snapshot is not None and plan.snapshot_blob is not None:
             name = snapshot_file_name(plan.snapshot.end_offset, plan.snapshot.epoch)
-            _write_atomically(directory / name, plan.snapshot_blob)
+            write_file_atomically(directory / name, plan.snapshot_blob)
             plan.snapshot_sizes[name] = len(plan.snapshot_blob)
         if plan.rewrite_base is not None:
             self._rewrite_log(plan, plan.rewrite_base)
@@ -376,11 +376,11 @@ class DiskStorage:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(directory / name)
             if doomed:
-                _fsync_directory(directory)
+                fsync_directory(directory)
                 log.info("metadata log deleted snapshots dir=%s files=%s", directory, doomed)
             plan.deleted = doomed
         if plan.hard_state_blob is not None:
-            _write_atomically(directory / QUORUM_STATE_FILE, plan.hard_state_blob)
+            write_file_atomically(directory / QUORUM_STATE_FILE, plan.hard_state_blob)
 
     def _rewrite_log(self, plan: _Plan, base: int) -> None:
         """Replace the log file by one starting at ``base`` (temp + fsync + rename)."""
@@ -395,7 +395,7 @@ class DiskStorage:
             parts.append(frame)
             position += len(frame)
         path = self._directory / LOG_FILE
-        _write_atomically(path, b"".join(parts))
+        write_file_atomically(path, b"".join(parts))
         new_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         os.close(self._log_fd)
         self._log_fd = new_fd
@@ -518,7 +518,7 @@ def _recover(directory: Path) -> _Recovered:
                 f"snapshots={len(checkpoints)} epoch={hard_state.epoch}"
             )
         # Only a crash while creating the directory gets here (quorum-state comes first).
-        _write_atomically(directory / LOG_FILE, encode_log_header(0))
+        write_file_atomically(directory / LOG_FILE, encode_log_header(0))
     raw = (directory / LOG_FILE).read_bytes()
     try:
         file_base = decode_log_header(raw)
@@ -572,7 +572,7 @@ def _recover(directory: Path) -> _Recovered:
             os.close(log_fd)
             log_fd = -1
             header = encode_log_header(start)
-            _write_atomically(directory / LOG_FILE, header)
+            write_file_atomically(directory / LOG_FILE, header)
             log_fd = os.open(directory / LOG_FILE, os.O_RDWR | os.O_CLOEXEC)
             entries: list[Entry] = []
             positions = []
@@ -604,7 +604,7 @@ def _recover(directory: Path) -> _Recovered:
 
 def _remove_temporaries(directory: Path, names: set[str]) -> None:
     """Delete leftovers of interrupted atomic writes; their targets are intact."""
-    strays = sorted(name for name in names if name.endswith(_TMP_SUFFIX))
+    strays = sorted(name for name in names if name.endswith(TMP_SUFFIX))
     for name in strays:
         log.warning(
             "metadata log stray temporary file removed dir=%s file=%s bytes=%d",
@@ -615,7 +615,7 @@ def _remove_temporaries(directory: Path, names: set[str]) -> None:
         os.unlink(directory / name)
         names.discard(name)
     if strays:
-        _fsync_directory(directory)
+        fsync_directory(directory)
 
 
 def _recover_quorum_state(directory: Path, names: set[str], has_snapshots: bool) -> HardState:
@@ -631,7 +631,7 @@ def _recover_quorum_state(directory: Path, names: set[str], has_snapshots: bool)
         raise CorruptMetadataStorageError(
             f"quorum-state missing next to a log dir={directory} file={QUORUM_STATE_FILE}"
         )
-    _write_atomically(path, encode_quorum_state(_INITIAL_HARD_STATE))
+    write_file_atomically(path, encode_quorum_state(_INITIAL_HARD_STATE))
     log.info("metadata log directory initialised dir=%s", directory)
     return _INITIAL_HARD_STATE
 
@@ -717,23 +717,6 @@ def _lock_directory(directory: Path) -> int:
     return fd
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Temp file, write, fsync, rename over ``path``, fsync the directory: all or nothing.
-
-    The same steps as ``replica.log_manager.write_file_atomically``, kept here so the
-    controller does not import the broker's modules.
-    """
-    temporary = path.with_name(path.name + _TMP_SUFFIX)
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        _pwrite_all(fd, data, 0)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    _fsync_directory(path.parent)
-
-
 def _pwrite_all(fd: int, data: bytes, position: int) -> None:
     """``pwrite`` until all of ``data`` is written (a short write is legal)."""
     view = memoryview(data)
@@ -741,12 +724,3 @@ def _pwrite_all(fd: int, data: bytes, position: int) -> None:
         written = os.pwrite(fd, view, position)
         view = view[written:]
         position += written
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make creations, renames and deletions in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -2,9 +2,10 @@
 
 Kafka's ``LocalLog`` and ``UnifiedLog`` in one class. A partition directory holds segments
 (``<20-digit base offset>.log``, ``.index``, ``.timeindex``), a recovery-point checkpoint
-(``recovery-point-offset-checkpoint``: offsets below it were fdatasync'ed) and, between a
-clean close and the next open, a clean-shutdown marker (``.clean_shutdown``). Other files in
-the directory are left alone.
+(``recovery-point-offset-checkpoint``: offsets below it were fdatasync'ed), the leader-epoch
+checkpoint (``leader-epoch-checkpoint``, see below) and, between a clean close and the next
+open, a clean-shutdown marker (``.clean_shutdown``). Other files in the directory are left
+alone.
 
 Offsets are contiguous: each segment starts where the previous one ends, and the log start
 offset is the first segment's base offset (retention deletes whole segments only).
@@ -14,6 +15,16 @@ sanity checks are trusted. Otherwise every segment from the one holding the reco
 (at least the active one) is re-validated batch by batch; at the first torn or corrupt
 batch the file is truncated and every later segment dropped. A segment whose index is
 missing or corrupt is re-validated the same way, wherever it lies.
+
+Leader epochs: :attr:`PartitionLog.leader_epoch_cache` maps each leader epoch to the first
+offset it wrote (Kafka's ``LeaderEpochFileCache``), kept in step with appends, truncation and
+retention. It is written to ``leader-epoch-checkpoint`` at most once per :meth:`flush` (when
+it changed) and on close, never on the append path. The crash rule that makes that lazy
+write safe: the checkpoint is written *before* any recovery point that it must cover (in
+:meth:`flush`, after the fdatasync and before the flushed offset is published), so after a
+crash its entries below the recovery point are right; entries from the first re-validated
+segment on are dropped and rebuilt from the batch headers recovery re-reads anyway. A
+missing or invalid checkpoint is rebuilt from every batch header (and logged).
 """
 
 from __future__ import annotations
@@ -27,7 +38,13 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
+from cluster.durable import TMP_SUFFIX, fsync_directory, write_file_atomically
+from cluster.errors import (
+    CorruptMessageError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+)
 from replica.batch_header import (
     BatchHeader,
     assign_offsets,
@@ -35,6 +52,11 @@ from replica.batch_header import (
     set_log_append_time,
 )
 from replica.log.config import LogConfig
+from replica.log.epoch_checkpoint import (
+    LEADER_EPOCH_CHECKPOINT_TMP_FILE,
+    read_epoch_checkpoint,
+    write_epoch_checkpoint,
+)
 from replica.log.offset_index import CorruptIndexError
 from replica.log.segment import (
     DELETED_SUFFIX,
@@ -44,6 +66,8 @@ from replica.log.segment import (
     LogSegment,
     parse_segment_file_name,
 )
+from replica.replication.errors import LeaderEpochCheckpointError
+from replica.replication.leader_epoch_cache import LeaderEpochCache
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
@@ -57,7 +81,6 @@ log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
-_TMP_SUFFIX = ".tmp"
 _CHECKPOINT_VERSION = 0
 _MAX_CHECKPOINT_BYTES = 64
 _LOG_APPEND_TIME = "LogAppendTime"
@@ -86,29 +109,6 @@ def delete_files(paths: list[Path]) -> None:
             failures.append(f"{path}: {exc}")
     if failures:
         raise KafkaStorageError("could not delete " + "; ".join(failures))
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    """Write ``path`` all or nothing: temp file, fsync, rename, fsync the directory."""
-    temporary = path.with_name(path.name + _TMP_SUFFIX)
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    _fsync_directory(path.parent)
 
 
 def _read_checkpoint(directory: Path) -> int | None:
@@ -143,7 +143,11 @@ def _scan_directory(directory: Path) -> list[int]:
         if name.endswith(DELETED_SUFFIX) and parse_segment_file_name(name[: -len(DELETED_SUFFIX)]):
             path.unlink(missing_ok=True)  # retention renamed it; the unlink never ran
             continue
-        if name in (RECOVERY_POINT_FILE + _TMP_SUFFIX, CLEAN_SHUTDOWN_FILE + _TMP_SUFFIX):
+        if name in (
+            RECOVERY_POINT_FILE + TMP_SUFFIX,
+            CLEAN_SHUTDOWN_FILE + TMP_SUFFIX,
+            LEADER_EPOCH_CHECKPOINT_TMP_FILE,
+        ):
             path.unlink(missing_ok=True)
             continue
         parsed = parse_segment_file_name(name)
@@ -160,6 +164,61 @@ def _scan_directory(directory: Path) -> list[int]:
                 log.info("removing orphan index dir=%s file=%s", directory, path.name)
                 path.unlink(missing_ok=True)
     return sorted(logs)
+
+
+def _check_tiling(records: bytearray, headers: list[BatchHeader]) -> None:
+    """The headers must describe ``records`` exactly, batch after batch, and fit a segment."""
+    position = 0
+    for header in headers:
+        if header.position != position:
+            raise ValueError(f"headers do not tile the records at position {position}")
+        position += header.size
+    if not headers or position != len(records):
+        raise ValueError("headers do not cover the records exactly")
+    if len(records) > MAX_SEGMENT_BYTES:
+        raise RecordListTooLargeError(f"{len(records)} bytes cannot fit in one segment")
+
+
+def _load_epoch_cache(
+    directory: Path, segments: list[LogSegment], rescan_from: int
+) -> tuple[LeaderEpochCache, bool]:
+    """The leader-epoch cache matching the recovered ``segments``, and whether to persist it.
+
+    Trusts the checkpoint below ``segments[rescan_from]`` (the first segment recovery
+    re-validated; ``len(segments)`` after a clean shutdown) and rebuilds the rest from batch
+    headers: the lazy checkpoint write guarantees only the part below the recovery point
+    (see the module docstring). A missing or invalid checkpoint means a full rebuild. Raises
+    ``OSError`` or ``KafkaStorageError`` if files cannot be read.
+    """
+    log_start_offset = segments[0].base_offset
+    log_end_offset = segments[-1].next_offset
+    reason = "missing"
+    try:
+        stored = read_epoch_checkpoint(directory)
+    except LeaderEpochCheckpointError as exc:
+        stored, reason = None, exc.message
+    if stored is None:
+        # A brand-new (or emptied) log has nothing to rebuild: not worth a warning.
+        if reason != "missing" or log_end_offset > log_start_offset:
+            log.warning(
+                "rebuilding leader-epoch cache from batch headers dir=%s reason=%r",
+                directory,
+                reason,
+            )
+        cache = LeaderEpochCache()
+        rescan_from = 0
+    else:
+        cache = LeaderEpochCache(stored.entries)
+    # Start first: on an empty log the end truncation then drops the collapsed entry.
+    cache.truncate_from_start(log_start_offset)
+    if rescan_from < len(segments):
+        cache.truncate_from_end(segments[rescan_from].base_offset)
+        for segment in segments[rescan_from:]:
+            for header in segment.batch_headers():
+                if header.partition_leader_epoch >= 0:  # -1: written without an epoch
+                    cache.assign(header.partition_leader_epoch, header.base_offset)
+    cache.truncate_from_end(log_end_offset)
+    return cache, stored is None or cache != stored
 
 
 class PartitionLog:
@@ -186,6 +245,8 @@ class PartitionLog:
         segments: list[LogSegment],
         flushed_offset: int,
         checkpoint_offset: int,
+        epoch_cache: LeaderEpochCache | None = None,
+        epoch_cache_persisted: bool = False,
     ) -> None:
         """Use :meth:`open`."""
         self._directory = directory
@@ -206,6 +267,10 @@ class PartitionLog:
         """Lowest truncation point since the running flush took its snapshot."""
         self._failed = False
         self._closed = False
+        self._epoch_cache = LeaderEpochCache() if epoch_cache is None else epoch_cache
+        self._epoch_version = 0
+        """Bumped on every change of the epoch cache; compared with the version on disk."""
+        self._epoch_written_version = 0 if epoch_cache_persisted else -1
 
     # ---- opening and recovery -------------------------------------------------------------
 
@@ -220,7 +285,7 @@ class PartitionLog:
             if not directory.is_dir():
                 directory.mkdir(parents=True)
                 # The new directory entry is durable only once its parent is synced.
-                _fsync_directory(directory.parent)
+                fsync_directory(directory.parent)
             return cls._load(directory, config, now_ms, segments)
         except BaseException as exc:
             for segment in segments:
@@ -317,9 +382,20 @@ class PartitionLog:
             clean_marker.unlink()
             directory_dirty = True
         if directory_dirty:
-            _fsync_directory(directory)
+            fsync_directory(directory)
 
-        partition_log = cls(directory, config, kept, flushed_offset, recovery_point)
+        epoch_cache, epoch_cache_changed = _load_epoch_cache(
+            directory, kept, min(recover_from, len(kept))
+        )
+        partition_log = cls(
+            directory,
+            config,
+            kept,
+            flushed_offset,
+            recovery_point,
+            epoch_cache,
+            epoch_cache_persisted=not epoch_cache_changed,
+        )
         partition_log._dirty.update(recovered)
         if recovery_point > log_end_offset and checkpoint is not None:
             # Data below the old recovery point is gone; a stale, higher recovery point
@@ -327,13 +403,14 @@ class PartitionLog:
             partition_log._persist_recovery_point(force=True)
         log.info(
             "opened log dir=%s clean=%s segments=%d log_start_offset=%d log_end_offset=%d "
-            "recovered_segments=%d",
+            "recovered_segments=%d latest_leader_epoch=%d",
             directory,
             clean,
             len(kept),
             kept[0].base_offset,
             log_end_offset,
             len(recovered),
+            epoch_cache.latest_epoch,
         )
         return partition_log
 
@@ -369,6 +446,34 @@ class PartitionLog:
         """Offsets below this one were fdatasync'ed."""
         return self._flushed_offset
 
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochCache:
+        """A copy of the leader-epoch cache (epoch -> first offset), in step with the log.
+
+        A copy, so that nobody can change the cache behind the log's back (it would go
+        unpersisted); it is small (one entry per leader epoch in the log).
+        """
+        with self._lock:
+            return LeaderEpochCache(self._epoch_cache.entries)
+
+    @property
+    def latest_epoch(self) -> int:
+        """The leader epoch of the last batch (``UNDEFINED_EPOCH``, -1, if the log is empty):
+        what a follower sends as ``last_fetched_epoch``."""
+        with self._lock:
+            return self._epoch_cache.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """``(epoch, end offset)`` for a follower's diverging-epoch check (KIP-101/KIP-279).
+
+        The largest epoch <= ``epoch`` this log has and the offset where it ends (the log
+        end offset for the latest epoch); ``(-1, -1)`` if unknown. See
+        :meth:`LeaderEpochCache.end_offset_for`.
+        """
+        with self._lock:
+            answer = self._epoch_cache.end_offset_for(epoch, self.log_end_offset)
+        return answer.epoch, answer.end_offset
+
     def update_config(self, config: LogConfig) -> None:
         """Use ``config`` from the next operation on (rolls, indexes, retention)."""
         with self._lock:
@@ -388,19 +493,25 @@ class PartitionLog:
         Assigns offsets from :attr:`log_end_offset` and the leader epoch in place, stamps
         LogAppendTime if configured, rolls first if needed (a batch never spans segments)
         and writes the whole buffer with one write. Does not fsync. All or nothing: raises
-        ``KafkaStorageError`` and appends nothing if the write fails.
+        ``KafkaStorageError`` and appends nothing if the write fails. A new ``leader_epoch``
+        starts a leader-epoch cache entry at the first offset. An epoch below the log's
+        latest one (the caller should have fenced that leader) is logged and, as in Kafka,
+        replaces the newer cache entries, so that the cache still matches the batches.
         """
-        position = 0
-        for header in headers:
-            if header.position != position:
-                raise ValueError(f"headers do not tile the records at position {position}")
-            position += header.size
-        if not headers or position != len(records):
-            raise ValueError("headers do not cover the records exactly")
-        if len(records) > MAX_SEGMENT_BYTES:
-            raise RecordListTooLargeError(f"{len(records)} bytes cannot fit in one segment")
+        _check_tiling(records, headers)
+        if leader_epoch < 0:
+            raise ValueError(f"leader epoch {leader_epoch} is negative")
         with self._lock:
             self._check_writable()
+            latest_epoch = self._epoch_cache.latest_epoch
+            if leader_epoch < latest_epoch:
+                log.warning(
+                    "leader append with an epoch older than the log's dir=%s leader_epoch=%d "
+                    "latest_epoch=%d",
+                    self._directory,
+                    leader_epoch,
+                    latest_epoch,
+                )
             config = self._config
             first_offset = self._segments[-1].next_offset
             assign_offsets(records, headers, first_offset, leader_epoch)
@@ -411,19 +522,78 @@ class PartitionLog:
                 log_append_time_ms = now_ms
             # Re-read the headers: offsets and perhaps timestamps changed in place.
             stamped = [parse_header(records, header.position) for header in headers]
-            last_offset = stamped[-1].last_offset
-            active = self._segments[-1]
-            if self._should_roll(active, len(records), last_offset, now_ms):
-                active = self._roll(now_ms)
-            try:
-                active.append(records, stamped, config.index_interval_bytes, now_ms)
-            except KafkaStorageError:
-                self._failed = self._failed or active.damaged
-                log.exception("append failed dir=%s offset=%d", self._directory, first_offset)
-                raise
-            self._size_bytes += len(records)
-            self._dirty[active.base_offset] = active
-        return AppendResult(first_offset, last_offset, log_append_time_ms)
+            self._write_locked(records, stamped, now_ms)
+            self._assign_epoch_locked(leader_epoch, first_offset)
+        return AppendResult(first_offset, stamped[-1].last_offset, log_append_time_ms)
+
+    def append_as_follower(
+        self, records: bytearray, headers: list[BatchHeader], now_ms: int
+    ) -> AppendResult:
+        """Append batches fetched from the leader, keeping their offsets and leader epochs.
+
+        ``headers`` come from ``validate_batches``-style validation by the caller. The first
+        batch must start at :attr:`log_end_offset`, each next batch right after the previous
+        one, and ``partitionLeaderEpoch`` must be set (>= 0) and never go below the previous
+        batch's (nor the log's latest epoch); otherwise ``CorruptMessageError`` is raised and
+        nothing is appended. Timestamps are kept as the leader wrote them (no LogAppendTime
+        stamping: the leader did it), so ``log_append_time_ms`` is -1. Rolling, indexing,
+        size accounting and durability (no fsync) are those of :meth:`append`; each batch
+        whose epoch is new starts a leader-epoch cache entry at its base offset.
+        """
+        _check_tiling(records, headers)
+        with self._lock:
+            self._check_writable()
+            first_offset = self._segments[-1].next_offset
+            expected_offset = first_offset
+            previous_epoch = self._epoch_cache.latest_epoch
+            for header in headers:
+                epoch = header.partition_leader_epoch
+                if header.base_offset != expected_offset:
+                    raise CorruptMessageError(
+                        f"follower append to {self._directory.name}: batch at position "
+                        f"{header.position} has baseOffset {header.base_offset}, expected "
+                        f"{expected_offset}"
+                    )
+                if epoch < 0 or epoch < previous_epoch:
+                    raise CorruptMessageError(
+                        f"follower append to {self._directory.name}: batch at offset "
+                        f"{header.base_offset} has partitionLeaderEpoch {epoch}, after epoch "
+                        f"{previous_epoch}"
+                    )
+                expected_offset = header.next_offset
+                previous_epoch = epoch
+            self._write_locked(records, headers, now_ms)
+            for header in headers:
+                self._assign_epoch_locked(header.partition_leader_epoch, header.base_offset)
+        return AppendResult(first_offset, headers[-1].last_offset, -1)
+
+    def _write_locked(self, records: bytearray, headers: list[BatchHeader], now_ms: int) -> None:
+        """The write path shared by both appends: roll if due, write, account; lock held.
+
+        ``headers`` must carry the final offsets. All or nothing (see :meth:`append`).
+        """
+        active = self._segments[-1]
+        if self._should_roll(active, len(records), headers[-1].last_offset, now_ms):
+            active = self._roll(now_ms)
+        try:
+            active.append(records, headers, self._config.index_interval_bytes, now_ms)
+        except KafkaStorageError:
+            self._failed = self._failed or active.damaged
+            log.exception("append failed dir=%s offset=%d", self._directory, headers[0].base_offset)
+            raise
+        self._size_bytes += len(records)
+        self._dirty[active.base_offset] = active
+
+    def _assign_epoch_locked(self, epoch: int, start_offset: int) -> None:
+        """Note that ``epoch`` has data from ``start_offset`` on; cheap when not new."""
+        if self._epoch_cache.assign(epoch, start_offset):
+            self._epoch_version += 1
+            log.info(
+                "new leader epoch dir=%s epoch=%d start_offset=%d",
+                self._directory,
+                epoch,
+                start_offset,
+            )
 
     def _should_roll(self, active: LogSegment, size: int, last_offset: int, now_ms: int) -> bool:
         if active.is_empty:
@@ -490,6 +660,7 @@ class PartitionLog:
             self._check_writable()
             if offset >= self.log_end_offset:
                 return
+            emptied = offset < self._segments[0].base_offset
             try:
                 removed_bytes, removed_segments = self._truncate_locked(offset)
             except (OSError, KafkaStorageError) as exc:
@@ -498,16 +669,27 @@ class PartitionLog:
                     f"truncating log dir={self._directory} to {offset} failed: {exc}"
                 ) from exc
             log_end_offset = self.log_end_offset
+            # The end, not ``offset``: it may lie below ``offset`` (whole batches go). An
+            # emptied log restarting at ``offset`` keeps no history (Kafka clears the cache).
+            if emptied:
+                removed_epochs = self._epoch_cache.entries
+                self._epoch_cache.clear()
+            else:
+                removed_epochs = self._epoch_cache.truncate_from_end(log_end_offset)
+            if removed_epochs:
+                self._epoch_version += 1
             self._flushed_offset = min(self._flushed_offset, log_end_offset)
             self._flush_cap = min(self._flush_cap, log_end_offset)
             self._directory_dirty = True
         log.info(
-            "truncated log dir=%s offset=%d log_end_offset=%d bytes_removed=%d segments_removed=%d",
+            "truncated log dir=%s offset=%d log_end_offset=%d bytes_removed=%d "
+            "segments_removed=%d leader_epochs_removed=%s",
             self._directory,
             offset,
             log_end_offset,
             removed_bytes,
             removed_segments,
+            [(entry.epoch, entry.start_offset) for entry in removed_epochs],
         )
         self._persist_recovery_point(force=False)
 
@@ -653,6 +835,9 @@ class PartitionLog:
                 self._dirty.pop(segment.base_offset, None)
                 # Deleted data needs no flushing: offsets below the start count as flushed.
                 self._flushed_offset = max(self._flushed_offset, segments[0].base_offset)
+                # Per segment, so that a failed rename later in the loop leaves it in step.
+                if self._epoch_cache.truncate_from_start(segments[0].base_offset):
+                    self._epoch_version += 1
                 log.info(
                     "deleted segment dir=%s base_offset=%d reason=%s size_bytes=%d "
                     "log_start_offset=%d",
@@ -671,8 +856,9 @@ class PartitionLog:
 
         Returns the new :attr:`flushed_offset`. Persists the recovery point when it moves
         into another segment (recovery always re-checks the segment holding it, so a
-        finer-grained checkpoint would buy nothing and cost two more fsyncs per flush).
-        Raises ``KafkaStorageError`` if a sync fails; the log is then failed.
+        finer-grained checkpoint would buy nothing and cost two more fsyncs per flush), and
+        before it the leader-epoch checkpoint if the cache changed (so appends never write
+        it). Raises ``KafkaStorageError`` if a sync fails; the log is then failed.
         """
         with self._flush_lock:
             return self._flush_locked()
@@ -683,9 +869,6 @@ class PartitionLog:
                 return self._flushed_offset
             self._check_writable()
             target = self.log_end_offset
-            if not self._dirty and not self._directory_dirty:
-                self._flushed_offset = max(self._flushed_offset, target)
-                return self._flushed_offset
             fds: list[int] = []
             try:
                 for segment in self._dirty.values():
@@ -701,7 +884,7 @@ class PartitionLog:
             for fd in fds:
                 os.fdatasync(fd)
             if directory_dirty:
-                _fsync_directory(self._directory)
+                fsync_directory(self._directory)
         except OSError as exc:
             # After a failed fsync the kernel may have dropped the dirty pages: retrying
             # could "succeed" without the data. Give up on this log, as Kafka does.
@@ -712,6 +895,10 @@ class PartitionLog:
         finally:
             for fd in fds:
                 os.close(fd)
+        # Before the flushed offset is published: every recovery point persisted from it
+        # (here, or by a truncation on another thread) must find the epoch checkpoint
+        # already covering its offsets, or a crash would lose epoch entries.
+        self._persist_epoch_checkpoint()
         with self._lock:
             flushed = min(target, self._flush_cap)
             self._flush_cap = sys.maxsize
@@ -743,7 +930,7 @@ class PartitionLog:
                 ):
                     return
             try:
-                _write_durably(
+                write_file_atomically(
                     self._directory / RECOVERY_POINT_FILE,
                     f"{_CHECKPOINT_VERSION}\n{offset}\n".encode("ascii"),
                 )
@@ -752,6 +939,26 @@ class PartitionLog:
                     f"writing recovery point of dir={self._directory} failed: {exc}"
                 ) from exc
             self._checkpoint_offset = offset
+
+    def _persist_epoch_checkpoint(self) -> None:
+        """Write ``leader-epoch-checkpoint`` if the cache changed since the last write.
+
+        The text is taken under the main lock while holding the checkpoint lock, so the last
+        write always carries the latest cache. Raises ``KafkaStorageError``.
+        """
+        with self._checkpoint_lock:
+            with self._lock:
+                version = self._epoch_version
+                if version == self._epoch_written_version:
+                    return
+                text = self._epoch_cache.encode()
+            try:
+                write_epoch_checkpoint(self._directory, text)
+            except OSError as exc:
+                raise KafkaStorageError(
+                    f"writing leader-epoch checkpoint of dir={self._directory} failed: {exc}"
+                ) from exc
+            self._epoch_written_version = version
 
     def close(self) -> None:
         """Flush, persist the exact recovery point, write the clean-shutdown marker, close.
@@ -776,7 +983,7 @@ class PartitionLog:
                 if not failed:
                     self._flush_locked()
                     self._persist_recovery_point(force=True)
-                    _write_durably(self._directory / CLEAN_SHUTDOWN_FILE, b"")
+                    write_file_atomically(self._directory / CLEAN_SHUTDOWN_FILE, b"")
             finally:
                 with self._lock:
                     self._closed = True

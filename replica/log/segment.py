@@ -497,6 +497,18 @@ class LogSegment:
                 offset_in_chunk += header.size
             position += offset_in_chunk
 
+    def batch_headers(self) -> Iterator[BatchHeader]:
+        """Yield the header of every batch, oldest first, without reading whole batches.
+
+        No CRC check: for bytes the segment already validated (at open or append), e.g. to
+        rebuild the leader-epoch cache. Raises ``KafkaStorageError`` if the log is
+        inconsistent or cannot be read.
+        """
+        try:
+            yield from self._walk(0)
+        except (CorruptMessageError, OSError) as exc:
+            raise KafkaStorageError(f"reading headers of {self._log_path} failed: {exc}") from exc
+
     def find_batch(self, offset: int) -> BatchHeader | None:
         """The header of the first batch whose last offset is >= ``offset``, or None.
 

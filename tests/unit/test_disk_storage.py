@@ -277,7 +277,7 @@ def test_write_makes_each_step_durable_in_the_core_order(
     fill(opened, mem, make_ready(entries=entries_from(6, [2])))
     trace: list[str] = []
     real_atomic, real_fsync, real_fdatasync = (
-        disk_storage_module._write_atomically,
+        disk_storage_module.write_file_atomically,
         os.fsync,
         os.fdatasync,
     )
@@ -309,7 +309,7 @@ def test_write_makes_each_step_durable_in_the_core_order(
         trace.append(f"unlink {Path(path).name}")
         real_unlink(path)
 
-    monkeypatch.setattr(disk_storage_module, "_write_atomically", atomic)
+    monkeypatch.setattr(disk_storage_module, "write_file_atomically", atomic)
     for name, fake in [
         ("pwrite", pwrite),
         ("ftruncate", ftruncate),
@@ -364,7 +364,7 @@ def test_atomic_write_syncs_the_file_then_the_directory(
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
-    disk_storage_module._write_atomically(tmp_path / "f", b"data")
+    disk_storage_module.write_file_atomically(tmp_path / "f", b"data")
     assert trace == ["fsync file", "replace f.tmp f", "fsync dir"]
     assert (tmp_path / "f").read_bytes() == b"data"
     assert os.listdir(tmp_path) == ["f"]
@@ -696,14 +696,14 @@ def test_snapshot_decoder_rejects_lies() -> None:
 
 def crash_when_writing(monkeypatch: pytest.MonkeyPatch, target: str) -> None:
     """Make the atomic write of file ``target`` crash before it starts."""
-    real = disk_storage_module._write_atomically
+    real = disk_storage_module.write_file_atomically
 
     def crashing(path: Path, data: bytes) -> None:
         if path.name == target:
             raise Crash(path.name)
         real(path, data)
 
-    monkeypatch.setattr(disk_storage_module, "_write_atomically", crashing)
+    monkeypatch.setattr(disk_storage_module, "write_file_atomically", crashing)
 
 
 def test_crash_after_snapshot_before_log_rewrite_recovers_the_new_snapshot(
