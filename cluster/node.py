@@ -151,7 +151,7 @@ class Node:
             ]
         )
         endpoint = BrokerEndpoint(
-            self.config.node_id, self.config.advertised_host, self.config.port
+            self.config.node_id, self.config.advertised_host, self.config.port, self.config.rack
         )
         frontend = await self._start_quorum(server, endpoint) if self.config.in_quorum else None
         if "broker" in self.config.process_roles:
@@ -334,6 +334,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--cluster-id", default="", help="cluster id (default: derived from the voters)"
     )
+    parser.add_argument(
+        "--rack", default="", help="broker.rack: replicas of a partition go to distinct racks"
+    )
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     return parser.parse_args(argv)
 
@@ -364,6 +367,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.error("invalid --config %r: expected NAME=VALUE", item)
             return 2
         overrides[name.strip()] = value.strip()
+    # Kafka's server.properties names work as --config too; the flags win.
+    process_roles = args.process_roles or overrides.pop("process.roles", "")
+    voters = args.controller_quorum_voters or overrides.pop("controller.quorum.voters", "")
+    rack = args.rack or overrides.pop("broker.rack", "")
+    overrides.pop("process.roles", None)
+    overrides.pop("controller.quorum.voters", None)
+    overrides.pop("broker.rack", None)
     try:
         config = NodeConfig.build(
             args.node_id,
@@ -371,9 +381,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.listen,
             args.advertised_host,
             overrides,
-            args.process_roles,
-            args.controller_quorum_voters,
+            process_roles,
+            voters,
             args.cluster_id,
+            rack,
         )
         asyncio.run(_serve(config))
     except LograftError as exc:

@@ -73,6 +73,7 @@ class NodeConfig:
     host: str = "127.0.0.1"
     port: int = 9092
     advertised_host: str = ""
+    rack: str = ""
     log_defaults: LogConfig = field(default_factory=LogConfig)
     retention_check_interval_ms: int = 30_000
     socket_request_max_bytes: int = 100 * 1024 * 1024
@@ -100,6 +101,7 @@ class NodeConfig:
         process_roles: str = "",
         quorum_voters: str = "",
         cluster_id: str = "",
+        rack: str = "",
     ) -> NodeConfig:
         """Validate and assemble a node config; raises ``InvalidConfigError``."""
         if node_id < 0:
@@ -153,6 +155,7 @@ class NodeConfig:
             host=host,
             port=port,
             advertised_host=advertised_host or host,
+            rack=rack,
             log_defaults=LogConfig().with_overrides(topic_overrides),
             retention_check_interval_ms=node_values["log.retention.check.interval.ms"],
             socket_request_max_bytes=node_values["socket.request.max.bytes"],

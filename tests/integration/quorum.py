@@ -23,6 +23,7 @@ class QuorumCluster:
 
     base_dir: Path
     size: int = 3
+    racks: dict[int, str] = field(default_factory=dict)
     nodes: dict[int, NodeProcess] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -33,7 +34,8 @@ class QuorumCluster:
                 data_dir=self.base_dir / f"node-{node_id}",
                 node_id=node_id,
                 port=port,
-                extra_args=["--controller-quorum-voters", voters],
+                extra_args=["--controller-quorum-voters", voters]
+                + (["--rack", self.racks[node_id]] if node_id in self.racks else []),
             )
 
     def start(self) -> None:

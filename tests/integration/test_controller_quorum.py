@@ -178,3 +178,19 @@ def test_alter_partition_and_producer_id_blocks_through_the_controller(
         cpb.AllocateProducerIdsRequest(broker_id=1, broker_epoch=999),
     )
     assert refused.error_code == StaleBrokerEpochError.code
+
+
+def test_replicas_of_a_partition_go_to_distinct_racks(tmp_path: Path) -> None:
+    racked = QuorumCluster(tmp_path, racks={1: "rack-a", 2: "rack-b", 3: "rack-b"})
+    racked.start()
+    try:
+        node = racked.nodes[1]
+        assert racked.create_topic(node, "racked", 12, 2) == 0
+        metadata = racked.metadata(node, ["racked"])
+        assert metadata is not None
+        rack_of = {b.node_id: b.rack for b in metadata.brokers}
+        assert rack_of == racked.racks
+        for partition in metadata.topics[0].partitions:
+            assert {rack_of[r] for r in partition.replica_nodes} == {"rack-a", "rack-b"}
+    finally:
+        racked.stop()
