@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc
@@ -47,6 +47,7 @@ CONTROLLED_SHUTDOWN_TIMEOUT_S = 2.5
 cluster has none to answer."""
 HEARTBEAT_CALL_TIMEOUT_S = 2.0
 CONTROLLER_CALL_TIMEOUT_S = 60.0
+READ_YOUR_WRITES_TIMEOUT_S = 5.0
 RETRY_BACKOFF_S = 0.2
 
 
@@ -146,6 +147,7 @@ class KRaftBroker:
         self._latest_image = machine.image
         self._sync_wanted = asyncio.Event()
         self._sync_task: asyncio.Task[None] | None = None
+        self._image_waiters: list[asyncio.Future[None]] = []
         machine.add_listener(self._on_image)
 
     @property
@@ -253,6 +255,30 @@ class KRaftBroker:
     def _on_image(self, previous: MetadataImage, image: MetadataImage) -> None:
         self._latest_image = image
         self._sync_wanted.set()
+        waiters, self._image_waiters = self._image_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _await_image(self, ready: Callable[[MetadataImage], bool]) -> None:
+        """Wait (bounded) until this broker's image satisfies ``ready``.
+
+        A topic the controller created is committed before it answers, but this broker
+        learns of it a little later; waiting here gives the client read-your-writes.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + READ_YOUR_WRITES_TIMEOUT_S
+        while not ready(self._machine.image):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                log.warning("metadata image did not catch up with the controller in time")
+                return
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._image_waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except TimeoutError:
+                continue
 
     async def _sync_loop(self) -> None:
         """Bring the hosted partitions in line with the newest image, one change at a time.
@@ -367,7 +393,10 @@ class KRaftBroker:
             response: pb.CreateTopicsResponse = await self._controllers.call(
                 "CreateTopics", request
             )
-        except NotControllerError as exc:
+            if not request.validate_only:
+                created = [t.name for t in response.topics if t.error_code == 0]
+                await self._await_image(lambda image: all(image.topic(n) for n in created))
+        except (NotControllerError, RequestTimedOutError) as exc:
             return pb.CreateTopicsResponse(
                 topics=[
                     pb.CreatableTopicResult(
@@ -384,7 +413,9 @@ class KRaftBroker:
             response: pb.DeleteTopicsResponse = await self._controllers.call(
                 "DeleteTopics", request
             )
-        except NotControllerError as exc:
+            deleted = [t.name for t in response.topics if t.error_code == 0]
+            await self._await_image(lambda image: not any(image.topic(n) for n in deleted))
+        except (NotControllerError, RequestTimedOutError) as exc:
             return pb.DeleteTopicsResponse(
                 topics=[
                     pb.DeletableTopicResult(name=n, error_code=exc.code, error_message=exc.message)
