@@ -12,6 +12,8 @@ from typing import Any
 import grpc
 
 from cluster.errors import BrokerNotAvailableError
+from cluster.wire import broker_pb2 as pb
+from cluster.wire import broker_pb2_grpc as pb_grpc
 from cluster.wire import controller_pb2 as cpb
 from cluster.wire import controller_pb2_grpc as cpb_grpc
 
@@ -40,6 +42,7 @@ def describe_cluster(bootstrap: Sequence[str], timeout_s: float = TIMEOUT_S) -> 
             break
     if answer is None:
         raise BrokerNotAvailableError(f"no node answered DescribeQuorum at {list(bootstrap)}")
+    partitions = _partitions(address, timeout_s)
     leader = next((b for b in answer.brokers if b.broker_id == answer.leader_id), None)
     if leader is not None:
         # Only the leader knows how far behind each voter is.
@@ -70,7 +73,55 @@ def describe_cluster(bootstrap: Sequence[str], timeout_s: float = TIMEOUT_S) -> 
             for b in answer.brokers
         ],
         "offline_partitions": [f"{p.topic}-{p.partition}" for p in answer.offline_partitions],
+        "partitions": partitions,
     }
+
+
+def _partitions(address: str, timeout_s: float) -> list[dict[str, Any]]:
+    """Every partition's leader, replicas and ISR, with the high watermark its leader reports."""
+    try:
+        with grpc.insecure_channel(address) as channel:
+            metadata = pb_grpc.BrokerStub(channel).Metadata(pb.MetadataRequest(), timeout=timeout_s)
+    except grpc.RpcError:
+        return []
+    addresses = {b.node_id: f"{b.host}:{b.port}" for b in metadata.brokers}
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    by_leader: dict[int, list[tuple[str, int]]] = {}
+    for topic in metadata.topics:
+        for partition in topic.partitions:
+            rows[(topic.name, partition.partition)] = {
+                "topic": topic.name,
+                "partition": partition.partition,
+                "leader": partition.leader_id,
+                "leader_epoch": partition.leader_epoch,
+                "replicas": list(partition.replica_nodes),
+                "isr": list(partition.isr_nodes),
+                "high_watermark": -1,
+            }
+            by_leader.setdefault(partition.leader_id, []).append((topic.name, partition.partition))
+    for leader_id, owned in by_leader.items():
+        if leader_id not in addresses:
+            continue
+        request = pb.ListOffsetsRequest()
+        for name in sorted({t for t, _ in owned}):
+            request.topics.add(
+                name=name,
+                partitions=[
+                    pb.ListOffsetsPartition(partition=p, timestamp=-1)
+                    for t, p in owned
+                    if t == name
+                ],
+            )
+        try:
+            with grpc.insecure_channel(addresses[leader_id]) as channel:
+                answer = pb_grpc.BrokerStub(channel).ListOffsets(request, timeout=timeout_s)
+        except grpc.RpcError:
+            continue
+        for topic in answer.topics:
+            for result in topic.partitions:
+                if result.error_code == 0:
+                    rows[(topic.name, result.partition)]["high_watermark"] = result.offset
+    return [rows[key] for key in sorted(rows)]
 
 
 def render_status(status: dict[str, Any]) -> str:

@@ -14,10 +14,14 @@ from cluster.errors import (
     InvalidUpdateVersionError,
     StaleBrokerEpochError,
 )
+from cluster.status import describe_cluster
+from cluster.wire import broker_pb2_grpc
 from cluster.wire import controller_pb2 as cpb
 from cluster.wire import controller_pb2_grpc as cpb_grpc
+from replica.records import encode_batch
 from tests.integration.nodes import wait_until
 from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
+from tests.integration.wire_helpers import produce
 
 pytestmark = pytest.mark.integration
 
@@ -196,3 +200,26 @@ def test_replicas_of_a_partition_go_to_distinct_racks(tmp_path: Path) -> None:
             assert {rack_of[r] for r in partition.replica_nodes} == {"rack-a", "rack-b"}
     finally:
         racked.stop()
+
+
+def test_cluster_status_reports_quorum_brokers_and_partitions(cluster: QuorumCluster) -> None:
+    node = cluster.nodes[2]
+    assert cluster.create_topic(node, "watched", 2, 3) == 0
+    leaders = cluster.leaders(node, "watched")
+    with grpc.insecure_channel(cluster.nodes[leaders[0]].address) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        # The leader opens its log just after the metadata reaches it: retriable until then.
+        wait_until(
+            lambda: produce(stub, "watched", 0, encode_batch([b"a", b"b", b"c"])).error_code == 0,
+            30,
+            "the leader to accept a produce",
+        )
+    status = describe_cluster([n.address for n in cluster.nodes.values()])
+    assert status["quorum"]["leader_id"] == cluster.active_controller()
+    assert {v["node_id"] for v in status["quorum"]["voters"]} == {1, 2, 3}
+    assert [b["fenced"] for b in status["brokers"]] == [False, False, False]
+    assert status["offline_partitions"] == []
+    rows = {(p["topic"], p["partition"]): p for p in status["partitions"]}
+    assert rows[("watched", 0)]["high_watermark"] == 3
+    assert rows[("watched", 1)]["high_watermark"] == 0
+    assert rows[("watched", 0)]["leader"] == leaders[0]
