@@ -18,12 +18,14 @@ from typing import Any, Protocol
 import grpc
 
 from cluster.errors import (
+    FencedLeaderEpochError,
     InvalidRequestError,
     InvalidRequiredAcksError,
     KafkaStorageError,
     LograftError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
+    UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
 )
 from cluster.wire import broker_pb2 as pb
@@ -224,7 +226,14 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
                     high_watermark = partition.high_watermark
                     result.high_watermark = high_watermark
                     result.log_start_offset = partition.log.log_start_offset
-                    if wanted.fetch_offset > high_watermark and (
+                    upper_bound: int | None = high_watermark
+                    if request.replica_id >= 0:
+                        # A follower reads past the high watermark (that is how it moves),
+                        # after its epoch and its log's divergence are checked.
+                        if self._diverged(partition, wanted, result):
+                            continue
+                        upper_bound = None
+                    elif wanted.fetch_offset > high_watermark and (
                         wanted.fetch_offset <= partition.log.log_end_offset
                     ):
                         # Between the high watermark and the log end: not readable yet.
@@ -238,7 +247,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
                     if limit <= 0:
                         readable.append(partition)
                         continue
-                    data = partition.log.read(wanted.fetch_offset, limit, high_watermark)
+                    data = partition.log.read(wanted.fetch_offset, limit, upper_bound)
                 except LograftError as exc:
                     result.error_code = exc.code
                     result.error_message = exc.message
@@ -247,6 +256,35 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
                 total_bytes += len(data)
                 readable.append(partition)
         return response, total_bytes, readable
+
+    @staticmethod
+    def _diverged(
+        partition: Partition, wanted: pb.FetchPartition, result: pb.FetchPartitionResponse
+    ) -> bool:
+        """Check a follower's fetch (KIP-320/KIP-101); True when answered without data.
+
+        A follower on another leader epoch is told so; one whose last fetched epoch ends
+        before its fetch offset in the leader's log gets that epoch's end offset and
+        truncates to it before fetching again.
+        """
+        if wanted.current_leader_epoch < partition.leader_epoch:
+            raise FencedLeaderEpochError(
+                f"{partition.topic_partition}: fetch in epoch {wanted.current_leader_epoch}, "
+                f"leader is in {partition.leader_epoch}"
+            )
+        if wanted.current_leader_epoch > partition.leader_epoch:
+            raise UnknownLeaderEpochError(
+                f"{partition.topic_partition}: fetch in epoch {wanted.current_leader_epoch}, "
+                f"leader is still in {partition.leader_epoch}"
+            )
+        if wanted.last_fetched_epoch < 0 or wanted.fetch_offset == 0:
+            return False
+        epoch, end_offset = partition.log.end_offset_for_epoch(wanted.last_fetched_epoch)
+        if epoch == wanted.last_fetched_epoch and end_offset >= wanted.fetch_offset:
+            return False
+        result.diverging_epoch.epoch = epoch
+        result.diverging_epoch.end_offset = end_offset
+        return True
 
     # ---- ListOffsets --------------------------------------------------------------------
 

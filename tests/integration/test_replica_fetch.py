@@ -1,0 +1,105 @@
+"""Followers' fetches as the leader answers them: data past the HW, divergence, epochs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from cluster.errors import NotLeaderOrFollowerError, UnknownLeaderEpochError
+from cluster.wire import broker_pb2 as pb
+from cluster.wire import broker_pb2_grpc as pb_grpc
+from replica.records import encode_batch, iter_records
+from tests.integration.nodes import wait_until
+from tests.integration.quorum import QuorumCluster
+from tests.integration.wire_helpers import TIMEOUT_S, produce
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[QuorumCluster]:
+    running = QuorumCluster(tmp_path)
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _replica_fetch(
+    stub: pb_grpc.BrokerStub,
+    replica_id: int,
+    fetch_offset: int,
+    last_fetched_epoch: int,
+    current_leader_epoch: int,
+) -> pb.FetchPartitionResponse:
+    response = stub.Fetch(
+        pb.FetchRequest(
+            replica_id=replica_id,
+            max_wait_ms=0,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            topics=[
+                pb.FetchTopic(
+                    name="repl",
+                    partitions=[
+                        pb.FetchPartition(
+                            partition=0,
+                            fetch_offset=fetch_offset,
+                            partition_max_bytes=1 << 20,
+                            current_leader_epoch=current_leader_epoch,
+                            last_fetched_epoch=last_fetched_epoch,
+                        )
+                    ],
+                )
+            ],
+        ),
+        timeout=TIMEOUT_S,
+    )
+    result: pb.FetchPartitionResponse = response.topics[0].partitions[0]
+    return result
+
+
+def test_leader_answers_follower_fetches(cluster: QuorumCluster) -> None:
+    node = cluster.nodes[1]
+    assert cluster.create_topic(node, "repl", 1, 3) == 0
+    metadata = cluster.metadata(node, ["repl"])
+    assert metadata is not None
+    partition = metadata.topics[0].partitions[0]
+    leader, epoch = partition.leader_id, partition.leader_epoch
+    follower = next(r for r in partition.replica_nodes if r != leader)
+    with grpc.insecure_channel(cluster.nodes[leader].address) as channel:
+        stub = pb_grpc.BrokerStub(channel)
+        wait_until(
+            lambda: produce(stub, "repl", 0, encode_batch([b"a", b"b", b"c"])).error_code == 0,
+            30,
+            "the leader to accept a produce",
+        )
+        assert produce(stub, "repl", 0, encode_batch([b"d", b"e"])).error_code == 0
+
+        everything = _replica_fetch(stub, follower, 0, -1, epoch)
+        assert everything.error_code == 0 and not everything.HasField("diverging_epoch")
+        assert [r.value for r in iter_records(everything.records)] == [b"a", b"b", b"c", b"d", b"e"]
+
+        same_epoch = _replica_fetch(stub, follower, 3, epoch, epoch)
+        assert not same_epoch.HasField("diverging_epoch")
+        assert [r.value for r in iter_records(same_epoch.records, 3)] == [b"d", b"e"]
+
+        # The follower holds records of this epoch the leader does not (written to an old
+        # leader, never committed): truncate to where the epoch ends here (KIP-101).
+        diverged = _replica_fetch(stub, follower, 7, epoch, epoch)
+        assert diverged.HasField("diverging_epoch") and diverged.records == b""
+        assert (diverged.diverging_epoch.epoch, diverged.diverging_epoch.end_offset) == (epoch, 5)
+        # An epoch newer than any the leader knows is undefined, as in Kafka.
+        unknown = _replica_fetch(stub, follower, 5, epoch + 3, epoch)
+        assert (unknown.diverging_epoch.epoch, unknown.diverging_epoch.end_offset) == (-1, -1)
+
+        ahead = _replica_fetch(stub, follower, 0, -1, epoch + 1)
+        assert ahead.error_code == UnknownLeaderEpochError.code
+
+    with grpc.insecure_channel(cluster.nodes[follower].address) as channel:
+        not_leader = _replica_fetch(pb_grpc.BrokerStub(channel), leader, 0, -1, epoch)
+        assert not_leader.error_code == NotLeaderOrFollowerError.code
