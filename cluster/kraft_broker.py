@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -33,6 +34,7 @@ from controller.metadata import MetadataImage
 from controller.quorum.driver import CHANNEL_OPTIONS, RaftDriver
 from controller.quorum.metadata_machine import MetadataStateMachine
 from replica.broker_service import BrokerEndpoint
+from replica.fetcher import FollowedPartition, ReplicaFetcherManager
 from replica.log_manager import LogManager, remove_directories
 from replica.partition import Partition
 from replica.topic_partition import TopicPartition
@@ -114,6 +116,10 @@ class ControllerClient:
             await channel.close()
 
 
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
 def _not_controller(response: Any) -> bool:
     code = getattr(response, "error_code", None)
     if code == NotControllerError.code:
@@ -148,6 +154,7 @@ class KRaftBroker:
         self._sync_wanted = asyncio.Event()
         self._sync_task: asyncio.Task[None] | None = None
         self._image_waiters: list[asyncio.Future[None]] = []
+        self._fetchers = ReplicaFetcherManager(endpoint.node_id, logs, _wall_clock_ms)
         machine.add_listener(self._on_image)
 
     @property
@@ -172,6 +179,7 @@ class KRaftBroker:
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+        await self._fetchers.stop()
         if self.broker_epoch >= 0:
             try:
                 await asyncio.wait_for(self._controlled_shutdown(), CONTROLLED_SHUTDOWN_TIMEOUT_S)
@@ -328,6 +336,16 @@ class KRaftBroker:
                     "leader" if is_leader else "follower",
                     leader_epoch,
                 )
+        followed = {
+            tp: FollowedPartition(leader, leader_epoch)
+            for tp, (_, _, leader, leader_epoch) in wanted.items()
+            if leader >= 0 and leader != self.node_id
+        }
+        addresses = {
+            b.broker_id: f"{b.listeners[0].host}:{b.listeners[0].port}"
+            for b in image.unfenced_brokers()
+        }
+        await self._fetchers.update(followed, addresses)
         stale = [tp for tp in self._logs.partitions if tp not in wanted]
         doomed = [d for tp in stale if (d := self._logs.unhost_partition(tp)) is not None]
         if doomed:

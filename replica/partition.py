@@ -54,6 +54,12 @@ class Partition:
             self._high_watermark = new_high_watermark
             self.wake_fetchers()
 
+    def set_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        """A follower's high watermark: the leader's, capped by what this log holds on disk."""
+        self._high_watermark = max(
+            self._high_watermark, min(leader_high_watermark, self.log.flushed_offset)
+        )
+
     def wake_fetchers(self) -> None:
         """Complete every pending fetch wait on this partition."""
         waiters, self._data_waiters = self._data_waiters, set()

@@ -101,5 +101,83 @@ def test_leader_answers_follower_fetches(cluster: QuorumCluster) -> None:
         assert ahead.error_code == UnknownLeaderEpochError.code
 
     with grpc.insecure_channel(cluster.nodes[follower].address) as channel:
-        not_leader = _replica_fetch(pb_grpc.BrokerStub(channel), leader, 0, -1, epoch)
-        assert not_leader.error_code == NotLeaderOrFollowerError.code
+        follower_stub = pb_grpc.BrokerStub(channel)
+        # Once the follower has opened its replica (just after the metadata reaches it), it
+        # refuses to serve fetches as a leader would.
+        wait_until(
+            lambda: (
+                _replica_fetch(follower_stub, leader, 0, -1, epoch).error_code
+                == NotLeaderOrFollowerError.code
+            ),
+            30,
+            "the follower to refuse a fetch as not the leader",
+        )
+
+
+def test_followers_copy_the_leader_and_take_over_with_its_data(cluster: QuorumCluster) -> None:
+    node = cluster.nodes[1]
+    assert cluster.create_topic(node, "repl", 1, 3) == 0
+    leader = cluster.leaders(node, "repl")[0]
+    values = [f"v{n}".encode() for n in range(200)]
+    with grpc.insecure_channel(cluster.nodes[leader].address) as channel:
+        stub = pb_grpc.BrokerStub(channel)
+        wait_until(
+            lambda: produce(stub, "repl", 0, encode_batch(values[:100])).error_code == 0,
+            30,
+            "the leader to accept a produce",
+        )
+        assert produce(stub, "repl", 0, encode_batch(values[100:])).error_code == 0
+    followers = [n for n in cluster.nodes if n != leader]
+    segment_files = {
+        n: cluster.nodes[n].data_dir / "repl-0" / "00000000000000000000.log" for n in cluster.nodes
+    }
+
+    def replicated() -> bool:
+        sizes = {n: p.stat().st_size if p.exists() else -1 for n, p in segment_files.items()}
+        return len(set(sizes.values())) == 1
+
+    wait_until(replicated, 30, "the followers to hold the leader's log")
+    leader_bytes = segment_files[leader].read_bytes()
+    assert all(segment_files[n].read_bytes() == leader_bytes for n in followers)
+    cluster.nodes[leader].kill()
+    survivor = cluster.nodes[followers[0]]
+    wait_until(
+        lambda: cluster.leaders(survivor, "repl").get(0, leader) not in (leader, -1),
+        60,
+        "a new leader",
+    )
+    new_leader = cluster.nodes[cluster.leaders(survivor, "repl")[0]]
+    with grpc.insecure_channel(new_leader.address) as channel:
+        stub = pb_grpc.BrokerStub(channel)
+        got: list[bytes] = []
+
+        def read_all() -> bool:
+            got.clear()
+            result = (
+                stub.Fetch(
+                    pb.FetchRequest(
+                        replica_id=-1,
+                        max_wait_ms=0,
+                        min_bytes=1,
+                        max_bytes=1 << 20,
+                        topics=[
+                            pb.FetchTopic(
+                                name="repl",
+                                partitions=[
+                                    pb.FetchPartition(
+                                        partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+                                    )
+                                ],
+                            )
+                        ],
+                    ),
+                    timeout=TIMEOUT_S,
+                )
+                .topics[0]
+                .partitions[0]
+            )
+            got.extend(r.value for r in iter_records(result.records) if r.value is not None)
+            return result.error_code == 0 and len(got) == len(values)
+
+        wait_until(read_all, 30, "the new leader to serve the data")
+        assert got == values
