@@ -71,7 +71,8 @@ class LogManager:
         """Load topic definitions and open (and recover) every partition log.
 
         With ``load_topics=False`` (a node in a controller quorum) no topic is loaded here:
-        partitions are opened as the metadata image assigns them (:meth:`host_partition`).
+        partitions are opened as the metadata image assigns them (:meth:`open_partition`,
+        then :meth:`adopt_partition`).
         """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         for leftover in self.data_dir.glob(f"*{_DELETE_SUFFIX}"):
@@ -217,17 +218,6 @@ class LogManager:
     def adopt_partition(self, partition: Partition) -> None:
         """Make an opened partition servable (event loop only)."""
         self.partitions[partition.topic_partition] = partition
-
-    def host_partition(
-        self, tp: TopicPartition, topic_id: str, configs: Mapping[str, str]
-    ) -> Partition:
-        """The partition, opening it on first use (both steps, on the calling thread)."""
-        existing = self.partitions.get(tp)
-        if existing is not None:
-            return existing
-        partition = self.open_partition(tp, topic_id, configs)
-        self.adopt_partition(partition)
-        return partition
 
     def unhost_partition(self, tp: TopicPartition) -> Path | None:
         """Close a partition this broker no longer hosts; returns its directory to remove."""
