@@ -31,12 +31,15 @@ from cluster.wire import broker_pb2 as pb
 from cluster.wire import controller_pb2 as cpb
 from cluster.wire import controller_pb2_grpc as cpb_grpc
 from controller.metadata import MetadataImage
+from controller.metadata.image import PartitionRegistration
 from controller.quorum.driver import CHANNEL_OPTIONS, RaftDriver
 from controller.quorum.metadata_machine import MetadataStateMachine
 from replica.broker_service import BrokerEndpoint
 from replica.fetcher import FollowedPartition, ReplicaFetcherManager
 from replica.log_manager import LogManager, remove_directories
 from replica.partition import Partition
+from replica.producer_ids import ProducerIdAllocator
+from replica.replication import IsrProposal, ReplicationInvariantError
 from replica.topic_partition import TopicPartition
 
 __all__ = ["ControllerClient", "KRaftBroker"]
@@ -50,6 +53,8 @@ cluster has none to answer."""
 HEARTBEAT_CALL_TIMEOUT_S = 2.0
 CONTROLLER_CALL_TIMEOUT_S = 60.0
 READ_YOUR_WRITES_TIMEOUT_S = 5.0
+ALTER_PARTITION_TIMEOUT_S = 5.0
+DEFAULT_REPLICA_LAG_TIME_MAX_MS = 10_000
 RETRY_BACKOFF_S = 0.2
 
 
@@ -139,8 +144,13 @@ class KRaftBroker:
         machine: MetadataStateMachine,
         driver: RaftDriver,
         controllers: ControllerClient,
+        replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     ) -> None:
         self._endpoint = endpoint
+        self._replica_lag_time_max_ms = replica_lag_time_max_ms
+        self._isr_calls: dict[TopicPartition, asyncio.Task[None]] = {}
+        self._isr_task: asyncio.Task[None] | None = None
+        self._producer_ids = ProducerIdAllocator(self._allocate_producer_ids)
         self._cluster_id = cluster_id
         self._logs = logs
         self._machine = machine
@@ -167,6 +177,7 @@ class KRaftBroker:
         self._sync_wanted.set()
         self._sync_task = asyncio.create_task(self._sync_loop(), name="broker-image-sync")
         self._task = asyncio.create_task(self._lifecycle(), name="broker-lifecycle")
+        self._isr_task = asyncio.create_task(self._isr_expiration(), name="isr-expiration")
 
     async def stop(self) -> None:
         """Controlled shutdown, then stop heartbeating.
@@ -175,7 +186,7 @@ class KRaftBroker:
         waits (bounded) until the controller says it may go, so clients switch leaders
         before the process exits instead of waiting for the session to expire.
         """
-        for task in (self._task, self._sync_task):
+        for task in (self._task, self._sync_task, self._isr_task, *self._isr_calls.values()):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -305,14 +316,13 @@ class KRaftBroker:
 
     async def _sync(self, image: MetadataImage) -> None:
         loop = asyncio.get_running_loop()
-        wanted: dict[TopicPartition, tuple[str, Mapping[str, str], int, int]] = {}
+        wanted: dict[TopicPartition, tuple[str, Mapping[str, str], PartitionRegistration]] = {}
         for topic, partition_id, state in image.iter_partitions():
             if self.node_id in state.replicas:
                 wanted[TopicPartition(topic.name, partition_id)] = (
                     str(topic.topic_id),
                     image.topic_configs(topic.name),
-                    state.leader,
-                    state.leader_epoch,
+                    state,
                 )
         missing = [
             (tp, info[0], info[1]) for tp, info in wanted.items() if tp not in self._logs.partitions
@@ -322,24 +332,19 @@ class KRaftBroker:
             for new_partition in opened:
                 self._logs.adopt_partition(new_partition)
             log.info("partitions opened count=%d", len(opened))
-        for tp, (_, _, leader, leader_epoch) in wanted.items():
+        now_ms = _wall_clock_ms()
+        for tp, (_, _, state) in wanted.items():
             partition = self._logs.partitions.get(tp)
             if partition is None:
                 continue
-            is_leader = leader == self.node_id
-            if (partition.is_leader, partition.leader_epoch) != (is_leader, leader_epoch):
-                partition.is_leader = is_leader
-                partition.leader_epoch = leader_epoch
-                log.info(
-                    "partition role partition=%s role=%s leader_epoch=%d",
-                    tp,
-                    "leader" if is_leader else "follower",
-                    leader_epoch,
-                )
+            try:
+                self._apply_role(partition, state, now_ms)
+            except ReplicationInvariantError as exc:
+                log.error("cannot take partition role partition=%s error=%s", tp, exc)
         followed = {
-            tp: FollowedPartition(leader, leader_epoch)
-            for tp, (_, _, leader, leader_epoch) in wanted.items()
-            if leader >= 0 and leader != self.node_id
+            tp: FollowedPartition(state.leader, state.leader_epoch)
+            for tp, (_, _, state) in wanted.items()
+            if state.leader >= 0 and state.leader != self.node_id
         }
         addresses = {
             b.broker_id: f"{b.listeners[0].host}:{b.listeners[0].port}"
@@ -351,6 +356,93 @@ class KRaftBroker:
         if doomed:
             log.info("partitions removed count=%d", len(doomed))
             await loop.run_in_executor(None, remove_directories, doomed)
+
+    def _apply_role(self, partition: Partition, state: PartitionRegistration, now_ms: int) -> None:
+        """Lead or follow ``partition`` as the image's registration says."""
+        if state.leader == self.node_id:
+            partition.become_leader(
+                replica_id=self.node_id,
+                replicas=tuple(state.replicas),
+                isr=tuple(state.isr),
+                leader_epoch=state.leader_epoch,
+                partition_epoch=state.partition_epoch,
+                now_ms=now_ms,
+                propose_isr=self._propose_isr,
+            )
+        elif partition.is_leader or partition.leader_epoch != state.leader_epoch:
+            partition.become_follower(state.leader_epoch)
+
+    # ---- ISR changes (AlterPartition) ---------------------------------------------------
+
+    def _propose_isr(self, partition: Partition, proposal: IsrProposal) -> None:
+        """Send a leader's ISR proposal to the controller; one call per partition at a time."""
+        tp = partition.topic_partition
+        running = self._isr_calls.get(tp)
+        if running is not None and not running.done():
+            return
+        self._isr_calls[tp] = asyncio.create_task(
+            self._alter_partition(partition, proposal), name=f"alter-partition-{tp}"
+        )
+
+    async def _alter_partition(self, partition: Partition, proposal: IsrProposal) -> None:
+        tp = partition.topic_partition
+        request = cpb.AlterPartitionRequest(
+            broker_id=self.node_id,
+            broker_epoch=self.broker_epoch,
+            topic=tp.topic,
+            partition=tp.partition,
+            leader_epoch=proposal.leader_epoch,
+            partition_epoch=proposal.partition_epoch,
+            new_isr=list(proposal.new_isr),
+        )
+        try:
+            response = await self._controllers.call(
+                "AlterPartition", request, timeout_s=ALTER_PARTITION_TIMEOUT_S
+            )
+        except LograftError as exc:
+            log.info("alter partition failed partition=%s error=%s", tp, exc.error_name)
+            partition.on_isr_change_failed(proposal.leader_epoch, exc)
+            return
+        finally:
+            self._isr_calls.pop(tp, None)
+        if response.error_code:
+            error = error_for_code(response.error_code, response.error_message)
+            log.info("alter partition refused partition=%s error=%s", tp, error.error_name)
+            partition.on_isr_change_failed(proposal.leader_epoch, error)
+            return
+        if response.leader_epoch == proposal.leader_epoch:
+            partition.on_isr_committed(
+                response.leader_epoch, tuple(response.isr), response.partition_epoch
+            )
+
+    async def _isr_expiration(self) -> None:
+        """Kafka's isr-expiration task: drop lagging followers every lag.time.max / 2."""
+        interval_s = max(self._replica_lag_time_max_ms / 2000, 0.05)
+        while True:
+            await asyncio.sleep(interval_s)
+            now_ms = _wall_clock_ms()
+            for partition in list(self._logs.partitions.values()):
+                if not partition.is_leader:
+                    continue
+                partition.maybe_shrink_isr(now_ms, self._replica_lag_time_max_ms)
+                if partition.topic_partition not in self._isr_calls:
+                    partition.resend_pending_proposal()
+
+    # ---- producer ids -------------------------------------------------------------------
+
+    async def _allocate_producer_ids(self) -> tuple[int, int]:
+        response = await self._controllers.call(
+            "AllocateProducerIds",
+            cpb.AllocateProducerIdsRequest(broker_id=self.node_id, broker_epoch=self.broker_epoch),
+            timeout_s=ALTER_PARTITION_TIMEOUT_S,
+        )
+        if response.error_code:
+            raise error_for_code(response.error_code, response.error_message)
+        return response.producer_id_start, response.producer_id_len
+
+    async def next_producer_id(self) -> int:
+        """A producer id from this broker's current block (a new block when it runs out)."""
+        return await self._producer_ids.next_producer_id()
 
     def _open_all(
         self, missing: list[tuple[TopicPartition, str, Mapping[str, str]]]

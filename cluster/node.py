@@ -226,6 +226,7 @@ class Node:
             machine,
             driver,
             ControllerClient(config.quorum_voters, driver),
+            replica_lag_time_max_ms=config.replica_lag_time_max_ms,
         )
         self._starters.append(broker.start)
         self._stoppables.insert(0, broker.stop)

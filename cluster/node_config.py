@@ -60,6 +60,13 @@ NODE_CONFIGS: dict[str, tuple[int, int, str]] = {
         "loses the leadership of its partitions (Kafka: 9000; lograft heartbeats every "
         "400 ms and fails over faster).",
     ),
+    "replica.lag.time.max.ms": (
+        10_000,
+        100,
+        "A follower that has not caught up with the leader's log end for this long is "
+        "removed from the ISR (Kafka: 30000; lograft fences dead brokers within "
+        "broker.session.timeout.ms, so this only catches slow or cut-off followers).",
+    ),
 }
 """Node-only integer settings: name → (default, minimum, description)."""
 
@@ -84,6 +91,7 @@ class NodeConfig:
     election_timeout_ms: int = 500
     broker_session_timeout_ms: int = 2000
     metadata_snapshot_bytes: int = 20 * 1024 * 1024
+    replica_lag_time_max_ms: int = 10_000
 
     @property
     def in_quorum(self) -> bool:
@@ -150,6 +158,7 @@ class NodeConfig:
             election_timeout_ms=node_values["controller.quorum.election.timeout.ms"],
             broker_session_timeout_ms=node_values["broker.session.timeout.ms"],
             metadata_snapshot_bytes=node_values["metadata.log.max.record.bytes.between.snapshots"],
+            replica_lag_time_max_ms=node_values["replica.lag.time.max.ms"],
             node_id=node_id,
             data_dir=data_dir,
             host=host,

@@ -18,14 +18,12 @@ from typing import Any, Protocol
 import grpc
 
 from cluster.errors import (
-    FencedLeaderEpochError,
     InvalidRequestError,
     InvalidRequiredAcksError,
     KafkaStorageError,
     LograftError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
-    UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
 )
 from cluster.wire import broker_pb2 as pb
@@ -34,7 +32,9 @@ from replica.batch_header import iter_headers, validate_batches
 from replica.log.config import FlushPolicy
 from replica.log_manager import LogManager, remove_directories
 from replica.partition import Partition, TopicPartition
+from replica.producer_ids import LocalProducerIdBlocks, ProducerIdAllocator
 from replica.records import check_compressed_records, decode_records
+from replica.replication import DivergingEpoch
 
 __all__ = ["BrokerEndpoint", "BrokerService"]
 
@@ -72,6 +72,10 @@ class ClusterFrontend(Protocol):
         """Forwarded to the active controller."""
         ...
 
+    async def next_producer_id(self) -> int:
+        """A producer id from a block the active controller allocated to this broker."""
+        ...
+
 
 def _error_fields(exc: LograftError) -> dict[str, Any]:
     return {"error_code": exc.code, "error_message": exc.message}
@@ -93,6 +97,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
         self._cluster_id = cluster_id
         self._now_ms = now_ms
         self._frontend = frontend
+        self._local_producer_ids = ProducerIdAllocator(LocalProducerIdBlocks(logs.data_dir))
 
     def _leader_partition(self, topic: str, index: int) -> Partition:
         partition = self._logs.partition(topic, index)
@@ -134,21 +139,19 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
                 result = topic_response.partitions.add(partition=data.partition, base_offset=-1)
                 try:
                     partition = self._leader_partition(topic.name, data.partition)
-                    next_offset = self._append(partition, data.records, result)
+                    required_offset = self._append(partition, data.records, request.acks, result)
                 except LograftError as exc:
                     result.error_code = exc.code
                     result.error_message = exc.message
                     continue
-                if partition.log.config.flush_policy == FlushPolicy.FSYNC:
-                    pending.append((result, partition, next_offset))
-                else:
-                    partition.advance_high_watermark()
+                if request.acks == -1 or partition.log.config.flush_policy == FlushPolicy.FSYNC:
+                    pending.append((result, partition, required_offset))
         if pending:
-            await self._await_flushes(pending, timeout_s)
+            await self._await_acks(pending, request.acks, timeout_s)
         return response
 
     def _append(
-        self, partition: Partition, records: bytes, result: pb.PartitionProduceResponse
+        self, partition: Partition, records: bytes, acks: int, result: pb.PartitionProduceResponse
     ) -> int:
         config = partition.log.config
         buffer = bytearray(records)
@@ -156,26 +159,42 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
         for header in headers:
             if header.compression:
                 check_compressed_records(buffer, header)
-        appended = partition.log.append(buffer, headers, partition.leader_epoch, self._now_ms())
-        result.base_offset = appended.first_offset
+        appended = partition.append_as_leader(buffer, headers, acks, self._now_ms())
+        result.base_offset = appended.batch_base_offsets[0]
+        if len(appended.batch_base_offsets) > 1:
+            result.batch_base_offsets.extend(appended.batch_base_offsets)
         result.log_append_time_ms = appended.log_append_time_ms
         result.log_start_offset = partition.log.log_start_offset
-        return appended.last_offset + 1
+        return appended.required_offset
 
-    async def _await_flushes(
+    async def _await_acks(
         self,
         pending: list[tuple[pb.PartitionProduceResponse, Partition, int]],
+        acks: int,
         timeout_s: float,
     ) -> None:
-        waits = [partition.wait_flushed(offset) for _, partition, offset in pending]
+        """Wait for each partition's acks: its flush (acks=1 under fsync) or its HW (all)."""
+
+        async def settle(partition: Partition, offset: int) -> None:
+            if partition.log.config.flush_policy == FlushPolicy.FSYNC:
+                await partition.wait_flushed(offset)
+            if acks == -1:
+                await partition.wait_acks_all(offset)
+
         outcomes = await asyncio.gather(
-            *(asyncio.wait_for(w, timeout_s) for w in waits), return_exceptions=True
+            *(
+                asyncio.wait_for(settle(partition, offset), timeout_s)
+                for _, partition, offset in pending
+            ),
+            return_exceptions=True,
         )
         for (result, partition, _), outcome in zip(pending, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 error: LograftError
                 if isinstance(outcome, TimeoutError):
-                    error = RequestTimedOutError("flush did not complete within timeout_ms")
+                    error = RequestTimedOutError(
+                        "the records were not replicated and flushed within timeout_ms"
+                    )
                 elif isinstance(outcome, LograftError):
                     error = outcome
                 else:
@@ -188,6 +207,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
                 result.error_code = error.code
                 result.error_message = error.message
                 result.base_offset = -1
+                del result.batch_base_offsets[:]
 
     # ---- Fetch --------------------------------------------------------------------------
 
@@ -202,7 +222,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
             remaining = deadline - asyncio.get_running_loop().time()
             if total_bytes >= max(request.min_bytes, 1) or remaining <= 0 or not partitions:
                 return response
-            waiters = [p.data_waiter() for p in partitions]
+            waiters = [p.data_waiter(replica=request.replica_id >= 0) for p in partitions]
             try:
                 await asyncio.wait(waiters, timeout=remaining, return_when="FIRST_COMPLETED")
             finally:
@@ -230,7 +250,17 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
                     if request.replica_id >= 0:
                         # A follower reads past the high watermark (that is how it moves),
                         # after its epoch and its log's divergence are checked.
-                        if self._diverged(partition, wanted, result):
+                        decision = partition.on_follower_fetch(
+                            request.replica_id,
+                            wanted.fetch_offset,
+                            wanted.last_fetched_epoch,
+                            wanted.current_leader_epoch,
+                            self._now_ms(),
+                        )
+                        result.high_watermark = partition.high_watermark
+                        if isinstance(decision, DivergingEpoch):
+                            result.diverging_epoch.epoch = decision.diverging.epoch
+                            result.diverging_epoch.end_offset = decision.diverging.end_offset
                             continue
                         upper_bound = None
                     elif wanted.fetch_offset > high_watermark and (
@@ -256,35 +286,6 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
                 total_bytes += len(data)
                 readable.append(partition)
         return response, total_bytes, readable
-
-    @staticmethod
-    def _diverged(
-        partition: Partition, wanted: pb.FetchPartition, result: pb.FetchPartitionResponse
-    ) -> bool:
-        """Check a follower's fetch (KIP-320/KIP-101); True when answered without data.
-
-        A follower on another leader epoch is told so; one whose last fetched epoch ends
-        before its fetch offset in the leader's log gets that epoch's end offset and
-        truncates to it before fetching again.
-        """
-        if wanted.current_leader_epoch < partition.leader_epoch:
-            raise FencedLeaderEpochError(
-                f"{partition.topic_partition}: fetch in epoch {wanted.current_leader_epoch}, "
-                f"leader is in {partition.leader_epoch}"
-            )
-        if wanted.current_leader_epoch > partition.leader_epoch:
-            raise UnknownLeaderEpochError(
-                f"{partition.topic_partition}: fetch in epoch {wanted.current_leader_epoch}, "
-                f"leader is still in {partition.leader_epoch}"
-            )
-        if wanted.last_fetched_epoch < 0 or wanted.fetch_offset == 0:
-            return False
-        epoch, end_offset = partition.log.end_offset_for_epoch(wanted.last_fetched_epoch)
-        if epoch == wanted.last_fetched_epoch and end_offset >= wanted.fetch_offset:
-            return False
-        result.diverging_epoch.epoch = epoch
-        result.diverging_epoch.end_offset = end_offset
-        return True
 
     # ---- ListOffsets --------------------------------------------------------------------
 
@@ -440,3 +441,29 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
         if doomed:
             await asyncio.get_running_loop().run_in_executor(None, remove_directories, doomed)
         return response
+
+    # ---- InitProducerId -----------------------------------------------------------------
+
+    async def InitProducerId(
+        self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext
+    ) -> pb.InitProducerIdResponse:
+        """A new producer id at epoch 0 for an idempotent producer."""
+        try:
+            if self._frontend is not None:
+                producer_id = await self._frontend.next_producer_id()
+            else:
+                producer_id = await self._local_producer_ids.next_producer_id()
+        except LograftError as exc:
+            return pb.InitProducerIdResponse(
+                error_code=exc.code, error_message=exc.message, producer_id=-1, producer_epoch=-1
+            )
+        except OSError as exc:
+            error = KafkaStorageError(f"cannot reserve producer ids: {exc}")
+            return pb.InitProducerIdResponse(
+                error_code=error.code,
+                error_message=error.message,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        log.info("producer id assigned producer_id=%d", producer_id)
+        return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)

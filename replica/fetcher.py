@@ -144,7 +144,7 @@ class ReplicaFetcher:
                         target,
                         result.diverging_epoch.epoch,
                     )
-                    local.truncate_to(target)
+                    partition.truncate_to(target)
                     progressed = True
                     continue
                 if result.records:
@@ -155,7 +155,7 @@ class ReplicaFetcher:
                         del data[complete:]
                         for header in headers:
                             check_stored_batch(data, header)
-                        local.append_as_follower(data, headers, self._now_ms())
+                        partition.append_as_follower(data, headers, self._now_ms())
                         await partition.flush_now()
                         progressed = True
                 partition.set_follower_high_watermark(result.high_watermark)

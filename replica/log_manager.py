@@ -39,6 +39,8 @@ _TOPICS_FILE = "topics.json"
 _PARTITION_METADATA = "partition.metadata"
 _DELETE_SUFFIX = "-delete"
 _PARTITION_DIR = re.compile(r"^[a-zA-Z0-9._-]+-[0-9]+$")
+STANDALONE_REPLICA_ID = 0
+"""The replica id a standalone node (no controller) leads its single-replica partitions as."""
 _INTERNAL_PREFIX = "__cluster_metadata"
 """Directories the controller's metadata log owns; never treated as topic partitions."""
 
@@ -111,6 +113,15 @@ class LogManager:
         """Flush and close every log, leaving clean-shutdown markers."""
         for partition in self.partitions.values():
             partition.wake_fetchers()
+            try:
+                partition.write_producer_snapshot()
+            except OSError as exc:
+                # Only a start-up shortcut: the state is rebuilt from the log without it.
+                log.warning(
+                    "producer snapshot not written partition=%s error=%s",
+                    partition.topic_partition,
+                    exc,
+                )
             partition.log.close()
         self.partitions.clear()
 
@@ -211,9 +222,13 @@ class LogManager:
         partition_log = PartitionLog.open(directory, self.log_config_for(configs), self._now_ms())
         if not marker.exists():
             write_file_atomically(marker, f"topic_id={topic_id}\n".encode())
-        if partition_log.flushed_offset < partition_log.log_end_offset:
-            partition_log.flush()
-        return Partition(tp, partition_log)
+        try:
+            if partition_log.flushed_offset < partition_log.log_end_offset:
+                partition_log.flush()
+            return Partition(tp, partition_log)
+        except (OSError, LograftError):
+            partition_log.close()
+            raise
 
     def adopt_partition(self, partition: Partition) -> None:
         """Make an opened partition servable (event loop only)."""
@@ -253,10 +268,12 @@ class LogManager:
                         # Recovered bytes that survived a crash sit in the page cache; make
                         # them durable before they become readable below the high watermark.
                         partition_log.flush()
+                    partition = Partition(tp, partition_log)
                 except (OSError, LograftError):
                     partition_log.close()
                     raise
-                opened.append(Partition(tp, partition_log))
+                partition.lead_alone(STANDALONE_REPLICA_ID)
+                opened.append(partition)
         except (OSError, LograftError) as exc:
             doomed = _discard(opened)
             if fresh:

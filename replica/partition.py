@@ -1,45 +1,190 @@
-"""One partition on this broker: its log, its leader epoch, its high watermark and waiters.
+"""One partition on this broker: its log, its role, its high watermark, producer state, waiters.
 
-A ``Partition`` lives on the node's event loop and is not thread-safe; only
-``PartitionLog.flush`` runs on a worker thread, through the group-commit in ``flush``.
+A ``Partition`` is the I/O shell around the pure replication cores: as leader it feeds a
+:class:`~replica.replication.LeaderState` with local appends, flushes and follower fetches
+and does what it decides (advance the high watermark, answer ``acks=all`` produces, propose
+ISR changes); as follower it appends what the fetcher brings and takes the leader's high
+watermark. It lives on the node's event loop and is not thread-safe; only
+``PartitionLog.flush`` runs on a worker thread, through the group commit in ``wait_flushed``.
 
-Durability rule: under ``flush.policy=fsync`` a produce is acknowledged only after the
-fdatasync that covers it, and the high watermark (what consumers may read) never passes the
-flushed offset, so no consumer sees a record that a crash could take back. Under
-``flush.policy=interval`` the high watermark is the log end offset.
+Durability rule: under ``flush.policy=fsync`` a replica counts an offset towards the high
+watermark only once it is fdatasync'ed (the leader through ``durable_end_offset``, a
+follower because it flushes before it fetches again), so ``acks=all`` means "on the disk of
+every in-sync replica" and no consumer sees a record that a crash could take back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from cluster.errors import LograftError, NotLeaderOrFollowerError
+from replica.batch_header import BatchHeader
 from replica.log.config import FlushPolicy
 from replica.log.partition_log import PartitionLog
+from replica.producer_snapshots import (
+    delete_snapshots_above,
+    load_producer_state,
+    write_producer_snapshot,
+)
+from replica.producer_state import Duplicate, ProducerStateManager
+from replica.replication import (
+    DivergingEpoch,
+    FetchDecision,
+    IsrProposal,
+    LeaderState,
+)
 from replica.topic_partition import TopicPartition
 
-__all__ = ["Partition", "TopicPartition"]
+__all__ = ["IsrProposer", "LeaderAppend", "Partition", "TopicPartition"]
 
 log = logging.getLogger(__name__)
 
+IsrProposer = Callable[["Partition", IsrProposal], None]
+"""Sends a leader's AlterPartition proposal to the controller (the broker's job)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAppend:
+    """What a produce appended: each batch's base offset, and the offset acks wait for.
+
+    ``batch_base_offsets`` holds one entry per produced batch, in order; a retried
+    duplicate keeps the offset it was first given. ``required_offset`` is one past the
+    last offset of every batch (new or duplicate): acks are answered once it is covered.
+    """
+
+    batch_base_offsets: tuple[int, ...]
+    required_offset: int
+    log_append_time_ms: int
+
 
 class Partition:
-    """A partition led by this broker (replication arrives with its own issue)."""
+    """A partition hosted here, as leader or follower (see the module docstring)."""
 
     def __init__(self, topic_partition: TopicPartition, partition_log: PartitionLog) -> None:
+        """Wrap an opened log; loads producer state (disk work: call off the event loop)."""
         self.topic_partition = topic_partition
         self.log = partition_log
         self.leader_epoch = 0
-        self.is_leader = True
-        """Standalone nodes lead every partition; in a quorum the metadata image decides."""
+        self.producer_state: ProducerStateManager = load_producer_state(partition_log)
+        self._leader: LeaderState | None = None
+        self._propose_isr: IsrProposer | None = None
         self._high_watermark = self._durable_end()
         self._data_waiters: set[asyncio.Future[None]] = set()
+        self._replica_waiters: set[asyncio.Future[None]] = set()
+        self._acks_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._flush_task: asyncio.Task[None] | None = None
 
+    # ---- role -----------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this broker leads the partition (at :attr:`leader_epoch`)."""
+        return self._leader is not None
+
+    @property
+    def leader_state(self) -> LeaderState | None:
+        """The replication state while leader (read-only use: ISR, follower progress)."""
+        return self._leader
+
+    def become_leader(
+        self,
+        *,
+        replica_id: int,
+        replicas: tuple[int, ...],
+        isr: tuple[int, ...],
+        leader_epoch: int,
+        partition_epoch: int,
+        now_ms: int,
+        propose_isr: IsrProposer | None = None,
+    ) -> None:
+        """Lead at ``leader_epoch`` (a new epoch), or take a committed ISR change (same epoch).
+
+        ``acks=all`` produces waiting from an earlier epoch of this leadership keep waiting:
+        the records are still in this log and the new epoch's high watermark covers them.
+        """
+        self._propose_isr = propose_isr
+        current = self._leader
+        if current is not None and current.leader_epoch == leader_epoch:
+            if current.on_isr_committed(isr, partition_epoch):
+                self._on_replication_progress()
+            return
+        self._leader = LeaderState(
+            replica_id=replica_id,
+            replicas=replicas,
+            isr=isr,
+            leader_epoch=leader_epoch,
+            partition_epoch=partition_epoch,
+            min_insync_replicas=self.log.config.min_insync_replicas,
+            epoch_cache=self.log.leader_epoch_cache,
+            log_end_offset=self.log.log_end_offset,
+            high_watermark=self._high_watermark,
+            now_ms=now_ms,
+            durable_end_offset=self._durable_end(),
+        )
+        self.leader_epoch = leader_epoch
+        log.info(
+            "partition role partition=%s role=leader leader_epoch=%d isr=%s "
+            "log_end_offset=%d high_watermark=%d",
+            self.topic_partition,
+            leader_epoch,
+            isr,
+            self.log.log_end_offset,
+            self._high_watermark,
+        )
+        self._on_replication_progress()
+        self._wake(self._replica_waiters)
+
+    def lead_alone(self, replica_id: int) -> None:
+        """Lead as the only replica (a standalone node, where no controller exists)."""
+        self.become_leader(
+            replica_id=replica_id,
+            replicas=(replica_id,),
+            isr=(replica_id,),
+            leader_epoch=max(self.log.latest_epoch, 0),
+            partition_epoch=0,
+            now_ms=0,
+        )
+
+    def become_follower(self, leader_epoch: int) -> None:
+        """Follow at ``leader_epoch``; produces waiting for acks fail NOT_LEADER_OR_FOLLOWER."""
+        was_leader = self._leader is not None
+        self._leader = None
+        self._propose_isr = None
+        changed = was_leader or leader_epoch != self.leader_epoch
+        self.leader_epoch = leader_epoch
+        if changed:
+            log.info(
+                "partition role partition=%s role=follower leader_epoch=%d",
+                self.topic_partition,
+                leader_epoch,
+            )
+        self._fail_acks_waiters(
+            NotLeaderOrFollowerError(
+                f"{self.topic_partition}: leadership moved (leader epoch {leader_epoch})"
+            )
+        )
+        self._wake(self._replica_waiters)
+        self._wake(self._data_waiters)
+
+    def _require_leader(self) -> LeaderState:
+        leader = self._leader
+        if leader is None:
+            raise NotLeaderOrFollowerError(
+                f"{self.topic_partition} is led by another broker "
+                f"(leader epoch {self.leader_epoch})"
+            )
+        return leader
+
+    # ---- high watermark -------------------------------------------------------------------
+
     @property
     def high_watermark(self) -> int:
-        """Offsets below it are readable by consumers; it never moves backwards."""
+        """Offsets below it are committed and readable by consumers; it never moves backwards."""
         return self._high_watermark
 
     def _durable_end(self) -> int:
@@ -47,34 +192,225 @@ class Partition:
             return self.log.flushed_offset
         return self.log.log_end_offset
 
-    def advance_high_watermark(self) -> None:
-        """Recompute the high watermark after an append or a flush; wake long-polling fetches."""
-        new_high_watermark = self._durable_end()
-        if new_high_watermark > self._high_watermark:
-            self._high_watermark = new_high_watermark
-            self.wake_fetchers()
+    def _on_replication_progress(self) -> None:
+        """The leader's HW or ISR may have changed: publish the HW, settle acks=all waits."""
+        leader = self._leader
+        if leader is None:
+            return
+        if leader.high_watermark > self._high_watermark:
+            self._high_watermark = leader.high_watermark
+            self._wake(self._data_waiters)
+        if self._acks_waiters:
+            still_waiting = []
+            for offset, waiter in self._acks_waiters:
+                status = leader.completed_acks_all(offset)
+                if not status.done:
+                    still_waiting.append((offset, waiter))
+                elif not waiter.done():
+                    if status.error is None:
+                        waiter.set_result(None)
+                    else:
+                        waiter.set_exception(status.error)
+            self._acks_waiters = still_waiting
 
     def set_follower_high_watermark(self, leader_high_watermark: int) -> None:
         """A follower's high watermark: the leader's, capped by what this log holds on disk."""
         self._high_watermark = max(
-            self._high_watermark, min(leader_high_watermark, self.log.flushed_offset)
+            self._high_watermark, min(leader_high_watermark, self._durable_end())
         )
 
-    def wake_fetchers(self) -> None:
-        """Complete every pending fetch wait on this partition."""
-        waiters, self._data_waiters = self._data_waiters, set()
-        for waiter in waiters:
+    # ---- leader: produce ------------------------------------------------------------------
+
+    def append_as_leader(
+        self, records: bytearray, headers: list[BatchHeader], acks: int, now_ms: int
+    ) -> LeaderAppend:
+        """Append validated batches as leader; raises a typed error and appends nothing.
+
+        ``acks=-1`` is refused with NOT_ENOUGH_REPLICAS while the ISR is below
+        ``min.insync.replicas``. Idempotent batches are checked against the producer state:
+        a retried duplicate is not appended again but answered with its first offsets; an
+        out-of-order sequence or an old producer epoch fails the whole request.
+        """
+        leader = self._require_leader()
+        if acks == -1:
+            refused = leader.check_produce_acks_all()
+            if refused is not None:
+                raise refused
+        plans = self.producer_state.check_batches(headers)
+        fresh = [
+            h for h, plan in zip(headers, plans, strict=True) if not isinstance(plan, Duplicate)
+        ]
+        append_time = -1
+        fresh_offsets: list[int] = []
+        if fresh:
+            if len(fresh) < len(headers):
+                records, fresh = _select_batches(records, fresh)
+            result = self.log.append(records, fresh, leader.leader_epoch, now_ms)
+            for header in result.headers:
+                self.producer_state.on_appended(header)
+            append_time = result.log_append_time_ms
+            fresh_offsets = [stamped.base_offset for stamped in result.headers]
+            leader.on_local_append(self.log.log_end_offset, self._durable_end())
+            self._wake(self._replica_waiters)
+            self._on_replication_progress()
+        base_offsets = []
+        required_offset = 0
+        fresh_iter = iter(fresh_offsets)
+        for header, plan in zip(headers, plans, strict=True):
+            if isinstance(plan, Duplicate):
+                base_offsets.append(plan.first_offset)
+                required_offset = max(required_offset, plan.last_offset + 1)
+                log.info(
+                    "duplicate produce answered partition=%s producer_id=%d offset=%d",
+                    self.topic_partition,
+                    plan.producer_id,
+                    plan.first_offset,
+                )
+            else:
+                base = next(fresh_iter)
+                base_offsets.append(base)
+                required_offset = max(required_offset, base + header.last_offset_delta + 1)
+        return LeaderAppend(tuple(base_offsets), required_offset, append_time)
+
+    async def wait_acks_all(self, required_offset: int) -> None:
+        """Return once the high watermark reaches ``required_offset``.
+
+        Raises NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR drops below
+        ``min.insync.replicas`` first, NOT_LEADER_OR_FOLLOWER if leadership moves.
+        """
+        leader = self._require_leader()
+        status = leader.completed_acks_all(required_offset)
+        if status.done:
+            if status.error is not None:
+                raise status.error
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._acks_waiters.append((required_offset, waiter))
+        try:
+            await waiter
+        finally:
+            self._acks_waiters = [(o, w) for o, w in self._acks_waiters if w is not waiter]
+
+    def _fail_acks_waiters(self, error: LograftError) -> None:
+        waiters, self._acks_waiters = self._acks_waiters, []
+        for _, waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(error)
+
+    # ---- leader: followers and the ISR ----------------------------------------------------
+
+    def on_follower_fetch(
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        last_fetched_epoch: int,
+        current_leader_epoch: int,
+        now_ms: int,
+    ) -> FetchDecision:
+        """Validate a follower's fetch, record its progress, maybe propose it into the ISR."""
+        leader = self._require_leader()
+        decision = leader.on_follower_fetch(
+            replica_id, fetch_offset, last_fetched_epoch, now_ms, current_leader_epoch
+        )
+        if not isinstance(decision, DivergingEpoch):
+            proposal = leader.maybe_expand_isr(replica_id)
+            if proposal is not None:
+                self._send_proposal(proposal)
+            self._on_replication_progress()
+        return decision
+
+    def maybe_shrink_isr(self, now_ms: int, replica_lag_time_max_ms: int) -> None:
+        """Propose dropping followers that lag; resend a proposal still in flight."""
+        leader = self._leader
+        if leader is None:
+            return
+        proposal = leader.maybe_shrink_isr(now_ms, replica_lag_time_max_ms)
+        if proposal is not None:
+            log.info(
+                "proposing isr shrink partition=%s isr=%s new_isr=%s",
+                self.topic_partition,
+                leader.isr,
+                proposal.new_isr,
+            )
+            self._send_proposal(proposal)
+
+    def resend_pending_proposal(self) -> None:
+        """Send the in-flight AlterPartition proposal again (its answer was lost)."""
+        leader = self._leader
+        if leader is not None and leader.pending_proposal is not None:
+            self._send_proposal(leader.pending_proposal)
+
+    def _send_proposal(self, proposal: IsrProposal) -> None:
+        if self._propose_isr is not None:
+            self._propose_isr(self, proposal)
+
+    def on_isr_committed(
+        self, leader_epoch: int, isr: tuple[int, ...], partition_epoch: int
+    ) -> None:
+        """The controller answered an AlterPartition with the committed ISR."""
+        leader = self._leader
+        if leader is None or leader.leader_epoch != leader_epoch:
+            return
+        if leader.on_isr_committed(isr, partition_epoch):
+            self._on_replication_progress()
+
+    def on_isr_change_failed(self, leader_epoch: int, error: LograftError) -> None:
+        """The controller refused (or did not answer) an AlterPartition."""
+        leader = self._leader
+        if leader is not None and leader.leader_epoch == leader_epoch:
+            leader.on_alter_partition_failed(error)
+
+    # ---- follower -------------------------------------------------------------------------
+
+    def append_as_follower(
+        self, records: bytearray, headers: list[BatchHeader], now_ms: int
+    ) -> None:
+        """Append batches fetched from the leader (its offsets and epochs)."""
+        result = self.log.append_as_follower(records, headers, now_ms)
+        for header in result.headers:
+            self.producer_state.on_appended(header)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the log (and producer state) at and above ``offset``: a divergent tail."""
+        self.log.truncate_to(offset)
+        delete_snapshots_above(self.log.directory, self.log.log_end_offset)
+        inexact = self.producer_state.truncate_to(self.log.log_end_offset)
+        if inexact:
+            # Producers whose older batches the cache no longer holds: replay from disk.
+            self.producer_state = load_producer_state(self.log)
+        self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
+
+    # ---- waiting for data -----------------------------------------------------------------
+
+    @staticmethod
+    def _wake(waiters: set[asyncio.Future[None]]) -> None:
+        pending = list(waiters)
+        waiters.clear()
+        for waiter in pending:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def data_waiter(self) -> asyncio.Future[None]:
-        """A future completed when the high watermark next moves (or the partition goes away)."""
+    def wake_fetchers(self) -> None:
+        """Complete every pending fetch wait on this partition (it is going away)."""
+        self._wake(self._data_waiters)
+        self._wake(self._replica_waiters)
+        self._fail_acks_waiters(
+            NotLeaderOrFollowerError(f"{self.topic_partition} is no longer hosted here")
+        )
+
+    def data_waiter(self, replica: bool = False) -> asyncio.Future[None]:
+        """A future completed when a fetch may find more: new committed data (consumers),
+        or any new data or a role change (``replica``: follower fetches)."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._data_waiters.add(waiter)
+        (self._replica_waiters if replica else self._data_waiters).add(waiter)
         return waiter
 
     def discard_waiter(self, waiter: asyncio.Future[None]) -> None:
+        """Forget a waiter that was not completed (the fetch returned for another reason)."""
         self._data_waiters.discard(waiter)
+        self._replica_waiters.discard(waiter)
+
+    # ---- flushing -------------------------------------------------------------------------
 
     async def wait_flushed(self, offset: int) -> None:
         """Return once every offset below ``offset`` is fdatasync'ed (group commit).
@@ -110,8 +446,35 @@ class Partition:
                 else:
                     still_waiting.append((offset, waiter))
             self._flush_waiters = still_waiting
-            self.advance_high_watermark()
+            self.on_local_flush()
+
+    def on_local_flush(self) -> None:
+        """The log flushed (or, under ``flush.policy=interval``, appended): HW may move."""
+        leader = self._leader
+        if leader is not None:
+            durable = self._durable_end()
+            # A follower that just became leader may flush below what its state knows.
+            if durable > leader.durable_end_offset:
+                leader.on_local_flush(durable)
+            self._on_replication_progress()
 
     async def flush_now(self) -> None:
         """Flush everything appended so far (used by the interval flusher and on shutdown)."""
         await self.wait_flushed(self.log.log_end_offset)
+
+    def write_producer_snapshot(self) -> None:
+        """Persist the producer state at the log end (at shutdown; disk work)."""
+        if self.producer_state.end_offset == self.log.log_end_offset:
+            write_producer_snapshot(self.log.directory, self.producer_state)
+
+
+def _select_batches(
+    records: bytearray, kept: list[BatchHeader]
+) -> tuple[bytearray, list[BatchHeader]]:
+    """The bytes of ``kept`` batches only, with headers re-positioned (duplicates removed)."""
+    out = bytearray()
+    headers = []
+    for header in kept:
+        headers.append(dataclasses.replace(header, position=len(out)))
+        out += records[header.position : header.position + header.size]
+    return out, headers

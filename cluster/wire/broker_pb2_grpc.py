@@ -64,6 +64,11 @@ class BrokerStub:
                 request_serializer=broker__pb2.DeleteTopicsRequest.SerializeToString,
                 response_deserializer=broker__pb2.DeleteTopicsResponse.FromString,
                 _registered_method=True)
+        self.InitProducerId = channel.unary_unary(
+                '/lograft.v1.Broker/InitProducerId',
+                request_serializer=broker__pb2.InitProducerIdRequest.SerializeToString,
+                response_deserializer=broker__pb2.InitProducerIdResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -109,6 +114,14 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InitProducerId(self, request, context):
+        """A producer id and epoch for an idempotent producer, from a block the controller allocated
+        to this broker (Kafka's InitProducerId without a transactional id).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -141,6 +154,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DeleteTopics,
                     request_deserializer=broker__pb2.DeleteTopicsRequest.FromString,
                     response_serializer=broker__pb2.DeleteTopicsResponse.SerializeToString,
+            ),
+            'InitProducerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducerId,
+                    request_deserializer=broker__pb2.InitProducerIdRequest.FromString,
+                    response_serializer=broker__pb2.InitProducerIdResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -305,6 +323,33 @@ class Broker:
             '/lograft.v1.Broker/DeleteTopics',
             broker__pb2.DeleteTopicsRequest.SerializeToString,
             broker__pb2.DeleteTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.v1.Broker/InitProducerId',
+            broker__pb2.InitProducerIdRequest.SerializeToString,
+            broker__pb2.InitProducerIdResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -35,6 +35,7 @@ import shutil
 import sys
 import threading
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,11 +89,15 @@ _LOG_APPEND_TIME = "LogAppendTime"
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """Offsets given to an append; ``log_append_time_ms`` is -1 unless LogAppendTime."""
+    """Offsets given to an append; ``log_append_time_ms`` is -1 unless LogAppendTime.
+
+    ``headers`` are the appended batches' headers as written (offsets and epochs assigned).
+    """
 
     first_offset: int
     last_offset: int
     log_append_time_ms: int
+    headers: tuple[BatchHeader, ...] = ()
 
 
 def delete_files(paths: list[Path]) -> None:
@@ -474,6 +479,22 @@ class PartitionLog:
             answer = self._epoch_cache.end_offset_for(epoch, self.log_end_offset)
         return answer.epoch, answer.end_offset
 
+    def batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]:
+        """Headers of every batch that ends at or after ``from_offset``, oldest first.
+
+        Reads headers only (no CRC check: the log validated its bytes at open or append), to
+        rebuild state kept beside the log, such as producer state. Must not run while the
+        log is being written to (it walks a snapshot of the segment list).
+        """
+        with self._lock:
+            segments = list(self._segments)
+        for index, segment in enumerate(segments):
+            if index + 1 < len(segments) and segments[index + 1].base_offset <= from_offset:
+                continue
+            for header in segment.batch_headers():
+                if header.last_offset >= from_offset:
+                    yield header
+
     def update_config(self, config: LogConfig) -> None:
         """Use ``config`` from the next operation on (rolls, indexes, retention)."""
         with self._lock:
@@ -524,7 +545,9 @@ class PartitionLog:
             stamped = [parse_header(records, header.position) for header in headers]
             self._write_locked(records, stamped, now_ms)
             self._assign_epoch_locked(leader_epoch, first_offset)
-        return AppendResult(first_offset, stamped[-1].last_offset, log_append_time_ms)
+        return AppendResult(
+            first_offset, stamped[-1].last_offset, log_append_time_ms, tuple(stamped)
+        )
 
     def append_as_follower(
         self, records: bytearray, headers: list[BatchHeader], now_ms: int
@@ -565,7 +588,7 @@ class PartitionLog:
             self._write_locked(records, headers, now_ms)
             for header in headers:
                 self._assign_epoch_locked(header.partition_leader_epoch, header.base_offset)
-        return AppendResult(first_offset, headers[-1].last_offset, -1)
+        return AppendResult(first_offset, headers[-1].last_offset, -1, tuple(headers))
 
     def _write_locked(self, records: bytearray, headers: list[BatchHeader], now_ms: int) -> None:
         """The write path shared by both appends: roll if due, write, account; lock held.

@@ -161,10 +161,14 @@ def test_alter_partition_and_producer_id_blocks_through_the_controller(
     assert list(answer.isr) == shrunk and answer.partition_epoch == 1
     stale = _controller_call(cluster, "AlterPartition", request)  # based on epoch 0 again
     assert stale.error_code == InvalidUpdateVersionError.code
+    # The dropped follower is caught up, so the leader proposes it back (AlterPartition).
     wait_until(
-        lambda: list(cluster.metadata(node, ["isr"]).topics[0].partitions[0].isr_nodes) == shrunk,
+        lambda: (
+            sorted(cluster.metadata(node, ["isr"]).topics[0].partitions[0].isr_nodes)
+            == sorted(partition.replica_nodes)
+        ),
         30,
-        "the new ISR in Metadata",
+        "the leader to add the caught-up follower back to the ISR",
     )
     first = _controller_call(
         cluster,
@@ -210,7 +214,10 @@ def test_cluster_status_reports_quorum_brokers_and_partitions(cluster: QuorumClu
         stub = broker_pb2_grpc.BrokerStub(channel)
         # The leader opens its log just after the metadata reaches it: retriable until then.
         wait_until(
-            lambda: produce(stub, "watched", 0, encode_batch([b"a", b"b", b"c"])).error_code == 0,
+            lambda: (
+                produce(stub, "watched", 0, encode_batch([b"a", b"b", b"c"]), acks=-1).error_code
+                == 0
+            ),
             30,
             "the leader to accept a produce",
         )

@@ -1,0 +1,85 @@
+"""Producer-state snapshots beside a partition log, and rebuilding the state from them.
+
+The log is the truth: every idempotent batch carries its producer id, epoch and sequence in
+its header, so the state can always be rebuilt by replaying headers. Snapshots
+(``<20-digit end offset>.snapshot``, Kafka's naming) only shorten that replay: at open the
+newest snapshot at or below the log end is loaded and the log replayed from its end
+offset. A snapshot that fails its checks is deleted and an older one (or the whole log)
+used instead. Snapshots above a truncation point are deleted with the truncation.
+
+Touches the disk: run off the event loop (open) or where a short write is acceptable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from cluster.durable import write_file_atomically
+from replica.log.partition_log import PartitionLog
+from replica.producer_state import (
+    CorruptProducerSnapshotError,
+    ProducerStateManager,
+    parse_snapshot_file_name,
+    snapshot_file_name,
+)
+
+__all__ = ["delete_snapshots_above", "load_producer_state", "write_producer_snapshot"]
+
+log = logging.getLogger(__name__)
+
+SNAPSHOTS_KEPT = 2
+
+
+def _snapshots(directory: Path) -> list[tuple[int, Path]]:
+    """``(end offset, path)`` of every snapshot file, newest first."""
+    found = []
+    for entry in os.scandir(directory):
+        offset = parse_snapshot_file_name(entry.name)
+        if offset is not None and entry.is_file(follow_symlinks=False):
+            found.append((offset, directory / entry.name))
+    return sorted(found, reverse=True)
+
+
+def delete_snapshots_above(directory: Path, offset: int) -> None:
+    """Remove snapshots that cover offsets at or beyond ``offset`` (after a truncation)."""
+    for end_offset, path in _snapshots(directory):
+        if end_offset > offset:
+            path.unlink(missing_ok=True)
+
+
+def load_producer_state(partition_log: PartitionLog) -> ProducerStateManager:
+    """The producer state of ``partition_log``: newest usable snapshot plus a header replay."""
+    directory = partition_log.directory
+    log_end_offset = partition_log.log_end_offset
+    state: ProducerStateManager | None = None
+    for end_offset, path in _snapshots(directory):
+        if end_offset > log_end_offset:
+            # Written before a crash took back the tail it covered.
+            path.unlink(missing_ok=True)
+            continue
+        try:
+            state = ProducerStateManager.load_snapshot(path.read_bytes())
+        except (CorruptProducerSnapshotError, OSError) as exc:
+            log.warning("discarding producer snapshot file=%s error=%s", path, exc)
+            path.unlink(missing_ok=True)
+            continue
+        break
+    if state is None:
+        state = ProducerStateManager(end_offset=partition_log.log_start_offset)
+    try:
+        state.rebuild_from_batches(partition_log.batch_headers(state.end_offset))
+    except ValueError as exc:
+        # A snapshot that does not line up with the batches: replay the whole log.
+        log.warning("producer snapshot does not match the log dir=%s error=%s", directory, exc)
+        state = ProducerStateManager(end_offset=partition_log.log_start_offset)
+        state.rebuild_from_batches(partition_log.batch_headers(state.end_offset))
+    return state
+
+
+def write_producer_snapshot(directory: Path, state: ProducerStateManager) -> None:
+    """Write ``state`` as the snapshot at its end offset; keep the newest few only."""
+    write_file_atomically(directory / snapshot_file_name(state.end_offset), state.take_snapshot())
+    for _, path in _snapshots(directory)[SNAPSHOTS_KEPT:]:
+        path.unlink(missing_ok=True)
