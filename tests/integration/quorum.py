@@ -19,22 +19,36 @@ CLUSTER_TIMEOUT_S = 60.0
 
 @dataclass
 class QuorumCluster:
-    """Nodes 1..n, each broker and controller, voters of one quorum."""
+    """Nodes 1..n, each broker and controller, voters of one quorum.
+
+    With ``dedicated_controller``, nodes 1..n are brokers only and node n+1 is the quorum's
+    only voter (controller only): brokers can then be lost without losing the controller.
+    """
 
     base_dir: Path
     size: int = 3
     racks: dict[int, str] = field(default_factory=dict)
+    configs: dict[str, str] = field(default_factory=dict)
+    dedicated_controller: bool = False
     nodes: dict[int, NodeProcess] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        ports = {n: free_port() for n in range(1, self.size + 1)}
-        voters = ",".join(f"{n}@127.0.0.1:{p}" for n, p in ports.items())
+        count = self.size + (1 if self.dedicated_controller else 0)
+        ports = {n: free_port() for n in range(1, count + 1)}
+        voter_ids = [count] if self.dedicated_controller else list(ports)
+        voters = ",".join(f"{n}@127.0.0.1:{ports[n]}" for n in voter_ids)
         for node_id, port in ports.items():
+            roles: list[str] = []
+            if self.dedicated_controller:
+                role = "controller" if node_id in voter_ids else "broker"
+                roles = ["--process-roles", role]
             self.nodes[node_id] = NodeProcess(
                 data_dir=self.base_dir / f"node-{node_id}",
                 node_id=node_id,
                 port=port,
+                configs=dict(self.configs),
                 extra_args=["--controller-quorum-voters", voters]
+                + roles
                 + (["--rack", self.racks[node_id]] if node_id in self.racks else []),
             )
 
@@ -47,8 +61,21 @@ class QuorumCluster:
         for node in self.nodes.values():
             node.kill()
 
+    @property
+    def broker_ids(self) -> list[int]:
+        """Nodes with the broker role."""
+        return list(range(1, self.size + 1))
+
+    @property
+    def bootstrap(self) -> str:
+        """``bootstrap.servers`` for clients: every broker."""
+        return ",".join(self.nodes[n].address for n in self.broker_ids)
+
     def alive(self) -> list[NodeProcess]:
         return [n for n in self.nodes.values() if n.process and n.process.poll() is None]
+
+    def alive_brokers(self) -> list[NodeProcess]:
+        return [n for n in self.alive() if n.node_id in self.broker_ids]
 
     def describe_quorum(self, node: NodeProcess) -> cpb.DescribeQuorumResponse | None:
         try:
@@ -74,8 +101,8 @@ class QuorumCluster:
 
     def healthy(self) -> bool:
         """Every live node answers, knows a controller, and lists every live broker."""
-        live = {n.node_id for n in self.alive()}
-        for node in self.alive():
+        live = {n.node_id for n in self.alive_brokers()}
+        for node in self.alive_brokers():
             metadata = self.metadata(node)
             if metadata is None or metadata.controller_id < 0:
                 return False
@@ -90,14 +117,24 @@ class QuorumCluster:
                 return answer.leader_id
         return -1
 
-    def create_topic(self, node: NodeProcess, name: str, partitions: int, rf: int) -> int:
+    def create_topic(
+        self,
+        node: NodeProcess,
+        name: str,
+        partitions: int,
+        rf: int,
+        configs: dict[str, str] | None = None,
+    ) -> int:
         """CreateTopics through ``node``; returns the error code (0: created)."""
         with grpc.insecure_channel(node.address) as channel:
             response = pb_grpc.BrokerStub(channel).CreateTopics(
                 pb.CreateTopicsRequest(
                     topics=[
                         pb.CreatableTopic(
-                            name=name, num_partitions=partitions, replication_factor=rf
+                            name=name,
+                            num_partitions=partitions,
+                            replication_factor=rf,
+                            configs=configs or {},
                         )
                     ]
                 ),
