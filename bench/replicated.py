@@ -1,0 +1,184 @@
+"""Replicated produce benchmark: three local nodes, replication.factor=3, six partitions.
+
+Starts a three-node cluster with ``lograft cluster up`` (combined roles, data in a temporary
+directory), creates one topic per case (6 partitions, RF 3, min.insync.replicas=2) and runs
+``lograft perf produce`` as a separate client process for acks=1 and acks=all with 100-byte
+and 1 KiB records through the bulk path (latency per request), then paced runs of acks=all
+100-byte records at a fixed rate (latency per 10 ms chunk, from send_bulk to the ack).
+Prints one JSON document and writes it to bench/results/replicated.json.
+
+Usage: python bench/replicated.py [--scale 1.0] [--paced-rate 250000] [--config NAME=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGRAFT = [sys.executable, "-m", "cluster.cli"]
+PARTITIONS = 6
+
+
+def _free_base_port(count: int = 3) -> int:
+    """A port p with p..p+count-1 free on 127.0.0.1 at the time of the call."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = int(probe.getsockname()[1])
+        if base + count > 65535:
+            continue
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as check:
+                    check.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no free port range")
+
+
+def _run_json(args: list[str]) -> dict[str, Any]:
+    done = subprocess.run(args, check=True, capture_output=True, text=True, cwd=ROOT)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _create_topic(bootstrap: str, topic: str) -> None:
+    subprocess.run(
+        [
+            *LOGRAFT,
+            "--bootstrap",
+            bootstrap,
+            "topics",
+            "create",
+            topic,
+            "--partitions",
+            str(PARTITIONS),
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+        ],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+    )
+
+
+def _produce(
+    bootstrap: str, topic: str, acks: str, size: int, count: int, rate: int | None
+) -> dict[str, Any]:
+    cmd = [
+        *LOGRAFT,
+        "--bootstrap",
+        bootstrap,
+        "perf",
+        "produce",
+        "--topic",
+        topic,
+        "--num-records",
+        str(count),
+        "--record-size",
+        str(size),
+        "--acks",
+        acks,
+        "--bulk",
+        "--json",
+    ]
+    if rate is not None:
+        cmd += ["--throughput", str(rate)]
+    return _run_json(cmd)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply record counts")
+    parser.add_argument(
+        "--paced-rate",
+        type=int,
+        action="append",
+        default=[],
+        help="records/s for a paced acks=all 100-byte run (repeatable; default 250000)",
+    )
+    parser.add_argument("--config", action="append", default=[], help="node NAME=VALUE")
+    parser.add_argument("--output", type=Path, default=ROOT / "bench/results/replicated.json")
+    args = parser.parse_args()
+    paced_rates = args.paced_rate or [250_000]
+
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="lograft-bench-") as data:
+        up = [
+            *LOGRAFT,
+            "cluster",
+            "up",
+            "--data-dir",
+            data,
+            "--nodes",
+            "3",
+            "--base-port",
+            str(_free_base_port()),
+        ]
+        for item in args.config:
+            up += ["--config", item]
+        started = subprocess.run(up, check=True, capture_output=True, text=True, cwd=ROOT)
+        bootstrap = next(
+            line.split(":", 1)[1].strip()
+            for line in started.stdout.splitlines()
+            if line.startswith("Bootstrap:")
+        )
+        try:
+            cases = [
+                ("1", 100, int(2_000_000 * args.scale)),
+                ("all", 100, int(2_000_000 * args.scale)),
+                ("1", 1024, int(300_000 * args.scale)),
+                ("all", 1024, int(300_000 * args.scale)),
+            ]
+            for acks, size, count in cases:
+                topic = f"bench-acks{acks}-{size}"
+                _create_topic(bootstrap, topic)
+                result = _produce(bootstrap, topic, acks, size, count, None)
+                runs.append({"case": "bulk", "acks": acks, "record_size": size, **result})
+                print(json.dumps(runs[-1]), file=sys.stderr)
+            for rate in paced_rates:
+                topic = f"bench-paced-{rate}"
+                _create_topic(bootstrap, topic)
+                count = (
+                    max(rate * 10, 1) if args.scale >= 1 else max(int(rate * 10 * args.scale), 1)
+                )
+                result = _produce(bootstrap, topic, "all", 100, count, rate)
+                runs.append({"case": "paced", "acks": "all", "record_size": 100, **result})
+                print(json.dumps(runs[-1]), file=sys.stderr)
+        finally:
+            subprocess.run(
+                [*LOGRAFT, "cluster", "down", "--data-dir", data],
+                cwd=ROOT,
+                capture_output=True,
+                check=False,
+            )
+    report = {
+        "benchmark": "replicated",
+        "nodes": 3,
+        "replication_factor": 3,
+        "partitions": PARTITIONS,
+        "min_insync_replicas": 2,
+        "node_config": args.config,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "runs": runs,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
