@@ -424,9 +424,13 @@ class KRaftBroker:
             for partition in list(self._logs.partitions.values()):
                 if not partition.is_leader:
                     continue
-                partition.maybe_shrink_isr(now_ms, self._replica_lag_time_max_ms)
-                if partition.topic_partition not in self._isr_calls:
-                    partition.resend_pending_proposal()
+                try:
+                    partition.maybe_shrink_isr(now_ms, self._replica_lag_time_max_ms)
+                    if partition.topic_partition not in self._isr_calls:
+                        partition.resend_pending_proposal()
+                except Exception:
+                    # One partition's failure must not stop ISR expiration for the others.
+                    log.exception("isr expiration failed partition=%s", partition.topic_partition)
 
     # ---- producer ids -------------------------------------------------------------------
 

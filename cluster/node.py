@@ -34,6 +34,7 @@ from cluster.node_config import NodeConfig
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from cluster.wire import controller_pb2_grpc
 from cluster.wire import raft_pb2_grpc as raft_pb_grpc
+from controller.logic.decision import ControllerConfig
 from controller.quorum.controller import QuorumController
 from controller.quorum.driver import RaftDriver, RaftTransport
 from controller.quorum.metadata_machine import MetadataStateMachine
@@ -212,7 +213,15 @@ class Node:
         self._stoppables.append(driver.stop)
         if "controller" in config.process_roles:
             controller = QuorumController(
-                driver, machine, random.Random(), config.broker_session_timeout_ms
+                driver,
+                machine,
+                random.Random(),
+                config.broker_session_timeout_ms,
+                config=ControllerConfig(
+                    broker_session_timeout_ms=config.broker_session_timeout_ms,
+                    num_partitions=config.num_partitions,
+                    default_replication_factor=config.default_replication_factor,
+                ),
             )
             controller_pb2_grpc.add_ControllerServicer_to_server(controller, server)
             self._starters.append(controller.start)

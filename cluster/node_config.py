@@ -60,6 +60,16 @@ NODE_CONFIGS: dict[str, tuple[int, int, str]] = {
         "loses the leadership of its partitions (Kafka: 9000; lograft heartbeats every "
         "400 ms and fails over faster).",
     ),
+    "default.replication.factor": (
+        1,
+        1,
+        "Replicas of a topic created without a replication factor (CreateTopics with -1).",
+    ),
+    "num.partitions": (
+        1,
+        1,
+        "Partitions of a topic created without a partition count (CreateTopics with -1).",
+    ),
     "replica.lag.time.max.ms": (
         10_000,
         100,
@@ -92,6 +102,8 @@ class NodeConfig:
     broker_session_timeout_ms: int = 2000
     metadata_snapshot_bytes: int = 20 * 1024 * 1024
     replica_lag_time_max_ms: int = 10_000
+    default_replication_factor: int = 1
+    num_partitions: int = 1
 
     @property
     def in_quorum(self) -> bool:
@@ -159,6 +171,8 @@ class NodeConfig:
             broker_session_timeout_ms=node_values["broker.session.timeout.ms"],
             metadata_snapshot_bytes=node_values["metadata.log.max.record.bytes.between.snapshots"],
             replica_lag_time_max_ms=node_values["replica.lag.time.max.ms"],
+            default_replication_factor=node_values["default.replication.factor"],
+            num_partitions=node_values["num.partitions"],
             node_id=node_id,
             data_dir=data_dir,
             host=host,

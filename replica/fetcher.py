@@ -92,6 +92,10 @@ class ReplicaFetcher:
             except LograftError as exc:
                 log.error("replica fetch handling failed source=%d error=%s", self.source_id, exc)
                 progressed = False
+            except Exception:
+                # A bug must not silently end replication from this source: log, back off.
+                log.exception("replica fetch handling crashed source=%d", self.source_id)
+                progressed = False
             if not progressed:
                 await asyncio.sleep(RETRY_BACKOFF_S)
 

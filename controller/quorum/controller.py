@@ -45,6 +45,7 @@ from controller.logic import (
     fence_expired_brokers,
     register_broker,
 )
+from controller.logic.decision import DEFAULT_CONFIG, ControllerConfig
 from controller.metadata import Listener, encode_batch
 from controller.quorum.driver import RaftDriver
 from controller.quorum.metadata_machine import MetadataStateMachine
@@ -74,7 +75,9 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
         rng: random.Random,
         session_timeout_ms: int = 2000,
         now_ms: Callable[[], int] = _now_ms,
+        config: ControllerConfig = DEFAULT_CONFIG,
     ) -> None:
+        self._config = config
         self._driver = driver
         self._machine = machine
         self._rng = rng
@@ -249,7 +252,11 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
         try:
             results = await self._decide(
                 lambda: create_topics(
-                    self._machine.image, topics, self._rng, validate_only=request.validate_only
+                    self._machine.image,
+                    topics,
+                    self._rng,
+                    validate_only=request.validate_only,
+                    config=self._config,
                 )
             )
         except LograftError as exc:

@@ -209,13 +209,17 @@ def test_acknowledged_writes_survive_killing_each_leader_in_turn(cluster: Quorum
 def test_acks_all_refused_with_two_brokers_down_and_back_when_one_returns(
     tmp_path: Path,
 ) -> None:
-    cluster = QuorumCluster(tmp_path, dedicated_controller=True)
+    cluster = QuorumCluster(
+        tmp_path, dedicated_controller=True, configs={"default.replication.factor": "3"}
+    )
     cluster.start()
     producer: Producer | None = None
     leader_only: Producer | None = None
     try:
-        assert cluster.create_topic(cluster.nodes[1], "guarded", 1, 3, GUARDED) == 0
+        # No replication factor given: the broker default (default.replication.factor) holds.
+        assert cluster.create_topic(cluster.nodes[1], "guarded", 1, -1, GUARDED) == 0
         wait_until(lambda: _fully_replicated(cluster, "guarded", 1), 60, "a full ISR")
+        assert len(_partitions(cluster, "guarded")[0].replica_nodes) == 3
         producer = Producer(
             {"bootstrap.servers": cluster.bootstrap, "acks": "all", "delivery.timeout.ms": 4000}
         )
