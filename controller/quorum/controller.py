@@ -46,6 +46,7 @@ from controller.logic import (
     register_broker,
 )
 from controller.logic.decision import DEFAULT_CONFIG, ControllerConfig
+from controller.logic.topic_configs import UNCLEAN_LEADER_ELECTION_ENABLE
 from controller.metadata import Listener, encode_batch
 from controller.quorum.driver import RaftDriver
 from controller.quorum.metadata_machine import MetadataStateMachine
@@ -249,6 +250,13 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
             NewTopic(t.name, t.num_partitions, t.replication_factor, dict(t.configs))
             for t in request.topics
         ]
+        for topic in topics:
+            if topic.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE, "").lower() == "true":
+                log.warning(
+                    "topic allows UNCLEAN leader election: if every in-sync replica is lost, "
+                    "a lagging replica may lead and acknowledged writes be lost topic=%s",
+                    topic.name,
+                )
         try:
             results = await self._decide(
                 lambda: create_topics(
