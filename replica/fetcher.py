@@ -22,6 +22,7 @@ from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from replica.batch_header import check_stored_batch, iter_headers
 from replica.log_manager import LogManager
+from replica.partition import Partition
 from replica.topic_partition import TopicPartition
 
 __all__ = ["FollowedPartition", "ReplicaFetcher", "ReplicaFetcherManager"]
@@ -125,7 +126,14 @@ class ReplicaFetcher:
         )
 
     async def _handle(self, response: pb.FetchResponse) -> bool:
+        """Truncate or append each partition, flush them all at once, then take the HWs.
+
+        The flushes of all partitions run together (one fdatasync each, in parallel): the
+        next fetch, which tells the leader how far this replica got, waits for them.
+        """
         progressed = False
+        appended: list[tuple[Partition, int]] = []
+        unchanged: list[tuple[Partition, int]] = []
         for topic in response.topics:
             for result in topic.partitions:
                 tp = TopicPartition(topic.name, result.partition)
@@ -134,36 +142,51 @@ class ReplicaFetcher:
                     continue
                 if result.error_code:
                     continue  # a leader change: the metadata image will re-point us
-                local = partition.log
-                if result.HasField("diverging_epoch"):
-                    end = result.diverging_epoch.end_offset
-                    target = (
-                        min(end, local.log_end_offset) if end >= 0 else partition.high_watermark
-                    )
-                    log.warning(
-                        "truncating diverged follower log partition=%s from=%d to=%d "
-                        "leader_epoch=%d",
-                        tp,
-                        local.log_end_offset,
-                        target,
-                        result.diverging_epoch.epoch,
-                    )
-                    partition.truncate_to(target)
-                    progressed = True
-                    continue
-                if result.records:
-                    data = bytearray(result.records)
-                    headers = list(iter_headers(data))
-                    if headers:
-                        complete = headers[-1].position + headers[-1].size
-                        del data[complete:]
-                        for header in headers:
-                            check_stored_batch(data, header)
-                        partition.append_as_follower(data, headers, self._now_ms())
-                        await partition.flush_now()
+                try:
+                    if result.HasField("diverging_epoch"):
+                        self._truncate(partition, result.diverging_epoch)
                         progressed = True
-                partition.set_follower_high_watermark(result.high_watermark)
+                        continue
+                    if result.records and self._append(partition, result.records):
+                        appended.append((partition, result.high_watermark))
+                        continue
+                except LograftError as exc:
+                    log.error("replica append failed partition=%s error=%s", tp, exc)
+                    continue
+                unchanged.append((partition, result.high_watermark))
+        if appended:
+            await asyncio.gather(*(partition.flush_now() for partition, _ in appended))
+            progressed = True
+        for partition, high_watermark in appended + unchanged:
+            partition.set_follower_high_watermark(high_watermark)
         return progressed
+
+    @staticmethod
+    def _truncate(partition: Partition, diverging: pb.EpochEndOffset) -> None:
+        local = partition.log
+        end = diverging.end_offset
+        target = min(end, local.log_end_offset) if end >= 0 else partition.high_watermark
+        log.warning(
+            "truncating diverged follower log partition=%s from=%d to=%d leader_epoch=%d",
+            partition.topic_partition,
+            local.log_end_offset,
+            target,
+            diverging.epoch,
+        )
+        partition.truncate_to(target)
+
+    def _append(self, partition: Partition, records: bytes) -> bool:
+        """Append the whole batches of a fetch answer; False if it held none."""
+        data = bytearray(records)
+        headers = list(iter_headers(data))
+        if not headers:
+            return False
+        complete = headers[-1].position + headers[-1].size
+        del data[complete:]
+        for header in headers:
+            check_stored_batch(data, header)
+        partition.append_as_follower(data, headers, self._now_ms())
+        return True
 
 
 class ReplicaFetcherManager:
