@@ -193,6 +193,12 @@ def test_acknowledged_writes_survive_killing_each_leader_in_turn(cluster: Quorum
     assert acked_count() > 1800
 
     wait_until(lambda: _fully_replicated(cluster, topic, partitions), 60, "full ISRs")
+    # Every killed leader is back and in sync: preferred leaders are restored.
+    wait_until(
+        lambda: all(p.leader_id == p.replica_nodes[0] for p in _partitions(cluster, topic)),
+        CLUSTER_TIMEOUT_S,
+        "the preferred replicas to lead again",
+    )
     for partition, state in enumerate(_partitions(cluster, topic)):
         records = fetch_all(_stub(cluster.nodes[state.leader_id]), topic, partition)
         values = [r.value for r in records]
