@@ -327,3 +327,62 @@ def test_a_cut_off_leader_truncates_its_uncommitted_writes_when_it_rejoins(
     assert values[0] == b"committed" and values[-1] == b"after"
     assert b"doomed" not in values
     _assert_identical_replicas(cluster, "split", 1)
+
+
+def test_a_stalled_follower_leaves_the_isr_and_rejoins_once_caught_up(tmp_path: Path) -> None:
+    # A long broker session: the stalled follower stays registered and unfenced, so only
+    # the leader's lag check (replica.lag.time.max.ms) can take it out of the ISR.
+    cluster = QuorumCluster(
+        tmp_path,
+        dedicated_controller=True,
+        configs={"broker.session.timeout.ms": "120000", "replica.lag.time.max.ms": "1000"},
+    )
+    cluster.start()
+    stalled: NodeProcess | None = None
+    try:
+        assert cluster.create_topic(cluster.nodes[1], "lagging", 1, 3, GUARDED) == 0
+        wait_until(lambda: _fully_replicated(cluster, "lagging", 1), 60, "a full ISR")
+        state = _partitions(cluster, "lagging")[0]
+        leader = cluster.nodes[state.leader_id]
+        stalled = cluster.nodes[next(r for r in state.replica_nodes if r != state.leader_id)]
+        wait_until(
+            lambda: (
+                produce(_stub(leader), "lagging", 0, encode_batch([b"warm"]), acks=-1).error_code
+                == 0
+            ),
+            CLUSTER_TIMEOUT_S,
+            "the leader to take acks=all writes",
+        )
+        assert stalled.process is not None
+        stalled.process.send_signal(signal.SIGSTOP)
+        # acks=all waits for the stalled follower until the leader drops it from the ISR.
+        answer = produce(_stub(leader), "lagging", 0, encode_batch([b"while stalled"]), acks=-1)
+        assert answer.error_code == 0, answer
+        stalled_id = stalled.node_id
+
+        def isr_seen_by_leader() -> list[int]:
+            metadata = cluster.metadata(leader, ["lagging"])
+            return [] if metadata is None else list(metadata.topics[0].partitions[0].isr_nodes)
+
+        wait_until(
+            lambda: stalled_id not in isr_seen_by_leader(), 30, "the shrunk ISR in the metadata"
+        )
+        assert len(isr_seen_by_leader()) == 2
+        metadata = cluster.metadata(leader)
+        assert metadata is not None
+        assert stalled_id in {b.node_id for b in metadata.brokers}, "it was fenced instead"
+        assert "proposing isr shrink" in leader.read_log()
+
+        stalled.process.send_signal(signal.SIGCONT)
+        stalled = None
+        wait_until(
+            lambda: _fully_replicated(cluster, "lagging", 1),
+            CLUSTER_TIMEOUT_S,
+            "the follower back in the ISR once caught up",
+        )
+        values = [r.value for r in fetch_all(_stub(leader), "lagging", 0)]
+        assert values == [b"warm", b"while stalled"]
+    finally:
+        if stalled is not None and stalled.process is not None:
+            stalled.process.send_signal(signal.SIGCONT)
+        cluster.stop()
