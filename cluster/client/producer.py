@@ -10,17 +10,37 @@ How it works, as in Kafka's Java producer:
   ``max.request.size`` bytes); up to ``max.in.flight.requests.per.connection`` requests are in
   flight per broker.
 * Retriable errors (``NOT_LEADER_OR_FOLLOWER``, ``UNKNOWN_TOPIC_OR_PARTITION``,
-  ``LEADER_NOT_AVAILABLE``, network failures, timeouts) put the batch back at the head of its
-  partition queue after ``retry.backoff.ms``, with a metadata refresh, until ``retries`` or
-  ``delivery.timeout.ms`` runs out; then its futures fail with the typed error. With several
-  requests in flight a retried batch may land after a later one (there is no idempotence
-  yet); set ``max.in.flight.requests.per.connection=1`` to keep order across retries.
+  ``LEADER_NOT_AVAILABLE``, ``FENCED_LEADER_EPOCH``, ``NOT_ENOUGH_REPLICAS``, network
+  failures, timeouts) put the batch back in its partition queue, in order, after
+  ``retry.backoff.ms`` (with a metadata refresh for leadership errors), until ``retries`` or
+  ``delivery.timeout.ms`` runs out; then its futures fail with the typed error.
+* Idempotence (``enable.idempotence``, on by default, as in Kafka 3.x) makes those retries
+  safe: each record is written once, and in order per partition, even with five requests in
+  flight. Before its first batch the sender thread asks any broker for a producer id and
+  epoch (``InitProducerId``, retried within ``delivery.timeout.ms``). A batch gets its
+  partition's next sequence (base sequence, ``+ record count`` per batch, wrapping at 2**31)
+  when it is first drained and keeps it on every retry; the partition leader answers a retry
+  of one of its last five batches with the original offset. So that a retry is always among
+  those five, no batch is sent more than four batches after its partition's oldest
+  unresolved one (answers may come back out of order, so counting unresolved batches would
+  not do); a batch sent before goes alone, once every earlier batch of its partition is
+  resolved, and new batches of the partition wait meanwhile.
+  ``OUT_OF_ORDER_SEQUENCE_NUMBER`` for a batch sent while its predecessor was unresolved is
+  retried; for one sent after its predecessor was acknowledged, it fails the batch. A batch
+  that fails for good leaves the partition's sequence broken: once nothing of the partition
+  is in flight the producer bumps its epoch locally (Kafka's KIP-360; a new producer id when
+  the epoch is exhausted) and the partition restarts at sequence 0. Idempotence needs
+  ``acks=all``, ``retries`` > 0 and at most five requests in flight: left unset, any other
+  setting turns it off; set to true, it is a config error. Without idempotence a retried
+  batch may land after a later one, or twice.
 * ``acks=0``: futures complete with offset -1 as soon as the request is sent.
 * ``send_bulk`` is the fast path for many records: values are encoded with
   ``encode_batch`` into large batches (about ``max(batch.size, 1 MiB - 1 KiB)`` each, never
-  more than ``max.request.size``) in the calling thread and pipelined to the leader. It returns one
-  ``Future[BulkResult]`` rather than a future per record, because a million futures cost more
-  than sending a million records; ``BulkResult.offset_of(i)`` gives the offset of value ``i``.
+  more than ``max.request.size``) in the calling thread and pipelined to the leader. It
+  returns one ``Future[BulkResult]`` rather than a future per record, because a million
+  futures cost more than sending a million records; ``BulkResult.offset_of(i)`` gives the
+  offset of value ``i``. With idempotence the sender writes the producer id, epoch and
+  sequence into a batch's header (and redoes its CRC) when it first drains the batch.
 * ``buffer.memory`` bounds the bytes waiting to be sent; ``send`` and ``send_bulk`` block
   (at most ``max.block.ms``) while it is full, and also while they wait for a topic's metadata.
 
@@ -36,6 +56,7 @@ import itertools
 import logging
 import queue
 import random
+import struct
 import threading
 import time
 from collections import deque
@@ -45,20 +66,27 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+import crc32c as _crc32c
+
 from cluster.errors import (
+    FencedLeaderEpochError,
     IllegalStateError,
+    InvalidConfigError,
     InvalidRequestError,
     LeaderNotAvailableError,
     LograftError,
     MessageTooLargeError,
     NetworkError,
     NotLeaderOrFollowerError,
+    OutOfOrderSequenceNumberError,
     RequestTimedOutError,
+    UnknownLeaderEpochError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
 from cluster.wire import broker_pb2 as pb
+from replica.batch_header import ATTRIBUTES_OFFSET, CRC_OFFSET
 from replica.compression import CompressionType
 from replica.records import RecordBatchBuilder, encode_batch
 
@@ -100,6 +128,14 @@ def _compression(value: object) -> object:
     return int(CompressionType.from_name(value))
 
 
+def _boolean(value: object) -> object:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError("expected true or false")
+
+
 PRODUCER_CONFIGS: tuple[ConfigDef, ...] = (
     *COMMON_CONFIGS,
     ConfigDef("acks", -1, _acks, "0: no acknowledgement, 1: leader, all (-1): every ISR"),
@@ -119,9 +155,17 @@ PRODUCER_CONFIGS: tuple[ConfigDef, ...] = (
     ),
     ConfigDef("max.block.ms", 60000, int_at_least(0), "longest a send blocks"),
     ConfigDef("buffer.memory", 33554432, int_at_least(1), "bytes waiting to be sent"),
+    ConfigDef(
+        "enable.idempotence",
+        True,
+        _boolean,
+        "write each record once and in order despite retries (producer id and batch "
+        "sequences); needs acks=all, retries > 0 and at most 5 requests in flight. Left "
+        "unset, an incompatible setting turns it off; set to true, it is an error",
+    ),
 )
 """Every config ``Producer`` accepts, with its default. ``compression.type`` resolves to
-the codec id."""
+the codec id; ``enable.idempotence`` to whether the producer really is idempotent."""
 
 _RECORD_OVERHEAD = 12
 """Estimate of a record's framing bytes (length, attributes, deltas, lengths, header count);
@@ -136,9 +180,29 @@ _METADATA_ERRORS = (
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
     LeaderNotAvailableError,
+    FencedLeaderEpochError,
+    UnknownLeaderEpochError,
     NetworkError,
     RequestTimedOutError,
 )
+
+_MAX_IDEMPOTENT_IN_FLIGHT = 5
+"""Kafka's limit on ``max.in.flight.requests.per.connection`` for an idempotent producer,
+and here also on a partition's sequence window (its oldest unresolved batch and every batch
+sequenced after it): the leader remembers the last five batches of a producer, so a retried
+batch is recognised as a duplicate only if at most four later batches were written after
+it. Kafka gets that from in-order responses; gRPC may answer a later request first."""
+_SEQUENCE_MODULUS = 2**31
+"""Batch sequences are int32 and wrap from 2**31 - 1 to 0."""
+_MAX_PRODUCER_EPOCH = 2**15 - 1
+_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
+_PRODUCER_FIELDS_OFFSET = 43
+"""Where ``producerId`` starts in a RecordBatch v2 header (see ``replica.batch_header``)."""
+_RECORDS_COUNT_OFFSET = _PRODUCER_FIELDS_OFFSET + _PRODUCER_FIELDS.size
+_CRC = struct.Struct(">I")
+_RETRIABLE_INIT_PRODUCER_ID_CODES = frozenset({14, 15})
+"""COORDINATOR_LOAD_IN_PROGRESS and COORDINATOR_NOT_AVAILABLE: retriable answers to
+InitProducerId that ``cluster.errors`` has no class for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,23 +279,36 @@ class _Bulk:
 
 
 class _Batch:
-    """A batch for one partition: open (a builder) until drained, then bytes."""
+    """A batch for one partition: open (a builder) until drained, then bytes.
+
+    With idempotence, ``base_sequence`` is -1 until the batch is first drained; then it
+    holds the batch's sequence without wrapping (the header carries it modulo 2**31) and
+    ``producer_id``/``producer_epoch`` the identity it was sequenced under. ``stamped``
+    says whether ``data`` carries those values yet.
+    """
 
     __slots__ = (
         "attempts",
+        "base_sequence",
         "builder",
         "bulk",
         "bulk_start",
         "created",
         "data",
         "deadline",
+        "follows_acked",
         "futures",
+        "in_flight",
+        "producer_epoch",
+        "producer_id",
         "record_count",
         "reserved",
+        "resolved",
         "retry_at",
         "sent_at",
         "seq",
         "size",
+        "stamped",
         "timestamps",
         "tp",
     )
@@ -253,6 +330,126 @@ class _Batch:
         self.attempts = 0
         self.retry_at = 0.0
         self.sent_at = 0.0
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = -1
+        self.stamped = False
+        self.in_flight = False
+        self.resolved = False
+        """Sequenced and given its final outcome (written, or failed for good)."""
+        self.follows_acked = False
+        """Whether the batch before it had been acknowledged when this attempt was sent: an
+        OUT_OF_ORDER_SEQUENCE_NUMBER then means a real gap, not a request overtaking its
+        predecessor (gRPC may reorder the requests of one channel)."""
+
+
+class _PartitionSequences:
+    """The idempotence bookkeeping of one partition (Kafka's ``TxnPartitionEntry``).
+
+    Owned by the sender thread and changed under the producer's lock. ``window`` holds, in
+    sequence order, the oldest batch that has a sequence and no final outcome (in flight or
+    waiting for a retry) and every batch sequenced after it, resolved or not; it is empty
+    when every sequenced batch is resolved. Sequences are kept without wrapping.
+    """
+
+    __slots__ = (
+        "last_acked_sequence",
+        "needs_bump",
+        "next_sequence",
+        "producer_epoch",
+        "producer_id",
+        "window",
+    )
+
+    def __init__(self) -> None:
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.next_sequence = 0
+        self.last_acked_sequence = -1
+        self.window: deque[_Batch] = deque()
+        self.needs_bump = False
+        """A sequenced batch failed for good, so the broker's sequence for this partition
+        has a gap or is unknown: restart at sequence 0 under a new epoch once nothing of
+        the partition is in flight."""
+
+    def in_flight(self) -> int:
+        return sum(1 for b in self.window if b.in_flight)
+
+    def waiting_for_retry(self) -> bool:
+        """Whether a batch sent before waits in the queue to be sent again."""
+        return any(not b.in_flight and not b.resolved for b in self.window)
+
+    def trim(self) -> None:
+        while self.window and self.window[0].resolved:
+            self.window.popleft()
+
+
+def _stamp(data: bytes, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    """``data`` (one RecordBatch v2) with its producer fields set and its CRC-32C redone.
+
+    One copy of the batch; the CRC covers ``attributes`` to the end, so it is computed over
+    the unchanged bytes around the new fields without building them first.
+    """
+    view = memoryview(data)
+    fields = _PRODUCER_FIELDS.pack(producer_id, producer_epoch, base_sequence)
+    crc = _crc32c.crc32c(view[ATTRIBUTES_OFFSET:_PRODUCER_FIELDS_OFFSET])
+    crc = _crc32c.crc32c(fields, crc)
+    crc = _crc32c.crc32c(view[_RECORDS_COUNT_OFFSET:], crc)
+    return b"".join(
+        (
+            view[:CRC_OFFSET],
+            _CRC.pack(crc),
+            view[ATTRIBUTES_OFFSET:_PRODUCER_FIELDS_OFFSET],
+            fields,
+            view[_RECORDS_COUNT_OFFSET:],
+        )
+    )
+
+
+def _resolve_idempotence(config: dict[str, object], explicit: bool) -> bool:
+    """Whether the producer is idempotent, as Kafka 3.2+ decides it.
+
+    Idempotence needs ``acks=all``, ``retries`` > 0 and at most five requests in flight.
+    Left at its default it is quietly turned off by an incompatible setting; set to true
+    explicitly, the conflict raises ``InvalidConfigError``.
+    """
+    if not config["enable.idempotence"]:
+        return False
+    conflicts: list[str] = []
+    if config["acks"] != -1:
+        conflicts.append(f"acks=all (not {config['acks']})")
+    if config["retries"] == 0:
+        conflicts.append("retries > 0")
+    max_in_flight = config["max.in.flight.requests.per.connection"]
+    assert isinstance(max_in_flight, int)
+    if max_in_flight > _MAX_IDEMPOTENT_IN_FLIGHT:
+        conflicts.append(
+            f"max.in.flight.requests.per.connection <= {_MAX_IDEMPOTENT_IN_FLIGHT} "
+            f"(not {max_in_flight})"
+        )
+    if not conflicts:
+        return True
+    if explicit:
+        raise InvalidConfigError(
+            "producer config enable.idempotence=true needs " + ", ".join(conflicts)
+        )
+    logger.debug("idempotence turned off conflicts=%s", ";".join(conflicts))
+    return False
+
+
+def _requeue(q: deque[_Batch], batch: _Batch) -> None:
+    """Put a batch back in its partition queue in creation order (which is sequence order).
+
+    Answers may come back in any order; sorting keeps an earlier batch ahead of a later one
+    that failed first. Retried batches are older than any batch never sent, so they land at
+    the head, usually after a short scan.
+    """
+    position = 0
+    for queued in q:
+        if queued.seq > batch.seq:
+            break
+        position += 1
+    q.insert(position, batch)
 
 
 @dataclass(slots=True)
@@ -267,12 +464,19 @@ class Producer:
 
     ``Producer({"bootstrap.servers": "127.0.0.1:9092", "acks": "all"})`` or
     ``Producer(bootstrap_servers="127.0.0.1:9092", linger_ms=10)``; see ``PRODUCER_CONFIGS``.
-    Unknown config names and bad values raise ``InvalidConfigError``.
+    Unknown config names and bad values raise ``InvalidConfigError``, and so does
+    ``enable.idempotence=true`` with ``acks`` other than all, ``retries=0`` or more than five
+    requests in flight. Construction does not contact the cluster: the producer id of an
+    idempotent producer is fetched by the sender thread before its first batch.
     """
 
     def __init__(self, config: Mapping[str, object] | None = None, **overrides: object) -> None:
         self.config = resolve_config("producer", PRODUCER_CONFIGS, config, overrides)
         cfg = self.config
+        given = {str(name) for name in (config or {})}
+        given.update(name.replace("_", ".") for name in overrides)
+        self._idempotent = _resolve_idempotence(cfg, explicit="enable.idempotence" in given)
+        cfg["enable.idempotence"] = self._idempotent
         self._acks = self._int("acks")
         self._linger_s = self._int("linger.ms") / 1000.0
         self._batch_size = max(self._int("batch.size"), 1)
@@ -311,6 +515,13 @@ class Producer:
         self._closing = False
         self._closed = False
         self._drain_rotation = 0
+        # Idempotence (Kafka's TransactionManager without transactions): the producer id and
+        # epoch, and each partition's sequences. Sender thread, under the lock.
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._producer_id_retry_at = 0.0
+        self._fatal: LograftError | None = None
+        self._sequences: dict[TopicPartition, _PartitionSequences] = {}
         self._sender = threading.Thread(
             target=self._run, name=f"lograft-producer-{cfg['client.id']}", daemon=True
         )
@@ -672,15 +883,24 @@ class Producer:
                 self._handle_completions()
                 if self._metadata_wanted:
                     self._refresh_metadata()
+                if self._idempotent:
+                    self._maybe_init_producer_id()
+                    if self._fatal is not None:
+                        self._fail_queued(self._fatal)
                 self._expire_batches()
                 with self._lock:
                     if self._closed:
                         return
                     requests, wake_at = self._drain_locked(time.monotonic())
                     if not requests and self._completions.empty():
+                        if self._fatal is not None and any(self._queues.values()):
+                            continue  # queued after _fail_queued ran: fail them, do not wait
                         timeout = None if wake_at is None else max(0.0, wake_at - time.monotonic())
                         if timeout is None and self._metadata_wanted:
                             timeout = self._backoff_s
+                        if self._awaiting_producer_id_locked():
+                            retry_in = max(0.0, self._producer_id_retry_at - time.monotonic())
+                            timeout = retry_in if timeout is None else min(timeout, retry_in)
                         self._wake.wait(timeout)
                         continue
                 for request in requests:
@@ -716,6 +936,15 @@ class Producer:
                 continue
             if node in full_nodes:
                 continue
+            sequences: _PartitionSequences | None = None
+            in_flight_before = 0
+            if self._idempotent:
+                sequences = self._sequences.get(tp)
+                if sequences is None:
+                    sequences = self._sequences[tp] = _PartitionSequences()
+                self._maybe_restart_sequences_locked(tp, sequences)
+                in_flight_before = sequences.in_flight()
+            taken = 0
             while q:
                 batch = q[0]
                 if batch.retry_at > now:
@@ -733,6 +962,11 @@ class Producer:
                         wake_at = due if wake_at is None else min(wake_at, due)
                         break
                 request = current.get(node)
+                resend = batch.base_sequence >= 0
+                if sequences is not None and not self._may_send_locked(
+                    sequences, batch, taken, in_flight_before, request
+                ):
+                    break
                 if request is not None and request.size + batch.size > self._max_request_size:
                     requests.append(request)
                     del current[node]
@@ -748,10 +982,203 @@ class Producer:
                     del self._open[tp]
                 request.batches.setdefault(tp, []).append(batch)
                 request.size += batch.size
+                taken += 1
+                if sequences is not None:
+                    self._assign_sequence_locked(sequences, batch)
+                    if resend:
+                        # Kafka's rule: a batch sent before goes alone, so that a duplicate
+                        # answer (its original offset) cannot be mixed with other batches.
+                        break
         requests.extend(current.values())
         for request in requests:
             self._in_flight[request.node] = self._in_flight.get(request.node, 0) + 1
         return requests, wake_at
+
+    # ---- idempotence (sender thread, under the lock unless said otherwise) ---------------
+
+    def _awaiting_producer_id_locked(self) -> bool:
+        """True when batches wait for a producer id that InitProducerId should fetch."""
+        return (
+            self._idempotent
+            and self._producer_id < 0
+            and self._fatal is None
+            and any(self._queues.values())
+        )
+
+    def _maybe_init_producer_id(self) -> None:
+        """Fetch a producer id and epoch from any broker once there is something to send.
+
+        Retriable failures are retried after ``retry.backoff.ms`` (the batches meanwhile wait,
+        bounded by ``delivery.timeout.ms``); any other failure is fatal, as in Kafka: every
+        record sent through this producer then fails with it. Not under the lock: it blocks
+        for at most ``request.timeout.ms`` per broker.
+        """
+        with self._lock:
+            if not self._awaiting_producer_id_locked():
+                return
+            if time.monotonic() < self._producer_id_retry_at:
+                return
+        code = 0
+        error: LograftError | None = None
+        try:
+            response = self._conn.call("InitProducerId", pb.InitProducerIdRequest())
+            code = response.error_code
+            if code:
+                error = error_for_code(code, response.error_message or "InitProducerId")
+            elif response.producer_id < 0 or response.producer_epoch < 0:
+                error = UnknownServerError(
+                    f"InitProducerId gave producer id {response.producer_id} epoch "
+                    f"{response.producer_epoch}"
+                )
+        except LograftError as exc:
+            error = exc
+        if error is None:
+            with self._lock:
+                self._producer_id = response.producer_id
+                self._producer_epoch = response.producer_epoch
+                self._wake.notify()
+            logger.info(
+                "producer id assigned producer_id=%d producer_epoch=%d client_id=%s",
+                response.producer_id,
+                response.producer_epoch,
+                self.config["client.id"],
+            )
+            return
+        if error.retriable or code in _RETRIABLE_INIT_PRODUCER_ID_CODES:
+            self._producer_id_retry_at = time.monotonic() + self._backoff_s
+            logger.info("InitProducerId failed, will retry error_code=%d error=%s", code, error)
+            return
+        logger.error("InitProducerId failed; producer is unusable error=%s", error)
+        with self._lock:
+            self._fatal = error
+
+    def _fail_queued(self, error: LograftError) -> None:
+        """Fail every batch not in flight (the producer hit a fatal error)."""
+        with self._lock:
+            batches = [batch for q in self._queues.values() for batch in q]
+            for q in self._queues.values():
+                q.clear()
+            self._open.clear()
+        for batch in batches:
+            self._fail(batch, error)
+
+    def _maybe_restart_sequences_locked(
+        self, tp: TopicPartition, sequences: _PartitionSequences
+    ) -> None:
+        """Restart a partition's sequences at 0 under the current producer id and epoch.
+
+        Once nothing of the partition is in flight: when its sequence is broken
+        (``needs_bump``), after bumping the epoch locally as Kafka's idempotent producer does
+        (KIP-360; a new producer id once the epoch is exhausted), re-sequencing the batches
+        that wait for a retry; or when the producer's epoch moved on (another partition
+        bumped it) and the partition has no unresolved batch left. The broker accepts a newer
+        epoch starting at sequence 0.
+        """
+        if sequences.in_flight():
+            return
+        current = (self._producer_id, self._producer_epoch)
+        if sequences.needs_bump:
+            if (sequences.producer_id, sequences.producer_epoch) == current and current[0] >= 0:
+                if self._producer_epoch >= _MAX_PRODUCER_EPOCH:
+                    self._producer_id = self._producer_epoch = -1
+                else:
+                    self._producer_epoch += 1
+                logger.info(
+                    "producer epoch bumped topic=%s partition=%d producer_id=%d producer_epoch=%d",
+                    tp.topic,
+                    tp.partition,
+                    self._producer_id,
+                    self._producer_epoch,
+                )
+            if self._producer_id < 0:
+                return  # InitProducerId first
+        elif (
+            (sequences.producer_id, sequences.producer_epoch) == current
+            or current[0] < 0
+            or sequences.window
+        ):
+            return
+        sequences.producer_id = self._producer_id
+        sequences.producer_epoch = self._producer_epoch
+        sequences.next_sequence = 0
+        sequences.last_acked_sequence = -1
+        sequences.needs_bump = False
+        sequences.window = deque(b for b in sequences.window if not b.resolved)
+        for batch in sequences.window:
+            self._restamp_locked(sequences, batch)
+
+    def _restamp_locked(self, sequences: _PartitionSequences, batch: _Batch) -> None:
+        batch.producer_id = sequences.producer_id
+        batch.producer_epoch = sequences.producer_epoch
+        batch.base_sequence = sequences.next_sequence
+        batch.stamped = False
+        sequences.next_sequence += batch.record_count
+
+    def _may_send_locked(
+        self,
+        sequences: _PartitionSequences,
+        batch: _Batch,
+        taken: int,
+        in_flight_before: int,
+        request: _Request | None,
+    ) -> bool:
+        """Whether the partition's head ``batch`` may join a request now (idempotence rules).
+
+        A batch sent before goes only as the partition's first unresolved batch, alone and
+        with nothing else of the partition in flight. A new batch waits while the partition
+        has batches to retry, a broken sequence, a full window (five batches from the oldest
+        unresolved one) or sequences of an old epoch. Until the broker has acknowledged one
+        batch of this producer epoch, the partition has at most one request in flight: a
+        broker that does not know the producer yet accepts any sequence, so a second request
+        overtaking the first could leave a gap.
+        """
+        if batch.base_sequence >= 0:
+            return (
+                taken == 0
+                and in_flight_before == 0
+                and bool(sequences.window)
+                and sequences.window[0] is batch
+            )
+        if (
+            self._producer_id < 0
+            or sequences.needs_bump
+            or (sequences.producer_id, sequences.producer_epoch)
+            != (self._producer_id, self._producer_epoch)
+            or len(sequences.window) >= _MAX_IDEMPOTENT_IN_FLIGHT
+            or sequences.waiting_for_retry()
+        ):
+            return False
+        if sequences.last_acked_sequence < 0:
+            if in_flight_before:
+                return False
+            if taken and (request is None or request.size + batch.size > self._max_request_size):
+                return False  # the next request would be the partition's second
+        return True
+
+    def _assign_sequence_locked(self, sequences: _PartitionSequences, batch: _Batch) -> None:
+        """Mark ``batch`` in flight, giving it the partition's next sequence if it has none."""
+        if batch.base_sequence < 0:
+            self._restamp_locked(sequences, batch)
+            sequences.window.append(batch)
+        batch.in_flight = True
+        batch.follows_acked = sequences.last_acked_sequence + 1 == batch.base_sequence
+
+    def _resolve_sequence_locked(self, batch: _Batch, acked: bool) -> None:
+        """A sequenced batch has its final outcome: written (``acked``) or failed for good."""
+        batch.in_flight = False
+        if batch.resolved:
+            return
+        batch.resolved = True
+        sequences = self._sequences.get(batch.tp)
+        if sequences is None or batch not in sequences.window:
+            return  # sequenced under an identity the partition has left behind
+        if acked:
+            last = batch.base_sequence + batch.record_count - 1
+            sequences.last_acked_sequence = max(sequences.last_acked_sequence, last)
+        else:
+            # Written or not, nobody knows which sequence the broker expects next.
+            sequences.needs_bump = True
+        sequences.trim()
 
     def _send(self, request: _Request) -> None:
         """Encode the request's open batches and send it without waiting for the answer."""
@@ -762,6 +1189,14 @@ class Producer:
                 if batch.data is None:
                     batch.data = batch.builder.build()
                     batch.builder = None
+                if not batch.stamped and batch.base_sequence >= 0:
+                    batch.data = _stamp(
+                        batch.data,
+                        batch.producer_id,
+                        batch.producer_epoch,
+                        batch.base_sequence % _SEQUENCE_MODULUS,
+                    )
+                    batch.stamped = True
                 batch.sent_at = now
             records = (
                 batches[0].data
@@ -834,6 +1269,12 @@ class Producer:
                             batches, error_for_code(p.error_code, p.error_message or str(tp))
                         )
                         continue
+                    if len(p.batch_base_offsets) == len(batches):
+                        # One offset per batch: a retried duplicate keeps its original offset,
+                        # which need not be contiguous with the batches after it.
+                        for batch, base in zip(batches, p.batch_base_offsets, strict=True):
+                            self._complete(batch, base, p.log_append_time_ms, sent_at)
+                        continue
                     base = p.base_offset
                     for batch in batches:
                         self._complete(batch, base, p.log_append_time_ms, sent_at)
@@ -868,7 +1309,7 @@ class Producer:
                     )
                 except InvalidStateError:
                     pass  # cancelled by the caller
-        self._retire(batch)
+        self._retire(batch, acked=True)
 
     def _fail(self, batch: _Batch, error: BaseException) -> None:
         if batch.bulk is not None:
@@ -889,22 +1330,37 @@ class Producer:
             batch.record_count,
             getattr(error, "error_name", type(error).__name__),
         )
-        self._retire(batch)
+        self._retire(batch, acked=False)
 
-    def _retire(self, batch: _Batch) -> None:
+    def _retire(self, batch: _Batch, acked: bool) -> None:
         with self._lock:
             if self._incomplete.pop(batch.seq, None) is not None:
                 self._buffered -= batch.reserved
+            if batch.base_sequence >= 0:
+                self._resolve_sequence_locked(batch, acked)
             batch.futures = []
             batch.timestamps = []
             self._done.notify_all()
+
+    def _retriable(self, batch: _Batch, error: LograftError) -> bool:
+        """Whether ``error`` lets ``batch`` be sent again.
+
+        OUT_OF_ORDER_SEQUENCE_NUMBER for an idempotent batch is retriable when the batch was
+        sent before its predecessor was acknowledged: the predecessor was in flight (or
+        being retried) and the request overtook it, so the batch goes again once the
+        predecessor is resolved. Sent right after an acknowledged batch, it means the broker
+        lost sequences: the batch fails and its partition restarts under a new epoch.
+        """
+        if isinstance(error, OutOfOrderSequenceNumberError) and batch.base_sequence >= 0:
+            return not batch.follows_acked
+        return error.retriable
 
     def _fail_or_retry(self, batches: list[_Batch], error: LograftError) -> None:
         now = time.monotonic()
         retry: list[_Batch] = []
         for batch in batches:
             if (
-                error.retriable
+                self._retriable(batch, error)
                 and batch.attempts < self._retries
                 and now + self._backoff_s < batch.deadline
                 and not self._closed
@@ -925,8 +1381,9 @@ class Producer:
         )
         with self._lock:
             q = self._queues.setdefault(retry[0].tp, deque())
-            for batch in reversed(retry):
-                q.appendleft(batch)
+            for batch in retry:
+                batch.in_flight = False
+                _requeue(q, batch)
             if isinstance(error, _METADATA_ERRORS):
                 self._metadata_wanted = True
             self._wake.notify()

@@ -280,7 +280,14 @@ def test_a_cut_off_leader_truncates_its_uncommitted_writes_when_it_rejoins(
     wait_until(lambda: _fully_replicated(cluster, "split", 1), CLUSTER_TIMEOUT_S, "a full ISR")
     old_leader = _partitions(cluster, "split")[0].leader_id
     old_stub = _stub(cluster.nodes[old_leader])
-    assert produce(old_stub, "split", 0, encode_batch([b"committed"]), acks=-1).error_code == 0
+    # The leader opens its log just after the metadata reaches it: retriable until then.
+    wait_until(
+        lambda: (
+            produce(old_stub, "split", 0, encode_batch([b"committed"]), acks=-1).error_code == 0
+        ),
+        CLUSTER_TIMEOUT_S,
+        "the leader to take acks=all writes",
+    )
     followers = [cluster.nodes[n] for n in cluster.broker_ids if n != old_leader]
 
     # Cut the followers off: the leader still takes acks=1 writes nobody replicates. The

@@ -333,6 +333,10 @@ class FakeBroker(pb_grpc.BrokerServicer):  # type: ignore[misc]
                     result.error_code = UnknownTopicOrPartitionError.code
         return response
 
+    def InitProducerId(self, request: Any, context: Any) -> Any:
+        # Idempotent producers ask for an id first; this fake does not check sequences.
+        return pb.InitProducerIdResponse(producer_id=1000, producer_epoch=0)
+
 
 def _serve(max_receive: int | None = None) -> tuple[Any, FakeBroker]:
     options = [("grpc.max_receive_message_length", max_receive)] if max_receive else []

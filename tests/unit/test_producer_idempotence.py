@@ -1,0 +1,573 @@
+"""The idempotent producer: config resolution, sequences, retries, duplicates, epoch bumps.
+
+The fake broker here is an in-process gRPC servicer on 127.0.0.1 that leads every
+partition and checks produced batches with ``replica.producer_state`` as a real leader does
+(last five batches per producer, duplicates answered with their original offset,
+OUT_OF_ORDER_SEQUENCE_NUMBER for gaps). Each produce request can be scripted: answer an
+error, lose the response after appending, or wait (on an event, never a sleep) so that a
+later request overtakes it. The fake also records every batch header it received and flags
+protocol violations: a retried duplicate sent together with other batches, or more than
+five unresolved batches of one partition.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import deque
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import pytest
+
+from cluster.client import Producer, TopicPartition
+from cluster.client.producer import (
+    PRODUCER_CONFIGS,
+    _Batch,
+    _PartitionSequences,
+    _requeue,
+    _stamp,
+)
+from cluster.errors import (
+    InvalidConfigError,
+    InvalidRequestError,
+    LograftError,
+    NotLeaderOrFollowerError,
+    OutOfOrderSequenceNumberError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
+from cluster.wire import broker_pb2 as pb
+from cluster.wire import broker_pb2_grpc as pb_grpc
+from replica.batch_header import (
+    BatchHeader,
+    assign_offsets,
+    iter_headers,
+    parse_header,
+    validate_batches,
+)
+from replica.producer_state import Duplicate, ProducerStateManager
+from replica.records import RecordBatchBuilder, encode_batch, iter_records
+
+TIMEOUT_S = 30.0
+PRODUCER_ID = 1000
+COORDINATOR_NOT_AVAILABLE = 15
+
+
+# ---- a fake leader that checks sequences ----------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """What the fake does with one produce request."""
+
+    error: int = 0
+    """Answer every partition with this code and append nothing."""
+    lose_response: bool = False
+    """Append, then fail the call with UNAVAILABLE, as if the response was lost."""
+    hold_until_another_answered: bool = False
+    """Wait until another produce request has been answered, then handle this one."""
+    gate: threading.Event | None = None
+    """Wait until the test sets this event, then handle the request."""
+
+
+@dataclass
+class Received:
+    """One partition's data in one produce request, as the fake received it."""
+
+    topic: str
+    partition: int
+    headers: list[BatchHeader]
+    data: bytes
+
+
+@dataclass
+class FakeLeader(pb_grpc.BrokerServicer):  # type: ignore[misc]
+    """A single node leading every partition, with Kafka's idempotence checks."""
+
+    port: int = 0
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    topics: dict[str, int] = field(default_factory=dict)
+    logs: dict[tuple[str, int], list[bytes]] = field(default_factory=dict)
+    end: dict[tuple[str, int], int] = field(default_factory=dict)
+    states: dict[tuple[str, int], ProducerStateManager] = field(default_factory=dict)
+    plans: deque[Plan] = field(default_factory=deque)
+    received: list[Received] = field(default_factory=list)
+    requests: list[list[Received]] = field(default_factory=list)
+    duplicates: int = 0
+    violations: list[str] = field(default_factory=list)
+    held: threading.Event = field(default_factory=threading.Event)
+    answered: int = 0
+    init_errors: deque[int] = field(default_factory=deque)
+    init_always_fails: int = 0
+    init_calls: int = 0
+    next_producer_id: int = PRODUCER_ID
+    lose_nth_append: int = 0
+    """Lose the response of the n-th request (counting from 1) that appended something."""
+    appends: int = 0
+    pending: dict[tuple[str, int], set[tuple[int, int, int]]] = field(default_factory=dict)
+    """Per partition, (producer id, epoch, first sequence) of batches received and neither
+    appended nor found to be duplicates."""
+
+    def add_topic(self, name: str, partitions: int) -> None:
+        with self.cond:
+            self.topics[name] = partitions
+            for p in range(partitions):
+                self.logs[(name, p)] = []
+                self.end[(name, p)] = 0
+                self.states[(name, p)] = ProducerStateManager()
+                self.pending[(name, p)] = set()
+
+    def values(self, topic: str, partition: int) -> list[bytes | None]:
+        with self.cond:
+            data = b"".join(self.logs[(topic, partition)])
+        return [record.value for record in iter_records(data)]
+
+    def headers(self, topic: str, partition: int) -> list[BatchHeader]:
+        with self.cond:
+            data = b"".join(self.logs[(topic, partition)])
+        return list(iter_headers(data))
+
+    # -- RPCs
+
+    def InitProducerId(self, request: Any, context: Any) -> Any:
+        with self.cond:
+            self.init_calls += 1
+            code = self.init_errors.popleft() if self.init_errors else self.init_always_fails
+            if code:
+                return pb.InitProducerIdResponse(error_code=code, error_message="scripted")
+            producer_id = self.next_producer_id
+            self.next_producer_id += 1
+        return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
+
+    def Metadata(self, request: Any, context: Any) -> Any:
+        response = pb.MetadataResponse(
+            cluster_id="fake",
+            controller_id=1,
+            brokers=[pb.BrokerMetadata(node_id=1, host="127.0.0.1", port=self.port)],
+        )
+        with self.cond:
+            for name in list(request.topics) or sorted(self.topics):
+                if name not in self.topics:
+                    response.topics.add(name=name, error_code=UnknownTopicOrPartitionError.code)
+                    continue
+                topic = response.topics.add(name=name)
+                for p in range(self.topics[name]):
+                    topic.partitions.add(partition=p, leader_id=1, replica_nodes=[1], isr_nodes=[1])
+        return response
+
+    def Produce(self, request: Any, context: Any) -> Any:
+        response = pb.ProduceResponse()
+        with self.cond:
+            plan = self.plans.popleft() if self.plans else Plan()
+            if plan.hold_until_another_answered:
+                answered = self.answered
+                self.held.set()
+                if not self.cond.wait_for(lambda: self.answered > answered, TIMEOUT_S):
+                    self.violations.append("held request was never overtaken")
+        if plan.gate is not None:
+            self.held.set()
+            if not plan.gate.wait(TIMEOUT_S):
+                self.violations.append("gate never opened")
+        with self.cond:
+            parts: list[Received] = []
+            appends = self.appends
+            for topic in request.topics:
+                topic_response = response.topics.add(name=topic.name)
+                for data in topic.partitions:
+                    result = topic_response.partitions.add(
+                        partition=data.partition, base_offset=-1, log_append_time_ms=-1
+                    )
+                    self._produce_partition(topic.name, data, result, plan, parts)
+            self.requests.append(parts)
+            self.answered += 1
+            lose = plan.lose_response or (
+                self.appends > appends and self.appends == self.lose_nth_append
+            )
+            self.cond.notify_all()
+        if lose:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "response lost (test)")
+        return response
+
+    def _produce_partition(
+        self, topic: str, data: Any, result: Any, plan: Plan, parts: list[Received]
+    ) -> None:
+        key = (topic, data.partition)
+        if key not in self.end:
+            result.error_code = UnknownTopicOrPartitionError.code
+            return
+        buf = bytearray(data.records)
+        headers = validate_batches(buf, 1 << 30)
+        received = Received(topic, data.partition, headers, bytes(data.records))
+        self.received.append(received)
+        parts.append(received)
+        pending = self.pending[key]
+        for header in headers:
+            if header.producer_id >= 0:
+                pending.add((header.producer_id, header.producer_epoch, header.base_sequence))
+        if len(pending) > 5:
+            self.violations.append(f"{len(pending)} unresolved batches of {key}")
+        if plan.error:
+            result.error_code = plan.error
+            return
+        state = self.states[key]
+        try:
+            outcomes = state.check_batches(headers)
+        except LograftError as exc:
+            result.error_code = exc.code
+            result.error_message = str(exc)
+            return
+        duplicates = [o for o in outcomes if isinstance(o, Duplicate)]
+        if duplicates:
+            if len(outcomes) != 1:
+                self.violations.append("a duplicate was sent with other batches")
+            self.duplicates += 1
+            first = headers[0]
+            pending.discard((first.producer_id, first.producer_epoch, first.base_sequence))
+            result.base_offset = duplicates[0].first_offset
+            return
+        base = self.end[key]
+        self.appends += 1
+        self.end[key] = assign_offsets(buf, headers, base, 0)
+        appended = list(iter_headers(buf))
+        for header in appended:
+            state.on_appended(header)
+            pending.discard((header.producer_id, header.producer_epoch, header.base_sequence))
+            self.logs[key].append(bytes(buf[header.position : header.position + header.size]))
+        result.base_offset = base
+        if len(appended) > 1:  # as the real broker answers several batches
+            result.batch_base_offsets.extend(h.base_offset for h in appended)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLeader]:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    leader = FakeLeader()
+    pb_grpc.add_BrokerServicer_to_server(leader, server)
+    leader.port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield leader
+    finally:
+        server.stop(grace=None)
+    assert leader.violations == []
+
+
+def _producer(fake: FakeLeader, **overrides: object) -> Producer:
+    config: dict[str, object] = {
+        "bootstrap.servers": f"127.0.0.1:{fake.port}",
+        "retry.backoff.ms": 5,
+        "linger.ms": 0,
+    }
+    config.update({name.replace("_", "."): value for name, value in overrides.items()})
+    return Producer(config)
+
+
+def _values(received: Received) -> list[bytes | None]:
+    return [record.value for record in iter_records(received.data)]
+
+
+def _idempotent_headers(fake: FakeLeader, topic: str, partition: int) -> list[BatchHeader]:
+    return [h for h in fake.headers(topic, partition) if h.producer_id >= 0]
+
+
+# ---- header stamping and re-queueing ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("compression", [0, 1, 4])
+def test_stamping_equals_encoding_with_the_producer_fields(compression: int) -> None:
+    values = [f"value-{i}".encode() * (i + 1) for i in range(50)]
+    plain = encode_batch(values, timestamp_ms=1_000, compression=compression)
+    stamped = _stamp(plain, 77, 3, 2**31 - 5)
+    assert stamped == encode_batch(
+        values,
+        timestamp_ms=1_000,
+        compression=compression,
+        producer_id=77,
+        producer_epoch=3,
+        base_sequence=2**31 - 5,
+    )
+    (header,) = validate_batches(bytearray(stamped), 1 << 30)  # the CRC holds
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (77, 3, 2**31 - 5)
+
+
+def test_stamping_a_built_batch_keeps_its_records() -> None:
+    builder = RecordBatchBuilder()
+    for i in range(5):
+        builder.append(f"v{i}".encode(), key=b"k", timestamp_ms=2_000 + i, headers=[("h", b"x")])
+    stamped = _stamp(builder.build(), 5, 0, 10)
+    assert parse_header(stamped).base_sequence == 10
+    records = list(iter_records(stamped))
+    assert [r.value for r in records] == [f"v{i}".encode() for i in range(5)]
+    assert all(r.headers == (("h", b"x"),) for r in records)
+
+
+def test_requeue_puts_batches_back_in_creation_order() -> None:
+    tp = TopicPartition("t", 0)
+    batches = {seq: _Batch(tp, seq, 0.0, 60.0) for seq in range(1, 7)}
+    q: deque[_Batch] = deque([batches[5], batches[6]])  # never sent, still queued
+    for seq in (3, 1, 4, 2):  # answers come back in any order
+        _requeue(q, batches[seq])
+    assert [b.seq for b in q] == [1, 2, 3, 4, 5, 6]
+
+
+# ---- configuration ----------------------------------------------------------------------------
+
+
+def test_idempotence_is_on_by_default_and_documented() -> None:
+    (definition,) = [d for d in PRODUCER_CONFIGS if d.name == "enable.idempotence"]
+    assert definition.default is True
+    assert "acks=all" in definition.doc
+    producer = Producer(bootstrap_servers="127.0.0.1:1")  # no cluster: construction succeeds
+    try:
+        assert producer.config["enable.idempotence"] is True
+    finally:
+        producer.close(timeout=1)
+
+
+@pytest.mark.parametrize(
+    "conflict",
+    [
+        {"acks": 1},
+        {"acks": "0"},
+        {"retries": 0},
+        {"max.in.flight.requests.per.connection": 6},
+    ],
+)
+def test_an_incompatible_setting_turns_default_idempotence_off(conflict: dict[str, object]) -> None:
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", **conflict})
+    try:
+        assert producer.config["enable.idempotence"] is False
+    finally:
+        producer.close(timeout=1)
+
+
+@pytest.mark.parametrize(
+    ("conflict", "named"),
+    [
+        ({"acks": 1}, "acks=all"),
+        ({"retries": 0}, "retries"),
+        ({"max_in_flight_requests_per_connection": 6}, "max.in.flight.requests.per.connection"),
+    ],
+)
+def test_explicit_idempotence_with_an_incompatible_setting_is_a_config_error(
+    conflict: dict[str, object], named: str
+) -> None:
+    with pytest.raises(InvalidConfigError, match=re.escape(named)):
+        Producer(bootstrap_servers="127.0.0.1:1", enable_idempotence=True, **conflict)
+    with pytest.raises(InvalidConfigError, match=re.escape(named)):
+        Producer({"bootstrap.servers": "127.0.0.1:1", "enable.idempotence": "true"}, **conflict)
+
+
+@pytest.mark.parametrize(("given", "expected"), [(False, False), ("FALSE", False), ("true", True)])
+def test_enable_idempotence_values(given: object, expected: bool) -> None:
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "enable.idempotence": given})
+    try:
+        assert producer.config["enable.idempotence"] is expected
+    finally:
+        producer.close(timeout=1)
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_enable_idempotence_rejects_non_booleans(bad: object) -> None:
+    with pytest.raises(InvalidConfigError, match=re.escape("enable.idempotence")):
+        Producer({"bootstrap.servers": "127.0.0.1:1", "enable.idempotence": bad})
+
+
+def test_explicitly_disabled_producer_sends_no_producer_id(fake: FakeLeader) -> None:
+    fake.add_topic("t", 1)
+    with _producer(fake, enable_idempotence=False) as producer:
+        producer.send("t", b"x").result(timeout=TIMEOUT_S)
+    assert fake.init_calls == 0
+    (header,) = fake.headers("t", 0)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (-1, -1, -1)
+
+
+# ---- sequences ----------------------------------------------------------------------------------
+
+
+def test_each_partition_numbers_its_batches_from_zero(fake: FakeLeader) -> None:
+    fake.add_topic("t", 2)
+    with _producer(fake, batch_size=200, linger_ms=5) as producer:
+        sent = [producer.send("t", f"v{i:03d}".encode() * 10, partition=i % 2) for i in range(60)]
+        producer.flush(timeout=TIMEOUT_S)
+        bulk = producer.send_bulk("t", [b"b" * 100] * 50, partition=0).result(timeout=TIMEOUT_S)
+    assert fake.init_calls == 1
+    for partition in range(2):
+        headers = fake.headers("t", partition)
+        assert len(headers) > 2
+        expected = 0
+        for header in headers:
+            assert (header.producer_id, header.producer_epoch) == (PRODUCER_ID, 0)
+            assert header.base_sequence == expected
+            expected += header.records_count
+        values = fake.values("t", partition)
+        mine = [f"v{i:03d}".encode() * 10 for i in range(partition, 60, 2)]
+        assert values[: len(mine)] == mine
+        for future in sent[partition::2]:
+            meta = future.result(timeout=0)
+            assert values[meta.offset] == mine[meta.offset]
+    assert bulk.offset_of(0) == (0, 30)
+    assert fake.values("t", 0)[30:] == [b"b" * 100] * 50
+
+
+def test_sequences_wrap_from_int32_max_to_zero(fake: FakeLeader) -> None:
+    fake.add_topic("t", 2)
+    with _producer(fake) as producer:
+        producer.send("t", b"first", partition=0).result(timeout=TIMEOUT_S)
+        # Pretend partition 1 has already used almost every sequence (the fake has no state
+        # for this producer on partition 1, so it accepts any first sequence, as Kafka does).
+        sequences = _PartitionSequences()
+        sequences.producer_id, sequences.producer_epoch = PRODUCER_ID, 0
+        sequences.next_sequence = 2**31 - 2
+        sequences.last_acked_sequence = 2**31 - 3
+        with producer._lock:
+            producer._sequences[TopicPartition("t", 1)] = sequences
+        producer.send_bulk("t", [b"a", b"b", b"c"], partition=1).result(timeout=TIMEOUT_S)
+        producer.send_bulk("t", [b"d", b"e"], partition=1).result(timeout=TIMEOUT_S)
+    assert [h.base_sequence for h in fake.headers("t", 1)] == [2**31 - 2, 1]
+    assert fake.values("t", 1) == [b"a", b"b", b"c", b"d", b"e"]
+
+
+# ---- lost responses and duplicates --------------------------------------------------------------
+
+
+def test_a_lost_response_is_retried_and_answered_with_the_original_offset(
+    fake: FakeLeader,
+) -> None:
+    fake.add_topic("t", 1)
+    fake.plans.append(Plan(lose_response=True))
+    with _producer(fake) as producer:
+        first = producer.send("t", b"a").result(timeout=TIMEOUT_S)
+        second = producer.send("t", b"b").result(timeout=TIMEOUT_S)
+    assert (first.offset, second.offset) == (0, 1)
+    assert fake.values("t", 0) == [b"a", b"b"]
+    assert fake.duplicates == 1
+    assert fake.received[0].data == fake.received[1].data  # the retry was not re-sequenced
+
+
+def test_a_retried_batch_goes_alone_and_each_is_deduplicated(fake: FakeLeader) -> None:
+    fake.add_topic("t", 1)
+    gate = threading.Event()
+    fake.plans.extend([Plan(gate=gate), Plan(lose_response=True)])
+    with _producer(fake, batch_size=1) as producer:
+        first = producer.send("t", b"r0")
+        assert fake.held.wait(TIMEOUT_S)
+        # Until the broker acknowledges a batch of this producer, the partition has one
+        # request in flight: these two wait, and then go together in one request.
+        rest = [producer.send("t", b"r1"), producer.send("t", b"r2")]
+        gate.set()
+        offsets = [f.result(timeout=TIMEOUT_S).offset for f in (first, *rest)]
+    assert offsets == [0, 1, 2]
+    assert fake.values("t", 0) == [b"r0", b"r1", b"r2"]
+    assert [len(part.headers) for (part,) in fake.requests] == [1, 2, 1, 1]
+    assert fake.duplicates == 2
+
+
+def test_a_lost_bulk_response_writes_every_value_once(fake: FakeLeader) -> None:
+    fake.add_topic("t", 1)
+    values = [i.to_bytes(4, "big") * 25 for i in range(5_000)]
+    fake.lose_nth_append = 3  # while later batches are in flight behind it
+    with _producer(fake, max_request_size=64 * 1024) as producer:
+        result = producer.send_bulk("t", values, partition=0).result(timeout=TIMEOUT_S)
+    assert len(fake.logs[("t", 0)]) > 5
+    assert fake.values("t", 0) == values
+    assert fake.duplicates == 1
+    for index in (0, 1_234, 4_999):
+        assert result.offset_of(index) == (0, index)
+
+
+# ---- out-of-order answers, retries in order -----------------------------------------------------
+
+
+def test_a_request_that_overtakes_its_predecessor_is_retried_after_it(fake: FakeLeader) -> None:
+    fake.add_topic("t", 1)
+    with _producer(fake) as producer:
+        producer.send("t", b"warm-up").result(timeout=TIMEOUT_S)
+        fake.plans.append(Plan(hold_until_another_answered=True))
+        a = producer.send("t", b"a")
+        assert fake.held.wait(TIMEOUT_S)
+        b = producer.send("t", b"b")  # reaches the leader first: OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert (a.result(timeout=TIMEOUT_S).offset, b.result(timeout=TIMEOUT_S).offset) == (1, 2)
+    assert fake.values("t", 0) == [b"warm-up", b"a", b"b"]
+    b_attempts = [r.headers[0].base_sequence for r in fake.received if _values(r) == [b"b"]]
+    assert b_attempts == [2, 2]  # overtook "a", then went again after it, same sequence
+
+
+def test_failed_batches_are_retried_in_sequence_order(fake: FakeLeader) -> None:
+    fake.add_topic("t", 1)
+    with _producer(fake) as producer:
+        producer.send("t", b"warm-up").result(timeout=TIMEOUT_S)
+        fake.plans.append(
+            Plan(error=NotLeaderOrFollowerError.code, hold_until_another_answered=True)
+        )
+        a = producer.send("t", b"a")
+        assert fake.held.wait(TIMEOUT_S)
+        b = producer.send("t", b"b")
+        assert (a.result(timeout=TIMEOUT_S).offset, b.result(timeout=TIMEOUT_S).offset) == (1, 2)
+    assert fake.values("t", 0) == [b"warm-up", b"a", b"b"]
+
+
+def test_many_batches_in_flight_stay_in_order_and_within_five(fake: FakeLeader) -> None:
+    fake.add_topic("t", 1)
+    with _producer(fake, batch_size=1) as producer:
+        producer.send("t", b"warm-up").result(timeout=TIMEOUT_S)
+        fake.plans.append(Plan(hold_until_another_answered=True))
+        sent = [producer.send("t", b"first")]
+        assert fake.held.wait(TIMEOUT_S)
+        sent += [producer.send("t", f"r{i}".encode()) for i in range(30)]
+        offsets = [f.result(timeout=TIMEOUT_S).offset for f in sent]
+    assert offsets == list(range(1, 32))
+    assert fake.values("t", 0) == [b"warm-up", b"first"] + [f"r{i}".encode() for i in range(30)]
+
+
+def test_a_real_gap_fails_the_batch_and_the_partition_restarts_under_a_new_epoch(
+    fake: FakeLeader,
+) -> None:
+    fake.add_topic("t", 1)
+    with _producer(fake) as producer:
+        producer.send("t", b"warm-up").result(timeout=TIMEOUT_S)
+        fake.plans.append(Plan(error=OutOfOrderSequenceNumberError.code))
+        with pytest.raises(OutOfOrderSequenceNumberError):
+            producer.send("t", b"lost").result(timeout=TIMEOUT_S)
+        after = producer.send("t", b"after").result(timeout=TIMEOUT_S)
+    assert after.offset == 1
+    assert fake.values("t", 0) == [b"warm-up", b"after"]
+    last = _idempotent_headers(fake, "t", 0)[-1]
+    assert (last.producer_id, last.producer_epoch, last.base_sequence) == (PRODUCER_ID, 1, 0)
+
+
+# ---- InitProducerId -----------------------------------------------------------------------------
+
+
+def test_retriable_init_producer_id_errors_are_retried(fake: FakeLeader) -> None:
+    fake.add_topic("t", 1)
+    fake.init_errors.extend([COORDINATOR_NOT_AVAILABLE, NotLeaderOrFollowerError.code])
+    with _producer(fake) as producer:
+        assert producer.send("t", b"x").result(timeout=TIMEOUT_S).offset == 0
+    assert fake.init_calls == 3
+
+
+def test_a_fatal_init_producer_id_error_fails_the_records(fake: FakeLeader) -> None:
+    fake.add_topic("t", 1)
+    fake.init_errors.append(InvalidRequestError.code)
+    with _producer(fake) as producer:
+        with pytest.raises(InvalidRequestError):
+            producer.send("t", b"x").result(timeout=TIMEOUT_S)
+        with pytest.raises(InvalidRequestError):
+            producer.send("t", b"y").result(timeout=TIMEOUT_S)
+    assert fake.values("t", 0) == []
+
+
+def test_delivery_timeout_bounds_the_wait_for_a_producer_id(fake: FakeLeader) -> None:
+    fake.add_topic("t", 1)
+    fake.init_always_fails = COORDINATOR_NOT_AVAILABLE
+    with (
+        _producer(fake, delivery_timeout_ms=200) as producer,
+        pytest.raises(RequestTimedOutError),
+    ):
+        producer.send("t", b"x").result(timeout=TIMEOUT_S)
+    assert fake.values("t", 0) == []
