@@ -10,6 +10,7 @@ import pytest
 
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from tests.integration.nodes import NodeProcess
+from tests.integration.quorum import QuorumCluster
 
 
 @pytest.fixture
@@ -30,3 +31,15 @@ def stub(node: NodeProcess) -> Iterator[pb_grpc.BrokerStub]:
         node.address, options=[("grpc.max_send_message_length", 256 * 1024 * 1024)]
     ) as channel:
         yield pb_grpc.BrokerStub(channel)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[QuorumCluster]:
+    """Three running combined-role nodes (one quorum); all killed at teardown, even if
+    a test left one stopped with SIGSTOP (SIGKILL ends it all the same)."""
+    running = QuorumCluster(tmp_path)
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()

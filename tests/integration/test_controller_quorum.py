@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +23,6 @@ from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
 from tests.integration.wire_helpers import produce
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[QuorumCluster]:
-    running = QuorumCluster(tmp_path)
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def test_kill9_active_controller_elects_another_and_topics_can_be_created(

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import grpc
 import pytest
 
@@ -17,16 +14,6 @@ from tests.integration.quorum import QuorumCluster
 from tests.integration.wire_helpers import TIMEOUT_S, produce
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[QuorumCluster]:
-    running = QuorumCluster(tmp_path)
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def _replica_fetch(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -32,23 +32,6 @@ from tests.integration.wire_helpers import fetch_all, produce
 pytestmark = pytest.mark.integration
 
 GUARDED = {"min.insync.replicas": "2"}
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[QuorumCluster]:
-    running = QuorumCluster(tmp_path)
-    running.start()
-    try:
-        yield running
-    finally:
-        _resume_all(running)
-        running.stop()
-
-
-def _resume_all(cluster: QuorumCluster) -> None:
-    for node in cluster.alive():
-        assert node.process is not None
-        node.process.send_signal(signal.SIGCONT)
 
 
 def _partitions(cluster: QuorumCluster, topic: str) -> list[pb.PartitionMetadata]:
