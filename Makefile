@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA ?= data/cluster
 
-.PHONY: sim lock install run test lint format typecheck unit integration proto proto-check bench clean
+.PHONY: sim lock install run test lint format typecheck unit integration proto proto-check bench clean docs
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -65,3 +65,7 @@ lock: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+## Regenerate docs/reference from the code's config definitions and docstrings.
+docs: $(STAMP)
+	$(BIN)/python docs/generate.py

@@ -12,22 +12,31 @@ from typing import ClassVar
 __all__ = [
     "BrokerIdNotRegisteredError",
     "BrokerNotAvailableError",
+    "CoordinatorLoadInProgressError",
+    "CoordinatorNotAvailableError",
     "CorruptMessageError",
     "DuplicateBrokerRegistrationError",
     "DuplicateSequenceNumberError",
     "ElectionNotNeededError",
     "EligibleLeadersNotAvailableError",
     "FencedLeaderEpochError",
+    "FencedMemberEpochError",
+    "GroupIdNotFoundError",
+    "GroupMaxSizeReachedError",
+    "GroupNotEmptyError",
+    "IllegalGenerationError",
     "IllegalStateError",
     "InconsistentClusterIdError",
     "IneligibleReplicaError",
     "InvalidConfigError",
+    "InvalidGroupIdError",
     "InvalidPartitionsError",
     "InvalidProducerEpochError",
     "InvalidRecordError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidRequiredAcksError",
+    "InvalidSessionTimeoutError",
     "InvalidTimestampError",
     "InvalidTopicError",
     "InvalidUpdateVersionError",
@@ -37,9 +46,11 @@ __all__ = [
     "MessageTooLargeError",
     "NetworkError",
     "NotControllerError",
+    "NotCoordinatorError",
     "NotEnoughReplicasAfterAppendError",
     "NotEnoughReplicasError",
     "NotLeaderOrFollowerError",
+    "OffsetMetadataTooLargeError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceNumberError",
     "PolicyViolationError",
@@ -48,12 +59,16 @@ __all__ = [
     "RecordListTooLargeError",
     "RequestTimedOutError",
     "StaleBrokerEpochError",
+    "StaleMemberEpochError",
     "TopicAlreadyExistsError",
+    "UnassignedPartitionError",
     "UnknownLeaderEpochError",
+    "UnknownMemberIdError",
     "UnknownProducerIdError",
     "UnknownServerError",
     "UnknownTopicIdError",
     "UnknownTopicOrPartitionError",
+    "UnsupportedAssignorError",
     "UnsupportedCompressionTypeError",
     "error_for_code",
 ]
@@ -388,6 +403,126 @@ class IneligibleReplicaError(LograftError):
     error_name = "INELIGIBLE_REPLICA"
 
 
+class OffsetMetadataTooLargeError(LograftError):
+    """The metadata string of an offset commit is longer than ``offset.metadata.max.bytes``."""
+
+    code = 12
+    error_name = "OFFSET_METADATA_TOO_LARGE"
+
+
+class CoordinatorLoadInProgressError(LograftError):
+    """The group coordinator is still loading its ``__consumer_offsets`` partition."""
+
+    code = 14
+    error_name = "COORDINATOR_LOAD_IN_PROGRESS"
+    retriable = True
+
+
+class CoordinatorNotAvailableError(LograftError):
+    """No group coordinator is available (``__consumer_offsets`` has no leader yet)."""
+
+    code = 15
+    error_name = "COORDINATOR_NOT_AVAILABLE"
+    retriable = True
+
+
+class NotCoordinatorError(LograftError):
+    """This broker is not the coordinator of the group: find the coordinator again."""
+
+    code = 16
+    error_name = "NOT_COORDINATOR"
+    retriable = True
+
+
+class IllegalGenerationError(LograftError):
+    """The generation is not the group's (the classic protocol's name for a stale member).
+
+    The KIP-848 coordinator answers ``FENCED_MEMBER_EPOCH`` or ``STALE_MEMBER_EPOCH``
+    instead; the class exists so that the code maps back to a named error.
+    """
+
+    code = 22
+    error_name = "ILLEGAL_GENERATION"
+
+
+class InvalidGroupIdError(LograftError):
+    """The group id is empty, too long or not printable."""
+
+    code = 24
+    error_name = "INVALID_GROUP_ID"
+
+
+class UnknownMemberIdError(LograftError):
+    """The group has no member with this id: the member must join again (member epoch 0)."""
+
+    code = 25
+    error_name = "UNKNOWN_MEMBER_ID"
+
+
+class InvalidSessionTimeoutError(LograftError):
+    """The requested ``session.timeout.ms`` is outside the broker's allowed range."""
+
+    code = 26
+    error_name = "INVALID_SESSION_TIMEOUT"
+
+
+class GroupNotEmptyError(LograftError):
+    """The group still has members, so it cannot be deleted or have its offsets reset."""
+
+    code = 68
+    error_name = "GROUP_NOT_EMPTY"
+
+
+class GroupIdNotFoundError(LograftError):
+    """The coordinator has no group with this id."""
+
+    code = 69
+    error_name = "GROUP_ID_NOT_FOUND"
+
+
+class GroupMaxSizeReachedError(LograftError):
+    """The group already has ``group.consumer.max.size`` members."""
+
+    code = 81
+    error_name = "GROUP_MAX_SIZE_REACHED"
+
+
+class FencedMemberEpochError(LograftError):
+    """The member epoch is not one the coordinator accepts: give up every partition and rejoin."""
+
+    code = 110
+    error_name = "FENCED_MEMBER_EPOCH"
+
+
+class UnsupportedAssignorError(LograftError):
+    """The server-side assignor named by the member is not one the coordinator offers."""
+
+    code = 112
+    error_name = "UNSUPPORTED_ASSIGNOR"
+
+
+class StaleMemberEpochError(LograftError):
+    """The member epoch of an offset commit is older than the member's current epoch.
+
+    The member heartbeats to learn its current epoch and retries.
+    """
+
+    code = 113
+    error_name = "STALE_MEMBER_EPOCH"
+
+
+class UnassignedPartitionError(LograftError):
+    """An offset commit names a partition that is not assigned to the committing member.
+
+    The name and code are those KIP-1287 proposes for ``TxnOffsetCommit`` (Kafka's
+    ``OffsetCommit`` does not check assignment); lograft answers it per partition for every
+    member commit, so that only the partition's owner at the commit's epoch moves its offset.
+    """
+
+    code = 134
+    error_name = "UNASSIGNED_PARTITION"
+
+
 class IllegalStateError(LograftError):
     """A client was used in a way its state does not allow (e.g. after ``close``)."""
 
@@ -441,6 +576,21 @@ _BY_CODE: dict[int, type[LograftError]] = {
         BrokerIdNotRegisteredError,
         InconsistentClusterIdError,
         IneligibleReplicaError,
+        OffsetMetadataTooLargeError,
+        CoordinatorLoadInProgressError,
+        CoordinatorNotAvailableError,
+        NotCoordinatorError,
+        IllegalGenerationError,
+        InvalidGroupIdError,
+        UnknownMemberIdError,
+        InvalidSessionTimeoutError,
+        GroupNotEmptyError,
+        GroupIdNotFoundError,
+        GroupMaxSizeReachedError,
+        FencedMemberEpochError,
+        UnsupportedAssignorError,
+        StaleMemberEpochError,
+        UnassignedPartitionError,
     )
 }
 

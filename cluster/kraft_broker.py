@@ -21,10 +21,12 @@ import grpc
 
 from cluster.errors import (
     BrokerIdNotRegisteredError,
+    CoordinatorNotAvailableError,
     LograftError,
     NotControllerError,
     RequestTimedOutError,
     StaleBrokerEpochError,
+    TopicAlreadyExistsError,
     error_for_code,
 )
 from cluster.wire import broker_pb2 as pb
@@ -36,6 +38,8 @@ from controller.quorum.driver import CHANNEL_OPTIONS, RaftDriver
 from controller.quorum.metadata_machine import MetadataStateMachine
 from replica.broker_service import BrokerEndpoint
 from replica.fetcher import FollowedPartition, ReplicaFetcherManager
+from replica.group import partition_for_group
+from replica.group_service import OFFSETS_TOPIC, GroupService
 from replica.log_manager import LogManager, remove_directories
 from replica.partition import Partition
 from replica.producer_ids import ProducerIdAllocator
@@ -125,6 +129,12 @@ def _wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _coordinator_error(error: LograftError) -> pb.FindCoordinatorResponse:
+    return pb.FindCoordinatorResponse(
+        error_code=error.code, error_message=error.message, node_id=-1
+    )
+
+
 def _not_controller(response: Any) -> bool:
     code = getattr(response, "error_code", None)
     if code == NotControllerError.code:
@@ -145,8 +155,12 @@ class KRaftBroker:
         driver: RaftDriver,
         controllers: ControllerClient,
         replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+        offsets_topic_partitions: int = 50,
+        offsets_topic_replication_factor: int = 3,
     ) -> None:
         self._endpoint = endpoint
+        self._offsets_topic_partitions = offsets_topic_partitions
+        self._offsets_topic_replication_factor = offsets_topic_replication_factor
         self._replica_lag_time_max_ms = replica_lag_time_max_ms
         self._isr_calls: dict[TopicPartition, asyncio.Task[None]] = {}
         self._isr_task: asyncio.Task[None] | None = None
@@ -165,6 +179,9 @@ class KRaftBroker:
         self._sync_task: asyncio.Task[None] | None = None
         self._image_waiters: list[asyncio.Future[None]] = []
         self._fetchers = ReplicaFetcherManager(endpoint.node_id, logs, _wall_clock_ms)
+        self.groups = GroupService(logs, self._partition_counts)
+        """Group coordinators for the ``__consumer_offsets`` partitions led here."""
+        self._topic_counts: dict[str, int] = {}
         machine.add_listener(self._on_image)
 
     @property
@@ -178,6 +195,7 @@ class KRaftBroker:
         self._sync_task = asyncio.create_task(self._sync_loop(), name="broker-image-sync")
         self._task = asyncio.create_task(self._lifecycle(), name="broker-lifecycle")
         self._isr_task = asyncio.create_task(self._isr_expiration(), name="isr-expiration")
+        self.groups.start()
 
     async def stop(self) -> None:
         """Controlled shutdown, then stop heartbeating.
@@ -191,6 +209,7 @@ class KRaftBroker:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         await self._fetchers.stop()
+        await self.groups.stop()
         if self.broker_epoch >= 0:
             try:
                 await asyncio.wait_for(self._controlled_shutdown(), CONTROLLED_SHUTDOWN_TIMEOUT_S)
@@ -351,11 +370,21 @@ class KRaftBroker:
             for b in image.unfenced_brokers()
         }
         await self._fetchers.update(followed, addresses)
+        self.groups.sync()
+        counts = self._partition_counts(image)
+        if counts != self._topic_counts:
+            self._topic_counts = counts
+            self.groups.on_topics_changed()
         stale = [tp for tp in self._logs.partitions if tp not in wanted]
         doomed = [d for tp in stale if (d := self._logs.unhost_partition(tp)) is not None]
         if doomed:
             log.info("partitions removed count=%d", len(doomed))
             await loop.run_in_executor(None, remove_directories, doomed)
+
+    def _partition_counts(self, image: MetadataImage | None = None) -> dict[str, int]:
+        """Every topic's partition count, from ``image`` (default: the current image)."""
+        current = self._machine.image if image is None else image
+        return {t.name: len(t.partitions) for t in current.topics_by_name.values()}
 
     def _apply_role(self, partition: Partition, state: PartitionRegistration, now_ms: int) -> None:
         """Lead or follow ``partition`` as the image's registration says."""
@@ -500,6 +529,63 @@ class KRaftBroker:
                     offline_replicas=offline,
                 )
         return response
+
+    async def find_coordinator(self, group_id: str) -> pb.FindCoordinatorResponse:
+        """The broker leading ``group_id``'s partition of ``__consumer_offsets``.
+
+        The topic is created on first use (``offsets.topic.num.partitions`` partitions,
+        ``offsets.topic.replication.factor`` replicas); until it has a leader for the
+        group's partition the answer is the retriable COORDINATOR_NOT_AVAILABLE.
+        """
+        image = self._machine.image
+        topic = image.topic(OFFSETS_TOPIC)
+        if topic is None:
+            await self._create_offsets_topic()
+            image = self._machine.image
+            topic = image.topic(OFFSETS_TOPIC)
+            if topic is None:
+                return _coordinator_error(
+                    CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created")
+                )
+        partition = partition_for_group(group_id, len(topic.partitions))
+        state = topic.partitions[partition]
+        broker = image.broker(state.leader) if state.leader >= 0 else None
+        if broker is None or broker.fenced:
+            return _coordinator_error(
+                CoordinatorNotAvailableError(f"{OFFSETS_TOPIC}-{partition} has no leader")
+            )
+        listener = broker.listeners[0]
+        return pb.FindCoordinatorResponse(
+            node_id=broker.broker_id, host=listener.host, port=listener.port
+        )
+
+    async def _create_offsets_topic(self) -> None:
+        request = pb.CreateTopicsRequest(
+            topics=[
+                pb.CreatableTopic(
+                    name=OFFSETS_TOPIC,
+                    num_partitions=self._offsets_topic_partitions,
+                    replication_factor=self._offsets_topic_replication_factor,
+                    # No compaction yet: committed offsets must never age out.
+                    configs={"retention.ms": "-1", "retention.bytes": "-1"},
+                )
+            ]
+        )
+        response = await self.create_topics(request)
+        result = response.topics[0]
+        if result.error_code and result.error_code != TopicAlreadyExistsError.code:
+            log.warning(
+                "cannot create %s yet error=%s",
+                OFFSETS_TOPIC,
+                error_for_code(result.error_code, result.error_message),
+            )
+        elif not result.error_code:
+            log.info(
+                "created %s partitions=%d replication_factor=%d",
+                OFFSETS_TOPIC,
+                self._offsets_topic_partitions,
+                self._offsets_topic_replication_factor,
+            )
 
     async def create_topics(self, request: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:
         """Forward to the active controller."""

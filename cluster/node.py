@@ -1,9 +1,10 @@
 """The node process: ``lograft node`` / ``python -m cluster.node``.
 
-A node today has the broker role only; the controller role arrives with the controller
-issue. It can be killed at any moment (``kill -9``) and restarted from its data directory:
-logs recover by CRC, and every acknowledged write was fsync'ed before its acknowledgement
-(under the default flush policy). SIGTERM and SIGINT shut down cleanly: stop accepting
+A node has the broker role, the controller role or both (Kafka's ``process.roles``; with
+``--controller-quorum-voters`` both by default, without it a standalone broker). It can be
+killed at any moment (``kill -9``) and restarted from its data directory: logs recover by
+CRC, and every acknowledged write was fsync'ed before its acknowledgement (under the
+default flush policy). SIGTERM and SIGINT shut down cleanly: stop accepting
 requests, finish in-flight ones, flush, and leave clean-shutdown markers.
 """
 
@@ -156,7 +157,14 @@ class Node:
         )
         frontend = await self._start_quorum(server, endpoint) if self.config.in_quorum else None
         if "broker" in self.config.process_roles:
-            service = BrokerService(self.logs, endpoint, self.cluster_id, wall_clock_ms, frontend)
+            service = BrokerService(
+                self.logs,
+                endpoint,
+                self.cluster_id,
+                wall_clock_ms,
+                frontend,
+                groups=frontend.groups if frontend is not None else None,
+            )
             pb_grpc.add_BrokerServicer_to_server(service, server)
         self.bound_port = server.add_insecure_port(f"{self.config.host}:{self.config.port}")
         if self.bound_port == 0:
@@ -236,6 +244,8 @@ class Node:
             driver,
             ControllerClient(config.quorum_voters, driver),
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+            offsets_topic_partitions=config.offsets_topic_num_partitions,
+            offsets_topic_replication_factor=config.offsets_topic_replication_factor,
         )
         self._starters.append(broker.start)
         self._stoppables.insert(0, broker.stop)
@@ -314,7 +324,7 @@ class Node:
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="lograft node",
-        description="Run a lograft node (broker role) serving the client API over gRPC.",
+        description="Run a lograft node (broker, controller or both) serving gRPC.",
     )
     parser.add_argument("--node-id", type=int, required=True, help="this node's node.id")
     parser.add_argument("--data-dir", type=Path, required=True, help="log directory")

@@ -70,6 +70,18 @@ NODE_CONFIGS: dict[str, tuple[int, int, str]] = {
         1,
         "Partitions of a topic created without a partition count (CreateTopics with -1).",
     ),
+    "offsets.topic.num.partitions": (
+        50,
+        1,
+        "Partitions of __consumer_offsets, created when a group first looks for its "
+        "coordinator; each group lives in one of them.",
+    ),
+    "offsets.topic.replication.factor": (
+        3,
+        1,
+        "Replicas of each __consumer_offsets partition; its creation waits (the group's "
+        "coordinator is not available) until that many brokers are up.",
+    ),
     "replica.lag.time.max.ms": (
         10_000,
         100,
@@ -104,6 +116,8 @@ class NodeConfig:
     replica_lag_time_max_ms: int = 10_000
     default_replication_factor: int = 1
     num_partitions: int = 1
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
 
     @property
     def in_quorum(self) -> bool:
@@ -173,6 +187,8 @@ class NodeConfig:
             replica_lag_time_max_ms=node_values["replica.lag.time.max.ms"],
             default_replication_factor=node_values["default.replication.factor"],
             num_partitions=node_values["num.partitions"],
+            offsets_topic_num_partitions=node_values["offsets.topic.num.partitions"],
+            offsets_topic_replication_factor=node_values["offsets.topic.replication.factor"],
             node_id=node_id,
             data_dir=data_dir,
             host=host,

@@ -9,6 +9,7 @@ is malformed as a whole is refused with ``INVALID_ARGUMENT``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from typing import Any, Protocol
 import grpc
 
 from cluster.errors import (
+    CoordinatorNotAvailableError,
+    InvalidGroupIdError,
     InvalidRequestError,
     InvalidRequiredAcksError,
     KafkaStorageError,
@@ -29,6 +32,8 @@ from cluster.errors import (
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from replica.batch_header import iter_headers, validate_batches
+from replica.group import GroupCoordinator, GroupDescription, GroupRecord, OffsetAndMetadata
+from replica.group_service import GroupService
 from replica.log.config import FlushPolicy
 from replica.log_manager import LogManager, remove_directories
 from replica.partition import Partition, TopicPartition
@@ -76,6 +81,10 @@ class ClusterFrontend(Protocol):
         """A producer id from a block the active controller allocated to this broker."""
         ...
 
+    async def find_coordinator(self, group_id: str) -> pb.FindCoordinatorResponse:
+        """The broker coordinating ``group_id``."""
+        ...
+
 
 def _error_fields(exc: LograftError) -> dict[str, Any]:
     return {"error_code": exc.code, "error_message": exc.message}
@@ -91,12 +100,14 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
         cluster_id: str,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         frontend: ClusterFrontend | None = None,
+        groups: GroupService | None = None,
     ) -> None:
         self._logs = logs
         self._endpoint = endpoint
         self._cluster_id = cluster_id
         self._now_ms = now_ms
         self._frontend = frontend
+        self._groups = groups
         self._local_producer_ids = ProducerIdAllocator(LocalProducerIdBlocks(logs.data_dir))
 
     def _leader_partition(self, topic: str, index: int) -> Partition:
@@ -467,3 +478,229 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
             )
         log.info("producer id assigned producer_id=%d", producer_id)
         return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
+
+    # ---- Consumer groups ----------------------------------------------------------------
+
+    async def FindCoordinator(
+        self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FindCoordinatorResponse:
+        """The broker that coordinates ``group_id`` (the leader of its offsets partition)."""
+        error: LograftError
+        if not request.group_id:
+            error = InvalidGroupIdError("group_id must not be empty")
+        elif self._frontend is None:
+            error = CoordinatorNotAvailableError(
+                "consumer groups need a controller quorum: start nodes with "
+                "--controller-quorum-voters (lograft cluster up does)"
+            )
+        else:
+            return await self._frontend.find_coordinator(request.group_id)
+        return pb.FindCoordinatorResponse(
+            error_code=error.code, error_message=error.message, node_id=-1
+        )
+
+    def _group_service(self) -> GroupService:
+        if self._groups is None:
+            raise CoordinatorNotAvailableError(
+                "consumer groups need a controller quorum: start nodes with "
+                "--controller-quorum-voters (lograft cluster up does)"
+            )
+        return self._groups
+
+    async def ConsumerGroupHeartbeat(
+        self, request: pb.ConsumerGroupHeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ConsumerGroupHeartbeatResponse:
+        """Join, heartbeat or leave (KIP-848); the answer carries the member's assignment."""
+        subscribed = (
+            list(request.subscribed_topic_names.names)
+            if request.HasField("subscribed_topic_names")
+            else None
+        )
+        owned = (
+            _partitions_of(request.owned_partitions.topics)
+            if request.HasField("owned_partitions")
+            else None
+        )
+        now_ms = self._now_ms()
+
+        def heartbeat(coordinator: GroupCoordinator) -> Any:
+            return coordinator.heartbeat(
+                request.group_id,
+                request.member_id,
+                request.member_epoch,
+                now_ms=now_ms,
+                rebalance_timeout_ms=request.rebalance_timeout_ms,
+                subscribed_topics=subscribed,
+                assignor=request.server_assignor or None,
+                owned_partitions=owned,
+                session_timeout_ms=request.session_timeout_ms or None,
+                client_id=request.client_id or None,
+            )
+
+        try:
+            result = await self._group_service().call(
+                request.group_id, heartbeat, lambda r: r.records
+            )
+        except LograftError as exc:
+            return pb.ConsumerGroupHeartbeatResponse(
+                member_id=request.member_id, member_epoch=-1, **_error_fields(exc)
+            )
+        response = pb.ConsumerGroupHeartbeatResponse(
+            member_id=result.member_id,
+            member_epoch=result.member_epoch,
+            heartbeat_interval_ms=result.heartbeat_interval_ms,
+        )
+        if result.assignment is not None:
+            response.assignment.SetInParent()
+            response.assignment.topics.extend(_topic_partitions(result.assignment))
+        return response
+
+    async def OffsetCommit(
+        self, request: pb.OffsetCommitRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OffsetCommitResponse:
+        """Commit offsets for a member (at its current epoch) or for an empty group."""
+        offsets = {
+            TopicPartition(topic.name, p.partition): OffsetAndMetadata(
+                p.committed_offset, p.committed_leader_epoch, p.metadata
+            )
+            for topic in request.topics
+            for p in topic.partitions
+        }
+        now_ms = self._now_ms()
+        try:
+            result = await self._group_service().call(
+                request.group_id,
+                lambda c: c.commit_offsets(
+                    request.group_id, request.member_id, request.member_epoch, offsets, now_ms
+                ),
+                lambda r: r.records,
+            )
+        except LograftError as exc:
+            return pb.OffsetCommitResponse(**_error_fields(exc))
+        response = pb.OffsetCommitResponse()
+        by_topic: dict[str, pb.OffsetCommitTopicResponse] = {}
+        for tp, error in sorted(result.errors.items()):
+            topic_response = by_topic.get(tp.topic)
+            if topic_response is None:
+                topic_response = by_topic[tp.topic] = response.topics.add(name=tp.topic)
+            topic_response.partitions.add(
+                partition=tp.partition,
+                error_code=0 if error is None else error.code,
+                error_message="" if error is None else error.message,
+            )
+        return response
+
+    async def OffsetFetch(
+        self, request: pb.OffsetFetchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OffsetFetchResponse:
+        """Committed offsets of a group (-1: nothing committed)."""
+        wanted = _partitions_of(request.topics) if request.topics else None
+        try:
+            found = self._group_service().read(
+                request.group_id, lambda c: c.fetch_offsets(request.group_id, wanted)
+            )
+        except LograftError as exc:
+            return pb.OffsetFetchResponse(**_error_fields(exc))
+        response = pb.OffsetFetchResponse()
+        by_topic: dict[str, pb.OffsetFetchTopic] = {}
+        for tp, value in sorted(found.items()):
+            topic_response = by_topic.get(tp.topic)
+            if topic_response is None:
+                topic_response = by_topic[tp.topic] = response.topics.add(name=tp.topic)
+            if value is None:
+                topic_response.partitions.add(
+                    partition=tp.partition, committed_offset=-1, committed_leader_epoch=-1
+                )
+            else:
+                topic_response.partitions.add(
+                    partition=tp.partition,
+                    committed_offset=value.offset,
+                    committed_leader_epoch=value.leader_epoch,
+                    metadata=value.metadata,
+                )
+        return response
+
+    async def ListGroups(
+        self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListGroupsResponse:
+        """The groups this broker coordinates (ask every broker for all of them)."""
+        try:
+            coordinators = self._group_service().all_coordinators()
+        except LograftError as exc:
+            return pb.ListGroupsResponse(**_error_fields(exc))
+        response = pb.ListGroupsResponse()
+        for coordinator in coordinators:
+            for listing in coordinator.list_groups():
+                response.groups.add(group_id=listing.group_id, state=listing.state.value)
+        return response
+
+    async def DescribeGroups(
+        self, request: pb.DescribeGroupsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeGroupsResponse:
+        """Members, epochs and assignments of the groups asked for."""
+        response = pb.DescribeGroupsResponse()
+        for group_id in request.group_ids:
+            try:
+                described = self._group_service().read(
+                    group_id, functools.partial(_describe, group_id)
+                )
+            except LograftError as exc:
+                response.groups.add(group_id=group_id, **_error_fields(exc))
+                continue
+            group = response.groups.add(
+                group_id=group_id,
+                state=described.state.value,
+                group_epoch=described.group_epoch,
+                assignment_epoch=described.assignment_epoch,
+                assignor=described.assignor,
+                coordinator_id=self._endpoint.node_id,
+            )
+            for member in described.members:
+                group.members.add(
+                    member_id=member.member_id,
+                    client_id=member.client_id,
+                    member_epoch=member.member_epoch,
+                    subscribed_topic_names=list(member.subscribed_topics),
+                    assignment=_topic_partitions(member.assignment),
+                    target_assignment=_topic_partitions(member.target_assignment),
+                )
+        return response
+
+    async def DeleteGroups(
+        self, request: pb.DeleteGroupsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteGroupsResponse:
+        """Delete groups without members, with their committed offsets."""
+        response = pb.DeleteGroupsResponse()
+        for group_id in request.group_ids:
+            try:
+                await self._group_service().call(
+                    group_id, functools.partial(_delete_group, group_id), _records
+                )
+            except LograftError as exc:
+                response.groups.add(group_id=group_id, **_error_fields(exc))
+                continue
+            response.groups.add(group_id=group_id)
+        return response
+
+
+def _partitions_of(topics: Any) -> list[TopicPartition]:
+    return [TopicPartition(t.topic, p) for t in topics for p in t.partitions]
+
+
+def _topic_partitions(partitions: Any) -> list[pb.TopicPartitions]:
+    by_topic: dict[str, list[int]] = {}
+    for tp in sorted(partitions):
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return [pb.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()]
+
+
+def _describe(group_id: str, coordinator: GroupCoordinator) -> GroupDescription:
+    return coordinator.describe(group_id)
+
+
+def _delete_group(group_id: str, coordinator: GroupCoordinator) -> tuple[GroupRecord, ...]:
+    return coordinator.delete_group(group_id)
+
+
+def _records(records: tuple[GroupRecord, ...]) -> tuple[GroupRecord, ...]:
+    return records

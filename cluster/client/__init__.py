@@ -12,13 +12,18 @@ Configuration uses Kafka's names (``bootstrap.servers``, ``acks``, ``linger.ms``
         c.assign([TopicPartition("events", 0)])
         records = c.poll(timeout_ms=1000)
 
+    with Consumer(bootstrap_servers="127.0.0.1:9092", group_id="billing") as c:
+        c.subscribe(["events"], on_assign=lambda consumer, partitions: print(partitions))
+        for record in c:  # auto-commits what it has returned
+            ...
+
 Failures are the typed errors of :mod:`cluster.errors`, each with its Kafka name and a
 ``retriable`` flag.
 """
 
 from ._connection import DEFAULT_BOOTSTRAP_SERVERS, PartitionInfo, TopicPartition
 from .admin import AdminClient, ListOffsetsResult, NewTopic, OffsetSpec, TopicDescription
-from .consumer import Consumer, ConsumerRecord
+from .consumer import Consumer, ConsumerRebalanceListener, ConsumerRecord
 from .partitioner import StickyPartitioner, murmur2, partition_for_key
 from .producer import BulkBatch, BulkResult, Producer, RecordMetadata
 
@@ -28,6 +33,7 @@ __all__ = [
     "BulkBatch",
     "BulkResult",
     "Consumer",
+    "ConsumerRebalanceListener",
     "ConsumerRecord",
     "ListOffsetsResult",
     "NewTopic",

@@ -16,6 +16,17 @@ never stop (the cooperative rebalance):
 4. ``FENCED_MEMBER_EPOCH`` or ``UNKNOWN_MEMBER_ID``: every owned partition is **lost**
    (another member may own it already: no commit), and the member joins again at epoch 0.
 
+One reconciliation at a time: while a step is handed out and not yet :meth:`done`, a new
+target is only recorded; ``done`` returns the step that reconciles with it. Each step is
+computed against what the consumer really owns, so no partition is assigned twice or kept
+past its revocation. A step handed out before a fence or a leave is stale: its ``done``
+takes partitions away but never adds any (the ``lost`` or ``revoke`` step that followed
+already covers its ``assign``).
+
+Leaving sends epoch -1; only the answer to that heartbeat completes the leave (an answer to
+a heartbeat sent before ``leave`` does not). ``subscribe`` while leaving joins again once
+the leave is answered.
+
 Nothing here reads a clock or does I/O: ``now_ms`` comes in, request fields and
 reconciliation steps go out. Not thread-safe; the consumer owns it.
 
@@ -153,6 +164,9 @@ class GroupMembership:
         self._urgent = True
         self._last_sent_ms: int | None = None
         self._in_flight = False
+        self._in_flight_leave = False
+        self._pending: Reconciliation | None = None
+        self._rejoin_after_leave = False
         self.fatal_error: LograftError | None = None
 
     # ---- the consumer's calls -------------------------------------------------------------
@@ -164,12 +178,15 @@ class GroupMembership:
         self._urgent = True
         if self.state in (MemberState.UNSUBSCRIBED, MemberState.FENCED):
             self._transition(MemberState.JOINING)
+        elif self.state is MemberState.LEAVING:
+            self._rejoin_after_leave = True
 
     def leave(self) -> Reconciliation:
         """Leave the group with the next heartbeat (epoch -1).
 
         Returns the owned partitions to revoke first (callbacks, a last commit).
         """
+        self._rejoin_after_leave = False
         if self.state in (MemberState.UNSUBSCRIBED, MemberState.LEAVING, MemberState.FATAL):
             return Reconciliation()
         revoke = self._drop_all()
@@ -179,11 +196,18 @@ class GroupMembership:
 
     def heartbeat_due(self, now_ms: int) -> bool:
         """Whether to send a heartbeat now (none is in flight, and one is urgent or due)."""
+        return self.heartbeat_wait_ms(now_ms) == 0
+
+    def heartbeat_wait_ms(self, now_ms: int) -> int | None:
+        """Milliseconds until a heartbeat is due (0: now); ``None`` while none is expected.
+
+        ``None`` while one is in flight, and when unsubscribed or failed for good.
+        """
         if self._in_flight or self.state in (MemberState.UNSUBSCRIBED, MemberState.FATAL):
-            return False
+            return None
         if self._urgent or self._last_sent_ms is None:
-            return True
-        return now_ms - self._last_sent_ms >= self.heartbeat_interval_ms
+            return 0
+        return max(0, self._last_sent_ms + self.heartbeat_interval_ms - now_ms)
 
     def next_heartbeat(self, now_ms: int) -> HeartbeatFields:
         """The fields of the heartbeat to send now; marks it in flight."""
@@ -203,6 +227,7 @@ class GroupMembership:
         self._send_owned = False
         self._urgent = False
         self._in_flight = True
+        self._in_flight_leave = leaving
         self._last_sent_ms = now_ms
         return fields
 
@@ -224,11 +249,23 @@ class GroupMembership:
     ) -> Reconciliation:
         """Take an answer; returns what the consumer must do (then call :meth:`done`)."""
         self._in_flight = False
+        answers_leave = self._in_flight_leave
+        self._in_flight_leave = False
+        if self.state in (MemberState.UNSUBSCRIBED, MemberState.FATAL):
+            return Reconciliation()  # a late answer: nothing depends on it any more
         if self.state is MemberState.LEAVING:
-            if error_code == 0 or error_code in _FENCED_CODES:
-                return self._left()
-            self._urgent = True
-            return Reconciliation()
+            if not answers_leave:
+                # The answer to a heartbeat sent before leave(): the leave is still to send.
+                self._urgent = True
+                return Reconciliation()
+            if error_code in _RETRY_CODES or (
+                error_code and error_for_code(error_code, error_message).retriable
+            ):
+                self._urgent = True
+                return Reconciliation()
+            # Done, or the coordinator no longer knows the member, or refuses for good:
+            # either way the member is out.
+            return self._left()
         if error_code in _FENCED_CODES:
             return self._fenced(error_code, error_message)
         if error_code in _RETRY_CODES or error_code == _STALE_EPOCH_CODE:
@@ -240,9 +277,10 @@ class GroupMembership:
                 self.on_heartbeat_failed()
                 return Reconciliation()
             self.fatal_error = error
+            lost = self._drop_all()
             self._transition(MemberState.FATAL)
             logger.error("group membership failed group=%s error=%s", self.group_id, error)
-            return Reconciliation(lost=self._drop_all())
+            return Reconciliation(lost=lost)
         if heartbeat_interval_ms > 0:
             self.heartbeat_interval_ms = heartbeat_interval_ms
         if member_id:
@@ -254,26 +292,68 @@ class GroupMembership:
             if self.state is MemberState.JOINING:
                 self._transition(MemberState.STABLE)
             return Reconciliation()
-        revoke = self.owned - self.target
-        assign = self.target - self.owned
-        self._transition(MemberState.RECONCILING if revoke or assign else MemberState.STABLE)
-        # The coordinator only hands out partitions nobody else owns: the consumer revokes
-        # what it loses and then takes what it gains, in one step.
-        return Reconciliation(revoke=revoke, assign=assign)
+        if self._pending is not None:
+            # One reconciliation at a time: done() takes up the new target.
+            return Reconciliation()
+        return self._reconcile()
 
-    def done(self, step: Reconciliation) -> None:
-        """The consumer carried out ``step``: update what it owns; report it next."""
+    def fail(self, error: LograftError) -> Reconciliation:
+        """End the membership for good (e.g. the coordinator refuses the protocol).
+
+        Every owned partition is lost; while leaving, the leave is simply complete.
+        """
+        self._in_flight = False
+        self._in_flight_leave = False
+        if self.state in (MemberState.UNSUBSCRIBED, MemberState.FATAL):
+            return Reconciliation()
+        if self.state is MemberState.LEAVING:
+            self._rejoin_after_leave = False
+            return self._left()
+        self.fatal_error = error
+        lost = self._drop_all()
+        self._transition(MemberState.FATAL)
+        logger.error("group membership failed group=%s error=%s", self.group_id, error)
+        return Reconciliation(lost=lost)
+
+    def done(self, step: Reconciliation) -> Reconciliation:
+        """The consumer carried out ``step``: update what it owns; report it next.
+
+        Returns the next step when the target moved meanwhile (empty when there is none):
+        carry it out and call ``done`` again.
+        """
         if step.empty:
-            return
-        owned = (self.owned - step.lost - step.revoke) | step.assign
+            return Reconciliation()
+        if step is self._pending:
+            self._pending = None
+            owned = (self.owned - step.revoke) | step.assign
+        else:
+            # A lost or leave step, or a step handed out before a fence or leave: it can
+            # only take partitions away.
+            owned = self.owned - step.lost - step.revoke
         if owned != self.owned:
             self.owned = owned
             self._send_owned = True
             self._urgent = True
-        if self.state is MemberState.RECONCILING and self.owned == self.target:
-            self._transition(MemberState.STABLE)
+        if (
+            self.state is MemberState.RECONCILING
+            and self._pending is None
+            and self.target is not None
+        ):
+            return self._reconcile()
+        return Reconciliation()
 
     # ---- helpers --------------------------------------------------------------------------
+
+    def _reconcile(self) -> Reconciliation:
+        assert self.target is not None
+        revoke = self.owned - self.target
+        assign = self.target - self.owned
+        step = Reconciliation(revoke=revoke, assign=assign)
+        self._transition(MemberState.STABLE if step.empty else MemberState.RECONCILING)
+        # The coordinator only hands out partitions nobody else owns: the consumer revokes
+        # what it loses and then takes what it gains, in one step.
+        self._pending = None if step.empty else step
+        return step
 
     def _fenced(self, error_code: int, error_message: str) -> Reconciliation:
         logger.warning(
@@ -298,10 +378,20 @@ class GroupMembership:
         self.member_epoch = JOIN_EPOCH
         self.member_id = ""
         self._transition(MemberState.UNSUBSCRIBED)
+        if self._rejoin_after_leave:
+            self._rejoin_after_leave = False
+            self._transition(MemberState.JOINING)
+            self._send_subscription = True
+            self._send_owned = True
+            self._urgent = True
         return Reconciliation()
 
     def _drop_all(self) -> frozenset[TopicPartition]:
+        """Forget every partition: those owned and those of a step not yet done."""
         dropped = self.owned
+        if self._pending is not None:
+            dropped |= self._pending.assign
+            self._pending = None
         self.owned = frozenset()
         self.target = None
         return dropped

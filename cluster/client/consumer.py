@@ -1,33 +1,57 @@
-"""``Consumer``: reads assigned partitions by offset, with one fetch ahead per partition.
+"""``Consumer``: reads partitions it is assigned, or that its consumer group gives it.
 
 * ``assign`` gives the consumer its partitions; ``seek``, ``seek_to_beginning`` and
-  ``seek_to_end`` move its position; a partition without a position starts where
-  ``auto.offset.reset`` says (``earliest``, ``latest``; ``none`` raises
-  ``IllegalStateError`` until ``seek`` is called).
+  ``seek_to_end`` move its position; a partition without a position starts at the group's
+  committed offset (with ``group.id``), else where ``auto.offset.reset`` says (``earliest``,
+  ``latest``; ``none`` raises ``IllegalStateError`` until ``seek`` is called).
+* ``subscribe`` joins the consumer group ``group.id`` (Kafka's KIP-848 protocol): the
+  coordinator assigns the partitions of the subscribed topics among the members and moves
+  them incrementally (a cooperative rebalance: members keep fetching what they keep). A
+  background thread heartbeats; ``poll`` carries out each change in the caller's thread:
+  partitions *lost* (the member was fenced: no commit) → ``on_lost`` (``on_revoke`` when
+  not given); partitions *revoked* → a synchronous commit of their positions (with
+  ``enable.auto.commit``) → ``on_revoke`` → dropped, with every record fetched for them;
+  partitions *assigned* → positions from the committed offsets → ``on_assign``. ``poll``
+  never returns a record of a partition after its revocation. Callbacks take
+  ``(consumer, partitions)``; a ``ConsumerRebalanceListener`` may be given instead.
+  ``subscribe`` and ``assign`` exclude each other; ``unsubscribe`` leaves the group.
+* A member that does not ``poll`` within ``max.poll.interval.ms`` leaves the group (its
+  partitions go to others); the next ``poll`` drops them as lost and joins again. The
+  coordinator removes a member it does not hear from within ``session.timeout.ms`` and
+  decides the heartbeat interval.
+* ``commit`` commits the positions (the offset of the next record ``poll`` returns) of the
+  consumer's partitions, or offsets given, synchronously or asynchronously (a
+  ``concurrent.futures.Future``); ``committed`` reads them back. With
+  ``enable.auto.commit`` (the default) ``poll`` commits every ``auto.commit.interval.ms``,
+  and the consumer commits before a revocation and on ``close``: only offsets of records
+  ``poll`` has returned. Commits need ``group.id``; with ``assign`` they are made outside
+  of group membership (member epoch -1).
 * ``poll`` returns up to ``max.poll.records`` records. Fetches go to each partition's leader
   (one request per broker in flight); while the caller works through the records of one
   fetch, the next is already requested (a single fetch-ahead per partition), and records are
-  decoded lazily, only as ``poll`` hands them out.
+  decoded lazily, only as ``poll`` hands them out. ``pause`` stops returning and fetching a
+  partition until ``resume``; ``lag`` is the high watermark minus the position.
 * ``OFFSET_OUT_OF_RANGE`` applies ``auto.offset.reset``; with ``none`` it raises
   ``OffsetOutOfRangeError``. Retriable errors (not the leader, unknown partition, network)
   refresh the metadata and retry after ``retry.backoff.ms``; other errors raise from
-  ``poll``.
-* Consumer groups are not available yet: ``group.id`` is accepted and kept, but
-  ``subscribe`` raises ``IllegalStateError``, and no offsets are committed. Use ``assign``.
+  ``poll``, and so does an error that ends the group membership for good.
 
-A ``Consumer`` is not thread-safe (as in Kafka): use it from one thread.
+A ``Consumer`` is not thread-safe (as in Kafka): use it from one thread. Its callbacks run
+in that thread, inside ``poll``, ``unsubscribe`` and ``close``.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, overload
 
 from cluster.errors import (
     CorruptMessageError,
@@ -41,6 +65,7 @@ from cluster.errors import (
 from cluster.wire import broker_pb2 as pb
 from replica.batch_header import iter_headers
 from replica.records import Record, iter_records
+from replica.topic_partition import validate_topic_name
 
 from ._connection import (
     COMMON_CONFIGS,
@@ -50,13 +75,51 @@ from ._connection import (
     int_at_least,
     map_rpc_error,
     one_of,
-    optional_string,
     resolve_config,
 )
+from ._group_client import CoordinatorClient, GroupMember
+from ._membership import MemberState, Reconciliation
 
-__all__ = ["CONSUMER_CONFIGS", "Consumer", "ConsumerRecord"]
+__all__ = [
+    "CONSUMER_CONFIGS",
+    "Consumer",
+    "ConsumerRebalanceListener",
+    "ConsumerRecord",
+    "RebalanceCallback",
+]
 
 logger = logging.getLogger(__name__)
+
+_INT32_MAX = 2**31 - 1
+
+
+def _boolean(value: object) -> object:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError("expected true or false")
+
+
+def _int32_at_least(low: int) -> Callable[[object], object]:
+    """An integer ``>= low`` that fits the int32 fields of the group protocol."""
+    parse_low = int_at_least(low)
+
+    def parse(value: object) -> object:
+        number = parse_low(value)
+        assert isinstance(number, int)
+        if number > _INT32_MAX:
+            raise ValueError(f"must be at most {_INT32_MAX}")
+        return number
+
+    return parse
+
+
+def _group_id(value: object) -> object:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ValueError("expected a non-empty string, or None for no group")
+    return value
+
 
 CONSUMER_CONFIGS: tuple[ConfigDef, ...] = (
     *COMMON_CONFIGS,
@@ -73,7 +136,44 @@ CONSUMER_CONFIGS: tuple[ConfigDef, ...] = (
         one_of("earliest", "latest", "none"),
         "where to start without a valid position: earliest, latest or none",
     ),
-    ConfigDef("group.id", None, optional_string, "consumer group (groups arrive later)"),
+    ConfigDef(
+        "group.id",
+        None,
+        _group_id,
+        "the consumer group: needed by subscribe() and to commit offsets; None: no group",
+    ),
+    ConfigDef(
+        "enable.auto.commit",
+        True,
+        _boolean,
+        "with group.id: commit the positions of what poll() returned periodically, "
+        "before partitions are revoked and on close()",
+    ),
+    ConfigDef(
+        "auto.commit.interval.ms",
+        5000,
+        int_at_least(0),
+        "how often poll() auto-commits (enable.auto.commit)",
+    ),
+    ConfigDef(
+        "session.timeout.ms",
+        45000,
+        _int32_at_least(1),
+        "sent to the group coordinator: it removes a member it does not hear from this long",
+    ),
+    ConfigDef(
+        "max.poll.interval.ms",
+        300000,
+        _int32_at_least(1),
+        "longest time between poll() calls before the member leaves its group (and rejoins "
+        "at the next poll); also how long it may take to release revoked partitions",
+    ),
+    ConfigDef(
+        "group.remote.assignor",
+        "range",
+        one_of("range", "roundrobin"),
+        "how the coordinator spreads partitions among the members: range or roundrobin",
+    ),
 )
 """Every config ``Consumer`` accepts, with its default."""
 
@@ -81,6 +181,29 @@ _EARLIEST = -2
 _LATEST = -1
 _FETCH_AHEAD = 1
 """Completed fetches a partition may have buffered while another is requested."""
+_CLOSE_TIMEOUT_MS = 30000
+_STALE_MEMBER_EPOCH = 113
+
+RebalanceCallback = Callable[["Consumer", list[TopicPartition]], None]
+"""``callback(consumer, partitions)``: what ``subscribe`` calls on a rebalance."""
+
+
+class ConsumerRebalanceListener:
+    """Rebalance callbacks as methods (kafka-python's and Kafka's listener); override some.
+
+    Each method gets the sorted partitions concerned. ``on_partitions_lost`` calls
+    ``on_partitions_revoked`` unless overridden, as in Kafka.
+    """
+
+    def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        """Before these partitions go to another member: commit or flush work for them."""
+
+    def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        """After these partitions were added; ``seek`` here to start elsewhere."""
+
+    def on_partitions_lost(self, lost: list[TopicPartition]) -> None:
+        """These partitions may already belong to another member: do not commit them."""
+        self.on_partitions_revoked(lost)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +236,10 @@ class _PartitionState:
     reset: int | None = None
     """A pending ``seek_to_beginning`` (-2) or ``seek_to_end`` (-1)."""
     epoch: int = 0
-    """Bumped by every seek, so data fetched before it is dropped."""
+    """Unique per consumer; renewed by every seek, so data fetched before it is dropped."""
+    committed_pending: bool = False
+    """The group's committed offset is to be read before the position is known."""
+    paused: bool = False
     in_flight: bool = False
     retry_at: float = 0.0
     high_watermark: int = -1
@@ -128,9 +254,9 @@ class _FetchCall:
 
 
 class Consumer:
-    """Reads records from assigned partitions; see the module docstring for the behaviour.
+    """Reads records from assigned or subscribed partitions; see the module docstring.
 
-    ``Consumer({"bootstrap.servers": "127.0.0.1:9092", "auto.offset.reset": "earliest"})``
+    ``Consumer({"bootstrap.servers": "127.0.0.1:9092", "group.id": "billing"})``
     or ``Consumer(bootstrap_servers=..., auto_offset_reset="earliest")``; see
     ``CONSUMER_CONFIGS``. Unknown config names and bad values raise ``InvalidConfigError``.
     """
@@ -153,42 +279,151 @@ class Consumer:
             metadata_max_age_ms=self._int("metadata.max.age.ms"),
         )
         self._states: dict[TopicPartition, _PartitionState] = {}
+        self._epochs = itertools.count(1)
         self._nodes_in_flight: set[int] = set()
-        self._responses: queue.SimpleQueue[tuple[_FetchCall, Any]] = queue.SimpleQueue()
+        self._responses: queue.SimpleQueue[tuple[_FetchCall, Any] | None] = queue.SimpleQueue()
         self._metadata_wanted = False
         self._metadata_at = 0.0
         self._iter_buffer: deque[ConsumerRecord] = deque()
         self._rotation = 0
         self._closed = False
+        # Groups and commits.
+        group_id = self.config["group.id"]
+        self._group_id = group_id if isinstance(group_id, str) else None
+        self._auto_commit = bool(self.config["enable.auto.commit"]) and self._group_id is not None
+        self._auto_commit_interval_s = self._int("auto.commit.interval.ms") / 1000.0
+        self._next_auto_commit = time.monotonic() + self._auto_commit_interval_s
+        self._coordinator = (
+            CoordinatorClient(
+                self._conn,
+                self._group_id,
+                request_timeout_ms=self._request_timeout_ms,
+                retry_backoff_ms=self._int("retry.backoff.ms"),
+            )
+            if self._group_id is not None
+            else None
+        )
+        self._member: GroupMember | None = None
+        self._mode: Literal["assign", "subscribe"] | None = None
+        self._subscription: tuple[str, ...] = ()
+        self._on_assign: RebalanceCallback | None = None
+        self._on_revoke: RebalanceCallback | None = None
+        self._on_lost: RebalanceCallback | None = None
+        self._listener: ConsumerRebalanceListener | None = None
+        self._committer: ThreadPoolExecutor | None = None
 
     def _int(self, name: str) -> int:
         value = self.config[name]
         assert isinstance(value, int)
         return value
 
-    # ---- assignment and positions --------------------------------------------------------
-
-    def subscribe(self, topics: Sequence[str]) -> None:
-        """Not available yet: consumer groups arrive in a later version. Use ``assign``."""
-        raise IllegalStateError(
-            "subscribe() needs consumer groups, which lograft does not have yet; use assign()"
+    def _new_state(self) -> _PartitionState:
+        return _PartitionState(
+            epoch=next(self._epochs), committed_pending=self._coordinator is not None
         )
 
-    def assign(self, partitions: Sequence[TopicPartition]) -> None:
-        """Read exactly these partitions (replacing any earlier assignment)."""
+    # ---- subscription and assignment -----------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Sequence[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+        *,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """Join the group ``group.id`` and read the partitions it assigns from ``topics``.
+
+        Replaces an earlier subscription (and its callbacks); an empty list unsubscribes.
+        ``on_assign``, ``on_revoke`` and ``on_lost`` are called as
+        ``callback(consumer, partitions)`` from ``poll`` (see the module docstring);
+        ``listener`` is the alternative with methods, not to be combined with them.
+        Raises ``IllegalStateError`` without ``group.id`` or after ``assign``.
+        """
         self._check_open()
+        if isinstance(topics, str):
+            raise TypeError("topics must be a list of topic names, not a str")
+        names = list(dict.fromkeys(topics))
+        for name in names:
+            if not isinstance(name, str):
+                raise TypeError(f"expected a topic name, got {type(name).__name__}")
+            validate_topic_name(name)
+        if listener is not None and (on_assign or on_revoke or on_lost):
+            raise ValueError("give either listener or on_assign/on_revoke/on_lost, not both")
+        if self._coordinator is None:
+            raise IllegalStateError("subscribe() needs group.id in the consumer config")
+        if self._mode == "assign":
+            raise IllegalStateError(
+                "subscribe() and assign() exclude each other: call unsubscribe() first"
+            )
+        if not names:
+            self.unsubscribe()
+            return
+        self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
+        self._listener = listener
+        self._subscription = tuple(sorted(names))
+        self._mode = "subscribe"
+        if self._member is None:
+            self._member = GroupMember(
+                self._coordinator,
+                assignor=str(self.config["group.remote.assignor"]),
+                session_timeout_ms=self._int("session.timeout.ms"),
+                max_poll_interval_ms=self._int("max.poll.interval.ms"),
+                client_id=str(self.config["client.id"]),
+                wakeup=self._wakeup,
+            )
+        self._member.subscribe(self._subscription)
+        logger.debug("subscribed group=%s topics=%s", self._group_id, ",".join(names))
+
+    def subscription(self) -> set[str]:
+        """The subscribed topics (empty without ``subscribe``)."""
+        return set(self._subscription)
+
+    def unsubscribe(self) -> None:
+        """Give up every partition: leave the group, or drop the ``assign`` assignment.
+
+        Leaving revokes the partitions first (a last auto-commit, ``on_revoke``).
+        """
+        self._check_open()
+        try:
+            if self._mode == "subscribe":
+                self._leave_group()
+            elif self._mode == "assign":
+                self._auto_commit_async([tp for tp in self._states])
+        finally:
+            self._drop(list(self._states))
+            self._mode = None
+            self._subscription = ()
+
+    def assign(self, partitions: Sequence[TopicPartition]) -> None:
+        """Read exactly these partitions (replacing any earlier assignment).
+
+        With ``group.id`` a new partition starts at the group's committed offset; an empty
+        list is ``unsubscribe``. Raises ``IllegalStateError`` after ``subscribe``.
+        """
+        self._check_open()
+        if self._mode == "subscribe":
+            raise IllegalStateError(
+                "assign() and subscribe() exclude each other: call unsubscribe() first"
+            )
         wanted = list(dict.fromkeys(partitions))
         for tp in wanted:
             if not isinstance(tp, TopicPartition):
                 raise TypeError(f"expected TopicPartition, got {type(tp).__name__}")
-        self._states = {tp: self._states.get(tp) or _PartitionState() for tp in wanted}
+        keep = set(wanted)
+        dropped = [tp for tp in self._states if tp not in keep]
+        self._auto_commit_async(dropped)
+        self._drop(dropped)
+        self._states = {tp: self._states.get(tp) or self._new_state() for tp in wanted}
+        self._mode = "assign" if wanted else None
         topics = {tp.topic for tp in wanted}
         if topics:
             self._conn.refresh_metadata(topics)
         logger.debug("assigned partitions=%s", ",".join(f"{t.topic}-{t.partition}" for t in wanted))
 
     def assignment(self) -> set[TopicPartition]:
-        """The assigned partitions."""
+        """The partitions the consumer reads now (assigned, or owned in its group)."""
         return set(self._states)
 
     def _state(self, tp: TopicPartition) -> _PartitionState:
@@ -198,12 +433,26 @@ class Consumer:
         return state
 
     def _moved(self, tp: TopicPartition, state: _PartitionState) -> None:
-        state.epoch += 1
+        state.epoch = next(self._epochs)
         state.buffered.clear()
         state.retry_at = 0.0
+        state.committed_pending = False
         if self._iter_buffer:
             self._iter_buffer = deque(
                 r for r in self._iter_buffer if (r.topic, r.partition) != (tp.topic, tp.partition)
+            )
+
+    def _drop(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop reading ``partitions``: forget their positions and every record fetched."""
+        dropped = set()
+        for tp in partitions:
+            state = self._states.pop(tp, None)
+            if state is not None:
+                state.buffered.clear()
+                dropped.add((tp.topic, tp.partition))
+        if dropped and self._iter_buffer:
+            self._iter_buffer = deque(
+                r for r in self._iter_buffer if (r.topic, r.partition) not in dropped
             )
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
@@ -236,6 +485,8 @@ class Consumer:
         """The offset of the next record ``poll`` returns for ``tp`` (resolving it if needed)."""
         state = self._state(tp)
         if state.position is None:
+            if state.committed_pending:
+                self._load_committed([tp], self._request_timeout_ms)
             self._resolve_positions([tp])
         assert state.position is not None
         return state.position
@@ -244,6 +495,30 @@ class Consumer:
         """The high watermark of ``tp`` seen in the last fetch, if any."""
         hw = self._state(tp).high_watermark
         return hw if hw >= 0 else None
+
+    def lag(self, tp: TopicPartition) -> int | None:
+        """Records of ``tp`` not yet returned: high watermark - position (``None``: unknown).
+
+        Known once a fetch of ``tp`` has answered and its position is set.
+        """
+        state = self._state(tp)
+        if state.high_watermark < 0 or state.position is None:
+            return None
+        return max(state.high_watermark - state.position, 0)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching these partitions and returning their records; they stay assigned."""
+        for tp in partitions:
+            self._state(tp).paused = True
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        """Fetch and return these paused partitions again."""
+        for tp in partitions:
+            self._state(tp).paused = False
+
+    def paused(self) -> set[TopicPartition]:
+        """The paused partitions."""
+        return {tp for tp, state in self._states.items() if state.paused}
 
     def partitions_for_topic(self, topic: str) -> list[int]:
         """The partition numbers of ``topic``; raises ``UnknownTopicOrPartitionError``."""
@@ -267,11 +542,36 @@ class Consumer:
     def _api_ms(self) -> int:
         return self._request_timeout_ms
 
+    def _load_committed(self, partitions: Sequence[TopicPartition], timeout_ms: int) -> None:
+        """Start partitions still waiting for it at their committed offset (if any)."""
+        pending = [
+            tp
+            for tp in partitions
+            if (state := self._states.get(tp)) is not None and state.committed_pending
+        ]
+        if not pending or self._coordinator is None:
+            return
+        found = self._coordinator.fetch_offsets(pending, timeout_ms)
+        for tp, offset in found.items():
+            state = self._states.get(tp)
+            if state is None or not state.committed_pending:
+                continue  # dropped or moved meanwhile
+            state.committed_pending = False
+            if offset is not None and state.position is None:
+                state.position = state.fetch_offset = offset
+                state.reset = None
+                logger.debug(
+                    "position from committed offset topic=%s partition=%d offset=%d",
+                    tp.topic,
+                    tp.partition,
+                    offset,
+                )
+
     def _resolve_positions(self, partitions: Sequence[TopicPartition]) -> None:
         wanted: dict[TopicPartition, int] = {}
         for tp in partitions:
             state = self._states[tp]
-            if state.position is not None:
+            if state.position is not None or state.committed_pending:
                 continue
             spec = state.reset
             if spec is None:
@@ -295,24 +595,294 @@ class Consumer:
                 "position reset topic=%s partition=%d offset=%d", tp.topic, tp.partition, offset
             )
 
+    # ---- commits -------------------------------------------------------------------------
+
+    @overload
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition, int] | Iterable[tuple[TopicPartition, int]] | None = ...,
+        asynchronous: Literal[False] = ...,
+    ) -> dict[TopicPartition, int]: ...
+
+    @overload
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition, int] | Iterable[tuple[TopicPartition, int]] | None = ...,
+        *,
+        asynchronous: Literal[True],
+    ) -> Future[dict[TopicPartition, int]]: ...
+
+    def commit(
+        self,
+        offsets: Mapping[TopicPartition, int] | Iterable[tuple[TopicPartition, int]] | None = None,
+        asynchronous: bool = False,
+    ) -> dict[TopicPartition, int] | Future[dict[TopicPartition, int]]:
+        """Commit offsets to the group ``group.id``; returns what was committed.
+
+        ``offsets`` maps each partition to the offset of the next record to read (Kafka's
+        convention: the last processed offset + 1), as a dict or ``(tp, offset)`` pairs;
+        by default the positions of every partition the consumer reads, i.e. everything
+        ``poll`` has returned. Synchronous commits retry retriable failures for
+        ``request.timeout.ms`` (a subscribed consumer refused with ``STALE_MEMBER_EPOCH``
+        commits again once its heartbeat brings the new epoch) and raise the typed error
+        of the call or of the first failed partition (``STALE_MEMBER_EPOCH``,
+        ``FENCED_MEMBER_EPOCH``, ``UNKNOWN_MEMBER_ID``, ``UNASSIGNED_PARTITION``, ...).
+        With ``assign`` the commit is made outside of membership (member id "", epoch -1),
+        which the coordinator accepts for a group without members.
+        ``asynchronous=True`` returns a
+        ``concurrent.futures.Future`` of the same result at once (``add_done_callback`` for
+        a callback); commits are sent in the order they are made.
+        """
+        self._check_open()
+        if self._coordinator is None:
+            raise IllegalStateError("commit() needs group.id in the consumer config")
+        if offsets is None:
+            chosen = self._positions(self._states)
+        else:
+            pairs = offsets.items() if isinstance(offsets, Mapping) else offsets
+            chosen = {}
+            for tp, offset in pairs:
+                if not isinstance(tp, TopicPartition):
+                    raise TypeError(f"expected TopicPartition, got {type(tp).__name__}")
+                if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                    raise ValueError(f"offset of {tp} must be an int >= 0, got {offset!r}")
+                chosen[tp] = offset
+        future = self._commit_async(chosen)
+        if asynchronous:
+            return future
+        return future.result()
+
+    def committed(
+        self, partitions: Sequence[TopicPartition], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int | None]:
+        """The group's committed offset of each partition; ``None`` where none is.
+
+        Retries retriable failures for ``timeout_ms`` (default ``request.timeout.ms``).
+        """
+        self._check_open()
+        if self._coordinator is None:
+            raise IllegalStateError("committed() needs group.id in the consumer config")
+        return self._coordinator.fetch_offsets(partitions, timeout_ms)
+
+    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The known positions of ``partitions``: offsets of what ``poll`` returned, + 1."""
+        found: dict[TopicPartition, int] = {}
+        for tp in partitions:
+            state = self._states.get(tp)
+            if state is not None and state.position is not None:
+                found[tp] = state.position
+        return found
+
+    def _commit_async(
+        self, offsets: dict[TopicPartition, int]
+    ) -> Future[dict[TopicPartition, int]]:
+        """Queue an ``OffsetCommit``; one at a time, in order, on the committer thread."""
+        coordinator = self._coordinator
+        assert coordinator is not None
+        if not offsets:
+            done: Future[dict[TopicPartition, int]] = Future()
+            done.set_result({})
+            return done
+        member = self._member if self._mode == "subscribe" else None
+        if self._committer is None:
+            self._committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lograft-commit")
+
+        timeout_s = self._request_timeout_ms / 1000.0
+
+        def send() -> dict[TopicPartition, int]:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                # The member's epoch as of sending: a rebalance may have bumped it meanwhile.
+                member_id, member_epoch = member.member() if member is not None else ("", -1)
+                try:
+                    coordinator.commit_offsets(offsets, member_id, member_epoch)
+                    return offsets
+                except LograftError as exc:
+                    # STALE_MEMBER_EPOCH: the coordinator bumped the epoch and the heartbeat
+                    # answer that says so is on its way; commit again with the new one.
+                    if (
+                        member is None
+                        or exc.code != _STALE_MEMBER_EPOCH
+                        or not member.wait_for_new_epoch(
+                            member_id, member_epoch, deadline - time.monotonic()
+                        )
+                    ):
+                        raise
+
+        return self._committer.submit(send)
+
+    def _auto_commit_async(self, partitions: Iterable[TopicPartition]) -> None:
+        if not self._auto_commit:
+            return
+        offsets = self._positions(partitions)
+        if offsets:
+            self._commit_async(offsets).add_done_callback(_log_auto_commit)
+
+    def _auto_commit_sync(
+        self, partitions: Iterable[TopicPartition], timeout_s: float | None = None
+    ) -> None:
+        """Commit the positions of ``partitions`` now; a failure is logged, not raised."""
+        if not self._auto_commit:
+            return
+        offsets = self._positions(partitions)
+        if not offsets:
+            return
+        try:
+            self._commit_async(offsets).result(None if timeout_s is None else max(timeout_s, 0))
+        except (LograftError, TimeoutError) as exc:
+            logger.warning(
+                "auto-commit failed group=%s partitions=%d error=%s",
+                self._group_id,
+                len(offsets),
+                exc,
+            )
+
+    def _maybe_auto_commit(self) -> None:
+        if not self._auto_commit or self._mode is None:
+            return
+        now = time.monotonic()
+        if now < self._next_auto_commit:
+            return
+        self._next_auto_commit = now + self._auto_commit_interval_s
+        self._auto_commit_async(self._states)
+
+    # ---- rebalances ----------------------------------------------------------------------
+
+    def _wakeup(self) -> None:
+        """From the heartbeat thread: a rebalance step is waiting (wakes a blocked poll)."""
+        self._responses.put(None)
+
+    def _check_poll_timer(self) -> None:
+        """Restart the poll timer; after it expired, drop the partitions and join again."""
+        member = self._member
+        if member is None or self._mode != "subscribe":
+            return
+        if member.note_poll():
+            # The member left for missing max.poll.interval.ms: its partitions are gone.
+            lost = sorted(self._states)
+            try:
+                if lost:
+                    self._lose(lost)
+            finally:
+                member.subscribe(self._subscription)
+
+    def _run_steps(self) -> None:
+        """Carry out queued rebalance steps; raise the error that ended the membership."""
+        member = self._member
+        if member is None or self._mode != "subscribe":
+            return
+        while (step := member.take_step()) is not None:
+            try:
+                self._apply(step)
+            finally:
+                member.done(step)
+        error = member.fatal_error
+        if error is not None:
+            raise error
+
+    def _apply(self, step: Reconciliation) -> None:
+        lost = sorted(step.lost & self._states.keys())
+        if lost:
+            self._lose(lost)
+        revoke = sorted(step.revoke & self._states.keys())
+        if revoke:
+            self._revoke(revoke)
+        assign = sorted(step.assign - self._states.keys())
+        if not assign:
+            return
+        for tp in assign:
+            self._states[tp] = self._new_state()
+        if any(self._conn.metadata.partition(tp.topic, tp.partition) is None for tp in assign):
+            self._metadata_wanted = True
+        try:
+            self._load_committed(assign, self._request_timeout_ms)
+        except LograftError as exc:
+            logger.warning(
+                "committed offsets not read group=%s error=%s: poll retries", self._group_id, exc
+            )
+        logger.info(
+            "partitions assigned group=%s partitions=%s",
+            self._group_id,
+            ",".join(str(tp) for tp in assign),
+        )
+        self._callback("assign", assign)
+
+    def _revoke(self, partitions: list[TopicPartition]) -> None:
+        """Commit (auto-commit), tell the application, then drop the partitions."""
+        logger.info(
+            "partitions revoked group=%s partitions=%s",
+            self._group_id,
+            ",".join(str(tp) for tp in partitions),
+        )
+        try:
+            self._auto_commit_sync(partitions)
+            self._callback("revoke", partitions)
+        finally:
+            self._drop(partitions)
+
+    def _lose(self, partitions: list[TopicPartition]) -> None:
+        """Tell the application (no commit: others may own them already), then drop them."""
+        logger.warning(
+            "partitions lost group=%s partitions=%s",
+            self._group_id,
+            ",".join(str(tp) for tp in partitions),
+        )
+        try:
+            self._callback("lost", partitions)
+        finally:
+            self._drop(partitions)
+
+    def _callback(self, kind: str, partitions: list[TopicPartition]) -> None:
+        if kind == "lost" and self._on_lost is None and self._on_revoke is not None:
+            kind = "revoke"  # Kafka's default: lost partitions are revoked ones
+        function = {"assign": self._on_assign, "revoke": self._on_revoke, "lost": self._on_lost}
+        chosen = function[kind]
+        if chosen is not None:
+            chosen(self, list(partitions))
+            return
+        listener = self._listener
+        if listener is None:
+            return
+        if kind == "assign":
+            listener.on_partitions_assigned(list(partitions))
+        elif kind == "revoke":
+            listener.on_partitions_revoked(list(partitions))
+        else:
+            lost = getattr(listener, "on_partitions_lost", listener.on_partitions_revoked)
+            lost(list(partitions))
+
+    def _leave_group(self) -> None:
+        member = self._member
+        assert member is not None
+        try:
+            owned = sorted(self._states)
+            if owned and member.state not in (MemberState.FATAL, MemberState.UNSUBSCRIBED):
+                self._revoke(owned)
+        finally:
+            member.leave()
+
     # ---- polling -------------------------------------------------------------------------
 
     def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
         """Up to ``max.poll.records`` records, waiting at most ``timeout_ms`` for some.
 
-        Returns an empty list when none arrived in time. Raises typed errors for fetch
-        failures that are not retriable, and ``OffsetOutOfRangeError`` when a position is
-        out of range under ``auto.offset.reset=none``.
+        Returns an empty list when none arrived in time. Carries out pending rebalances
+        (calling the ``subscribe`` callbacks) and auto-commits. Raises typed errors for
+        fetch failures that are not retriable, ``OffsetOutOfRangeError`` when a position is
+        out of range under ``auto.offset.reset=none``, and the error that ended the group
+        membership for good (the coordinator refused it).
         """
         self._check_open()
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
+        self._check_poll_timer()
+        self._run_steps()
+        self._maybe_auto_commit()
         while True:
             self._handle_responses(block_s=0.0)
+            self._run_steps()  # a rebalance that arrived meanwhile goes first
             if self._metadata_wanted:
                 self._refresh_metadata()
-            unresolved = [tp for tp, s in self._states.items() if s.position is None]
-            if unresolved:
-                self._resolve_positions(unresolved)
+            self._init_positions(deadline)
             records = self._drain(self._max_poll_records)
             self._send_fetches()
             if records:
@@ -321,10 +891,29 @@ class Consumer:
             if remaining <= 0:
                 return []
             if not self._nodes_in_flight:
-                # Nothing could be fetched (no leader, backing off): wait a little, bounded.
-                time.sleep(min(remaining, self._backoff_s))
+                # Nothing could be fetched (no leader, backing off, no partitions yet): wait
+                # a little, bounded; a rebalance step wakes this wait.
+                self._handle_responses(block_s=min(remaining, self._backoff_s))
                 continue
             self._handle_responses(block_s=remaining)
+
+    def _init_positions(self, deadline: float) -> None:
+        pending = [tp for tp, s in self._states.items() if s.committed_pending]
+        if pending:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            try:
+                self._load_committed(
+                    pending, min(self._request_timeout_ms, max(remaining_ms, 1000))
+                )
+            except LograftError as exc:
+                if not exc.retriable:
+                    raise
+                logger.info("committed offsets not read group=%s error=%s", self._group_id, exc)
+        unresolved = [
+            tp for tp, s in self._states.items() if s.position is None and not s.committed_pending
+        ]
+        if unresolved:
+            self._resolve_positions(unresolved)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         return self
@@ -337,14 +926,42 @@ class Consumer:
             self._iter_buffer.extend(self.poll(1000))
         return self._iter_buffer.popleft()
 
-    def close(self) -> None:
-        """Stop fetching and close the connections; idempotent."""
+    def close(self, timeout_ms: int | None = None) -> None:
+        """Leave the group, stop the threads and close the connections; idempotent.
+
+        A subscribed consumer revokes its partitions (a last auto-commit, ``on_revoke``)
+        and sends the leave heartbeat (epoch -1), waiting for its answer; with ``assign``
+        the positions are auto-committed. All of it within ``timeout_ms`` (default 30 s).
+        """
         if self._closed:
             return
-        self._closed = True
-        self._states.clear()
-        self._conn.close()
-        logger.debug("consumer closed client_id=%s", self.config["client.id"])
+        budget_s = (_CLOSE_TIMEOUT_MS if timeout_ms is None else max(timeout_ms, 0)) / 1000.0
+        deadline = time.monotonic() + budget_s
+        try:
+            if self._mode == "subscribe" and self._member is not None:
+                try:
+                    self._leave_group()
+                finally:
+                    self._member.wait_unsubscribed(max(deadline - time.monotonic(), 0.0))
+            elif self._mode == "assign":
+                self._auto_commit_sync(list(self._states), deadline - time.monotonic())
+        finally:
+            self._closed = True
+            self._states.clear()
+            self._iter_buffer.clear()
+            if self._member is not None:
+                self._member.close(max(deadline - time.monotonic(), 0.0))
+            if self._committer is not None:
+                # Commits already made go out first, within the budget.
+                try:
+                    self._committer.submit(lambda: None).result(
+                        max(deadline - time.monotonic(), 0.0)
+                    )
+                except TimeoutError:
+                    logger.warning("commits still pending at close group=%s", self._group_id)
+                self._committer.shutdown(wait=False, cancel_futures=True)
+            self._conn.close()
+            logger.debug("consumer closed client_id=%s", self.config["client.id"])
 
     def __enter__(self) -> Consumer:
         return self
@@ -365,7 +982,7 @@ class Consumer:
 
     def _drain(self, limit: int) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
-        items = [(tp, s) for tp, s in self._states.items() if s.buffered]
+        items = [(tp, s) for tp, s in self._states.items() if s.buffered and not s.paused]
         if not items:
             return out
         self._rotation = (self._rotation + 1) % len(items)
@@ -398,7 +1015,7 @@ class Consumer:
                     # from the position, so every poll raises here until the user seeks,
                     # and nothing after it is skipped silently. Records already collected
                     # are returned first.
-                    state.epoch += 1  # drop any fetch already in flight past the batch
+                    state.epoch = next(self._epochs)  # drop any fetch in flight past it
                     state.buffered.clear()
                     state.fetch_offset = state.position
                     if out:
@@ -419,6 +1036,7 @@ class Consumer:
         for tp, state in self._states.items():
             if (
                 state.in_flight
+                or state.paused
                 or state.fetch_offset is None
                 or len(state.buffered) > _FETCH_AHEAD
                 or state.retry_at > now
@@ -476,13 +1094,14 @@ class Consumer:
         while True:
             try:
                 if first and block_s > 0:
-                    call, outcome = self._responses.get(timeout=block_s)
+                    item = self._responses.get(timeout=block_s)
                 else:
-                    call, outcome = self._responses.get_nowait()
+                    item = self._responses.get_nowait()
             except queue.Empty:
                 return
             first = False
-            self._handle_response(call, outcome)
+            if item is not None:  # None: a wake-up from the heartbeat thread
+                self._handle_response(*item)
 
     def _handle_response(self, call: _FetchCall, outcome: Any) -> None:
         self._nodes_in_flight.discard(call.node)
@@ -583,3 +1202,11 @@ class Consumer:
             self._metadata_wanted = False
         except LograftError as exc:
             logger.info("metadata refresh failed error=%s", exc.error_name)
+
+
+def _log_auto_commit(future: Future[dict[TopicPartition, int]]) -> None:
+    if future.cancelled():
+        return
+    error = future.exception()
+    if error is not None:
+        logger.warning("auto-commit failed error=%s", error)

@@ -42,3 +42,27 @@ def test_kafka_codes_users_know() -> None:
     assert errors.CorruptMessageError.code == 2
     assert errors.OutOfOrderSequenceNumberError.code == 45
     assert not errors.OutOfOrderSequenceNumberError.retriable
+
+
+def test_consumer_group_codes_match_kafka() -> None:
+    """The group coordinator's errors carry Kafka's codes and retriable flags."""
+    expected = {
+        errors.OffsetMetadataTooLargeError: (12, "OFFSET_METADATA_TOO_LARGE", False),
+        errors.CoordinatorLoadInProgressError: (14, "COORDINATOR_LOAD_IN_PROGRESS", True),
+        errors.CoordinatorNotAvailableError: (15, "COORDINATOR_NOT_AVAILABLE", True),
+        errors.NotCoordinatorError: (16, "NOT_COORDINATOR", True),
+        errors.IllegalGenerationError: (22, "ILLEGAL_GENERATION", False),
+        errors.InvalidGroupIdError: (24, "INVALID_GROUP_ID", False),
+        errors.UnknownMemberIdError: (25, "UNKNOWN_MEMBER_ID", False),
+        errors.InvalidSessionTimeoutError: (26, "INVALID_SESSION_TIMEOUT", False),
+        errors.GroupNotEmptyError: (68, "GROUP_NOT_EMPTY", False),
+        errors.GroupIdNotFoundError: (69, "GROUP_ID_NOT_FOUND", False),
+        errors.GroupMaxSizeReachedError: (81, "GROUP_MAX_SIZE_REACHED", False),
+        errors.FencedMemberEpochError: (110, "FENCED_MEMBER_EPOCH", False),
+        errors.UnsupportedAssignorError: (112, "UNSUPPORTED_ASSIGNOR", False),
+        errors.StaleMemberEpochError: (113, "STALE_MEMBER_EPOCH", False),
+        errors.UnassignedPartitionError: (134, "UNASSIGNED_PARTITION", False),
+    }
+    for cls, (code, name, retriable) in expected.items():
+        assert (cls.code, cls.error_name, cls.retriable) == (code, name, retriable), cls
+        assert cls.__name__ in errors.__all__

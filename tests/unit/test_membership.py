@@ -12,7 +12,7 @@ from cluster.client._membership import (
     MemberState,
     Reconciliation,
 )
-from cluster.errors import IllegalStateError, InvalidRequestError
+from cluster.errors import IllegalStateError, InvalidRequestError, UnknownServerError
 
 A0, A1, A2, B0 = (
     TopicPartition("a", 0),
@@ -111,3 +111,90 @@ def test_a_fatal_error_drops_the_partitions_and_stops_heartbeats() -> None:
     assert not member.heartbeat_due(1_000_000)
     with pytest.raises(IllegalStateError):
         member.next_heartbeat(1_000_000)
+
+
+def test_a_new_target_waits_for_the_step_in_progress() -> None:
+    # The consumer is still carrying out the first step when the target shrinks: the next
+    # step must be computed against what it owns after the first, else A1 is never revoked.
+    member = GroupMembership("g", "range", 300_000)
+    member.subscribe(["a"])
+    member.next_heartbeat(0)
+    first = member.on_heartbeat_response(0, "", "m-1", 1, 1000, frozenset({A0, A1}))
+    assert first == Reconciliation(assign=frozenset({A0, A1}))
+    assert member.heartbeat_wait_ms(500) == 500
+    member.next_heartbeat(1000)
+    assert member.on_heartbeat_response(0, "", "", 2, 1000, frozenset({A0})).empty
+    second = member.done(first)
+    assert second == Reconciliation(revoke=frozenset({A1}))
+    assert member.state is MemberState.RECONCILING and member.owned == {A0, A1}
+    assert member.done(second).empty
+    assert member.state is MemberState.STABLE and member.owned == {A0}
+    assert member.heartbeat_wait_ms(1001) == 0, "the smaller ownership is reported at once"
+    assert member.next_heartbeat(1001).owned == {A0}
+
+
+def test_a_step_handed_out_before_a_fence_adds_nothing() -> None:
+    member = GroupMembership("g", "range", 300_000)
+    member.subscribe(["a"])
+    member.next_heartbeat(0)
+    stale = member.on_heartbeat_response(0, "", "m-1", 1, 1000, frozenset({A0, A1}))
+    member.next_heartbeat(1000)
+    lost = member.on_heartbeat_response(FENCED_MEMBER_EPOCH, "", "", 0, 0, None)
+    assert lost == Reconciliation(lost=frozenset({A0, A1})), "covers the step not yet done"
+    assert member.done(stale).empty
+    member.done(lost)
+    assert member.owned == frozenset() and member.state is MemberState.JOINING
+    member.next_heartbeat(1001)
+    step = member.on_heartbeat_response(0, "", "m-1", 3, 1000, frozenset({A1}))
+    assert step == Reconciliation(assign=frozenset({A1}))
+    member.done(step)
+    assert member.owned == {A1} and member.state is MemberState.STABLE
+
+
+def test_only_the_answer_to_the_leave_heartbeat_completes_the_leave() -> None:
+    member = _joined(frozenset({A0}))
+    member.next_heartbeat(10)  # a regular heartbeat is in flight when the consumer leaves
+    member.leave()
+    assert member.on_heartbeat_response(0, "", "", 1, 1000, frozenset({A0})).empty
+    assert member.state is MemberState.LEAVING and member.heartbeat_due(11)
+    leave = member.next_heartbeat(11)
+    assert leave.member_epoch == LEAVE_EPOCH
+    member.on_heartbeat_response(0, "", "", LEAVE_EPOCH, 0, None)
+    assert member.state is MemberState.UNSUBSCRIBED
+
+
+def test_subscribing_while_leaving_joins_again_once_the_leave_is_answered() -> None:
+    member = _joined(frozenset({A0}))
+    member.leave()
+    member.next_heartbeat(10)
+    member.subscribe(["a"])
+    assert member.state is MemberState.LEAVING
+    member.on_heartbeat_response(0, "", "", LEAVE_EPOCH, 0, None)
+    assert member.state is MemberState.JOINING and member.heartbeat_due(11)
+    join = member.next_heartbeat(11)
+    assert (join.member_id, join.member_epoch) == ("", JOIN_EPOCH)
+    assert join.subscribed_topics == ("a",) and join.owned == frozenset()
+
+
+def test_fail_loses_the_partitions_for_good_and_completes_a_leave() -> None:
+    member = _joined(frozenset({A0}))
+    error = UnknownServerError("gRPC UNIMPLEMENTED")
+    assert member.fail(error) == Reconciliation(lost=frozenset({A0}))
+    assert member.state is MemberState.FATAL and member.fatal_error is error
+    assert member.heartbeat_wait_ms(0) is None
+    leaving = _joined(frozenset({A0}))
+    leaving.leave()
+    leaving.next_heartbeat(10)
+    assert leaving.fail(error).empty
+    assert leaving.state is MemberState.UNSUBSCRIBED and leaving.fatal_error is None
+
+
+def test_a_leave_is_retried_on_a_coordinator_move_and_done_on_a_refusal() -> None:
+    member = _joined(frozenset({A0}))
+    member.leave()
+    member.next_heartbeat(10)
+    member.on_heartbeat_response(NOT_COORDINATOR, "moved", "", 0, 0, None)
+    assert member.state is MemberState.LEAVING and member.heartbeat_due(11)
+    assert member.next_heartbeat(11).member_epoch == LEAVE_EPOCH
+    member.on_heartbeat_response(InvalidRequestError.code, "refused", "", 0, 0, None)
+    assert member.state is MemberState.UNSUBSCRIBED, "a refused leave is not retried forever"

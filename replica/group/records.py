@@ -1,0 +1,664 @@
+"""The records the group coordinator persists to ``__consumer_offsets``, and their bytes.
+
+Every change of a group is a record: a *key* naming what changed and a *value* holding its
+whole new state, or no value at all (a *tombstone*: the thing is gone). The latest record
+of a key wins, so the topic can be compacted (``cleanup.policy=compact``) and a coordinator
+rebuilds the same state from a compacted log as from the full one
+(:meth:`~replica.group.coordinator.GroupCoordinator.replay`).
+
+========================  ==========================  =====================================
+key (what)                value (its state)           written when
+========================  ==========================  =====================================
+``OffsetCommitKey``       ``OffsetCommitValue``       an offset is committed, reset (value)
+(group, topic, part.)                                 or deleted with its group (tombstone)
+``GroupMetadataKey``      ``GroupMetadataValue``      the group is created, its epoch is
+(group)                                               bumped, a new target assignment is
+                                                      computed; tombstone: group deleted
+``MemberMetadataKey``     ``MemberMetadataValue``     a member joins or changes its
+(group, member)                                       subscription, assignor or timeouts;
+                                                      tombstone: the member is removed
+``TargetAssignmentKey``   ``TargetAssignmentValue``   the member's share of a new target
+(group, member)                                       assignment; tombstone: removed
+``CurrentAssignmentKey``  ``CurrentAssignmentValue``  the member's epoch, owned partitions or
+(group, member)                                       pending revocations change; tombstone:
+                                                      removed
+========================  ==========================  =====================================
+
+Bytes (big-endian; Kafka's ``__consumer_offsets`` keys likewise start with a type)::
+
+    key   = type u16 | group_id str | (topic str | partition i32)  or  (member_id str)
+    value = version u16 | fields of that version         (tombstone: no value at all)
+    str   = length u16 | UTF-8 bytes
+    set   = topics u32 | for each: topic str | count u32 | partition i32 ...   (sorted)
+
+Keys and values read back are untrusted (a damaged disk, a bug in another version): sizes
+are checked before parsing (:data:`MAX_KEY_BYTES`, :data:`MAX_VALUE_BYTES`), counts against
+the bytes left, strings must be UTF-8, topic names valid, partition sets sorted and free of
+duplicates, and unknown types or versions are refused. Anything wrong raises
+:class:`~replica.group.errors.GroupRecordError`, never anything else.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from cluster.errors import InvalidTopicError
+from replica.group.errors import GroupRecordError
+from replica.topic_partition import MAX_PARTITIONS, TopicPartition, validate_topic_name
+
+__all__ = [
+    "MAX_KEY_BYTES",
+    "MAX_STRING_BYTES",
+    "MAX_VALUE_BYTES",
+    "NO_LEADER_EPOCH",
+    "VALUE_VERSION",
+    "CurrentAssignmentKey",
+    "CurrentAssignmentValue",
+    "GroupKey",
+    "GroupMetadataKey",
+    "GroupMetadataValue",
+    "GroupRecord",
+    "GroupValue",
+    "KeyType",
+    "MemberMetadataKey",
+    "MemberMetadataValue",
+    "MemberState",
+    "OffsetCommitKey",
+    "OffsetCommitValue",
+    "TargetAssignmentKey",
+    "TargetAssignmentValue",
+    "decode",
+    "encode",
+    "encode_key",
+    "encode_value",
+]
+
+MAX_KEY_BYTES = 4096
+"""Largest key accepted: a group id, member id and topic name of the longest kind fit."""
+MAX_VALUE_BYTES = 8 * 1024 * 1024
+"""Largest value accepted, checked before parsing so a bogus count cannot exhaust memory."""
+MAX_STRING_BYTES = 0xFFFF
+"""Longest string field in bytes (its length is a u16)."""
+VALUE_VERSION = 1
+"""The value version this module writes (and the only one it reads)."""
+NO_LEADER_EPOCH = -1
+"""``committed_leader_epoch`` when the committer did not know it."""
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_U8 = struct.Struct(">B")
+
+
+class KeyType(enum.IntEnum):
+    """The first two bytes of every key."""
+
+    OFFSET_COMMIT = 1
+    GROUP_METADATA = 2
+    MEMBER_METADATA = 3
+    TARGET_ASSIGNMENT = 4
+    CURRENT_ASSIGNMENT = 5
+
+
+class MemberState(enum.Enum):
+    """Where a member stands in reconciling towards its target assignment (Kafka's names).
+
+    * ``STABLE`` -- the member owns its whole target at the target's epoch.
+    * ``UNREVOKED_PARTITIONS`` -- it was told to give partitions up and has not yet
+      reported that it did; they stay its own (``pending_revocation``) until it does.
+    * ``UNRELEASED_PARTITIONS`` -- it is at the target's epoch but waits for partitions
+      that other members have not released yet.
+    """
+
+    STABLE = "Stable"
+    UNREVOKED_PARTITIONS = "UnrevokedPartitions"
+    UNRELEASED_PARTITIONS = "UnreleasedPartitions"
+
+
+_STATE_CODES: dict[MemberState, int] = {
+    MemberState.STABLE: 0,
+    MemberState.UNREVOKED_PARTITIONS: 1,
+    MemberState.UNRELEASED_PARTITIONS: 2,
+}
+_STATES_BY_CODE = {code: state for state, code in _STATE_CODES.items()}
+
+
+# ---- keys ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class OffsetCommitKey:
+    """The committed offset of one partition for one group."""
+
+    group_id: str
+    topic: str
+    partition: int
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        """The partition this key names."""
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class GroupMetadataKey:
+    """The group itself: its existence, group epoch and assignment epoch."""
+
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MemberMetadataKey:
+    """What a member asked for: subscription, assignor, timeouts."""
+
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TargetAssignmentKey:
+    """A member's share of the group's target assignment."""
+
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class CurrentAssignmentKey:
+    """A member's epoch and the partitions it has been told it owns."""
+
+    group_id: str
+    member_id: str
+
+
+GroupKey = (
+    OffsetCommitKey
+    | GroupMetadataKey
+    | MemberMetadataKey
+    | TargetAssignmentKey
+    | CurrentAssignmentKey
+)
+"""Any record key."""
+
+
+# ---- values ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitValue:
+    """A committed offset: the next offset to consume, as Kafka commits it."""
+
+    offset: int
+    leader_epoch: int = NO_LEADER_EPOCH
+    metadata: str = ""
+    commit_timestamp_ms: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataValue:
+    """The group epoch, the epoch of the current target assignment, and the partition counts
+    of the subscribed topics that target was computed from (sorted by topic).
+
+    The counts let a coordinator that loads the group notice topics that changed while no
+    coordinator was watching.
+    """
+
+    group_epoch: int
+    assignment_epoch: int
+    topic_partitions: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        topics = [topic for topic, _ in self.topic_partitions]
+        if topics != sorted(set(topics)):
+            raise GroupRecordError("topic_partitions must be sorted by topic, each topic once")
+
+    @classmethod
+    def of(
+        cls, group_epoch: int, assignment_epoch: int, counts: Mapping[str, int]
+    ) -> GroupMetadataValue:
+        """Build one from a topic -> partition count mapping (sorted for a canonical value)."""
+        return cls(group_epoch, assignment_epoch, tuple(sorted(counts.items())))
+
+    @property
+    def partition_counts(self) -> dict[str, int]:
+        """``topic_partitions`` as a dict."""
+        return dict(self.topic_partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetadataValue:
+    """What the member asked for. ``assignor`` is empty when the member named none."""
+
+    client_id: str
+    subscribed_topics: tuple[str, ...]
+    assignor: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+
+    def __post_init__(self) -> None:
+        if list(self.subscribed_topics) != sorted(set(self.subscribed_topics)):
+            raise GroupRecordError("subscribed_topics must be sorted, each topic once")
+
+
+@dataclass(frozen=True, slots=True)
+class TargetAssignmentValue:
+    """The partitions the target assignment gives the member."""
+
+    partitions: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentAssignmentValue:
+    """The member's epoch and what it has been told it owns.
+
+    ``assigned`` is what its heartbeat answers list; ``pending_revocation`` is what it was
+    told to give up but still owns until it reports otherwise. No partition is in both, and
+    no partition is in either set of two members of a group.
+    """
+
+    member_epoch: int
+    previous_member_epoch: int
+    state: MemberState
+    assigned: frozenset[TopicPartition]
+    pending_revocation: frozenset[TopicPartition]
+
+    @property
+    def owned(self) -> frozenset[TopicPartition]:
+        """``assigned`` plus ``pending_revocation``: every partition the member may hold."""
+        return self.assigned | self.pending_revocation
+
+
+GroupValue = (
+    OffsetCommitValue
+    | GroupMetadataValue
+    | MemberMetadataValue
+    | TargetAssignmentValue
+    | CurrentAssignmentValue
+)
+"""Any record value."""
+
+_VALUE_TYPE: dict[type, type] = {
+    OffsetCommitKey: OffsetCommitValue,
+    GroupMetadataKey: GroupMetadataValue,
+    MemberMetadataKey: MemberMetadataValue,
+    TargetAssignmentKey: TargetAssignmentValue,
+    CurrentAssignmentKey: CurrentAssignmentValue,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    """One record: ``value`` None is a tombstone (the key's thing is deleted)."""
+
+    key: GroupKey
+    value: GroupValue | None
+
+    def __post_init__(self) -> None:
+        expected = _VALUE_TYPE.get(type(self.key))
+        if expected is None:
+            raise GroupRecordError(f"not a group record key: {self.key!r}")
+        if self.value is not None and type(self.value) is not expected:
+            raise GroupRecordError(
+                f"{type(self.key).__name__} needs a {expected.__name__}, "
+                f"not a {type(self.value).__name__}"
+            )
+
+    @property
+    def tombstone(self) -> bool:
+        """Whether this record deletes its key."""
+        return self.value is None
+
+
+# ---- encoding --------------------------------------------------------------------------------
+
+
+class _Writer:
+    __slots__ = ("parts",)
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def u16(self, v: int) -> None:
+        self.parts.append(_U16.pack(v))
+
+    def u8(self, v: int) -> None:
+        self.parts.append(_U8.pack(v))
+
+    def u32(self, v: int) -> None:
+        self.parts.append(_U32.pack(v))
+
+    def i32(self, v: int, what: str) -> None:
+        if not _INT32_MIN <= v <= _INT32_MAX:
+            raise GroupRecordError(f"{what}={v} does not fit in int32")
+        self.parts.append(_I32.pack(v))
+
+    def i64(self, v: int, what: str) -> None:
+        if not _INT64_MIN <= v <= _INT64_MAX:
+            raise GroupRecordError(f"{what}={v} does not fit in int64")
+        self.parts.append(_I64.pack(v))
+
+    def string(self, v: str, what: str) -> None:
+        raw = v.encode("utf-8")
+        if len(raw) > MAX_STRING_BYTES:
+            raise GroupRecordError(f"{what} is {len(raw)} bytes, at most {MAX_STRING_BYTES}")
+        self.parts.append(_U16.pack(len(raw)))
+        self.parts.append(raw)
+
+    def partitions(self, tps: Iterable[TopicPartition], what: str) -> None:
+        by_topic: dict[str, list[int]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        self.u32(len(by_topic))
+        for topic in sorted(by_topic):
+            self.string(topic, f"{what} topic")
+            parts = sorted(by_topic[topic])
+            self.u32(len(parts))
+            for p in parts:
+                self.i32(p, f"{what} partition")
+
+    def done(self, limit: int, what: str) -> bytes:
+        out = b"".join(self.parts)
+        if len(out) > limit:
+            raise GroupRecordError(f"{what} is {len(out)} bytes, at most {limit}")
+        return out
+
+
+def encode_key(key: GroupKey) -> bytes:
+    """The bytes of a record key (at most :data:`MAX_KEY_BYTES`)."""
+    w = _Writer()
+    match key:
+        case OffsetCommitKey(group_id, topic, partition):
+            w.u16(KeyType.OFFSET_COMMIT)
+            w.string(group_id, "group_id")
+            w.string(topic, "topic")
+            w.i32(partition, "partition")
+        case GroupMetadataKey(group_id):
+            w.u16(KeyType.GROUP_METADATA)
+            w.string(group_id, "group_id")
+        case MemberMetadataKey(group_id, member_id):
+            w.u16(KeyType.MEMBER_METADATA)
+            w.string(group_id, "group_id")
+            w.string(member_id, "member_id")
+        case TargetAssignmentKey(group_id, member_id):
+            w.u16(KeyType.TARGET_ASSIGNMENT)
+            w.string(group_id, "group_id")
+            w.string(member_id, "member_id")
+        case CurrentAssignmentKey(group_id, member_id):
+            w.u16(KeyType.CURRENT_ASSIGNMENT)
+            w.string(group_id, "group_id")
+            w.string(member_id, "member_id")
+        case _:
+            raise GroupRecordError(f"not a group record key: {key!r}")
+    return w.done(MAX_KEY_BYTES, "key")
+
+
+def encode_value(value: GroupValue | None) -> bytes | None:
+    """The bytes of a record value (at most :data:`MAX_VALUE_BYTES`); None for a tombstone."""
+    if value is None:
+        return None
+    w = _Writer()
+    w.u16(VALUE_VERSION)
+    match value:
+        case OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp_ms):
+            w.i64(offset, "offset")
+            w.i32(leader_epoch, "leader_epoch")
+            w.string(metadata, "metadata")
+            w.i64(commit_timestamp_ms, "commit_timestamp_ms")
+        case GroupMetadataValue(group_epoch, assignment_epoch, topic_partitions):
+            w.i32(group_epoch, "group_epoch")
+            w.i32(assignment_epoch, "assignment_epoch")
+            w.u32(len(topic_partitions))
+            for topic, count in topic_partitions:
+                w.string(topic, "topic")
+                w.i32(count, "partition count")
+        case MemberMetadataValue(client_id, topics, assignor, rebalance_ms, session_ms):
+            w.string(client_id, "client_id")
+            w.u32(len(topics))
+            for topic in topics:
+                w.string(topic, "subscribed topic")
+            w.string(assignor, "assignor")
+            w.i32(rebalance_ms, "rebalance_timeout_ms")
+            w.i32(session_ms, "session_timeout_ms")
+        case TargetAssignmentValue(partitions):
+            w.partitions(partitions, "target")
+        case CurrentAssignmentValue(epoch, previous, state, assigned, pending):
+            w.i32(epoch, "member_epoch")
+            w.i32(previous, "previous_member_epoch")
+            w.u8(_STATE_CODES[state])
+            w.partitions(assigned, "assigned")
+            w.partitions(pending, "pending_revocation")
+        case _:
+            raise GroupRecordError(f"not a group record value: {value!r}")
+    return w.done(MAX_VALUE_BYTES, "value")
+
+
+def encode(record: GroupRecord) -> tuple[bytes, bytes | None]:
+    """``(encode_key(record.key), encode_value(record.value))``."""
+    return encode_key(record.key), encode_value(record.value)
+
+
+# ---- decoding --------------------------------------------------------------------------------
+
+
+class _Reader:
+    __slots__ = ("data", "pos", "what")
+
+    def __init__(self, data: bytes, what: str) -> None:
+        self.data = data
+        self.pos = 0
+        self.what = what
+
+    def _take(self, n: int, field: str) -> bytes:
+        end = self.pos + n
+        if end > len(self.data):
+            raise GroupRecordError(
+                f"{self.what} ends inside {field} (needs {n} bytes at {self.pos}, "
+                f"has {len(self.data) - self.pos})"
+            )
+        raw = self.data[self.pos : end]
+        self.pos = end
+        return raw
+
+    def left(self) -> int:
+        return len(self.data) - self.pos
+
+    def u8(self, field: str) -> int:
+        return int(_U8.unpack(self._take(1, field))[0])
+
+    def u16(self, field: str) -> int:
+        return int(_U16.unpack(self._take(2, field))[0])
+
+    def u32(self, field: str) -> int:
+        return int(_U32.unpack(self._take(4, field))[0])
+
+    def i32(self, field: str) -> int:
+        return int(_I32.unpack(self._take(4, field))[0])
+
+    def i64(self, field: str) -> int:
+        return int(_I64.unpack(self._take(8, field))[0])
+
+    def count(self, field: str, min_item_bytes: int) -> int:
+        n = self.u32(field)
+        if n * min_item_bytes > self.left():
+            raise GroupRecordError(
+                f"{self.what}: {field}={n} cannot fit in the {self.left()} bytes left"
+            )
+        return n
+
+    def string(self, field: str) -> str:
+        raw = self._take(self.u16(field), field)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise GroupRecordError(f"{self.what}: {field} is not UTF-8: {e}") from None
+
+    def topic(self, field: str) -> str:
+        name = self.string(field)
+        try:
+            validate_topic_name(name)
+        except InvalidTopicError as e:
+            raise GroupRecordError(f"{self.what}: {field}: {e.message}") from None
+        return name
+
+    def partition(self, field: str) -> int:
+        p = self.i32(field)
+        if not 0 <= p < MAX_PARTITIONS:
+            raise GroupRecordError(f"{self.what}: {field}={p} is not in [0, {MAX_PARTITIONS})")
+        return p
+
+    def non_negative_i32(self, field: str) -> int:
+        v = self.i32(field)
+        if v < 0:
+            raise GroupRecordError(f"{self.what}: {field}={v} is negative")
+        return v
+
+    def partitions(self, field: str) -> frozenset[TopicPartition]:
+        out: list[TopicPartition] = []
+        previous_topic: str | None = None
+        for _ in range(self.count(f"{field} topic count", 6)):
+            topic = self.topic(f"{field} topic")
+            if previous_topic is not None and topic <= previous_topic:
+                raise GroupRecordError(f"{self.what}: {field} topics not sorted or repeated")
+            previous_topic = topic
+            previous = -1
+            for _ in range(self.count(f"{field} partition count", 4)):
+                p = self.partition(f"{field} partition")
+                if p <= previous:
+                    raise GroupRecordError(
+                        f"{self.what}: {field} partitions of {topic} not sorted or repeated"
+                    )
+                previous = p
+                out.append(TopicPartition(topic, p))
+        return frozenset(out)
+
+    def end(self) -> None:
+        if self.pos != len(self.data):
+            raise GroupRecordError(f"{self.what} has {self.left()} bytes after its last field")
+
+
+def _bytes(raw: object, what: str, limit: int) -> bytes:
+    if not isinstance(raw, bytes | bytearray | memoryview):
+        raise GroupRecordError(f"{what} must be bytes, not {type(raw).__name__}")
+    data = bytes(raw)
+    if len(data) > limit:
+        raise GroupRecordError(f"{what} is {len(data)} bytes, at most {limit}")
+    return data
+
+
+def _decode_key(raw: bytes) -> GroupKey:
+    r = _Reader(raw, "key")
+    type_code = r.u16("type")
+    try:
+        key_type = KeyType(type_code)
+    except ValueError:
+        raise GroupRecordError(f"unknown key type {type_code}") from None
+    group_id = r.string("group_id")
+    if not group_id:
+        raise GroupRecordError("key has an empty group_id")
+    key: GroupKey
+    if key_type is KeyType.OFFSET_COMMIT:
+        topic = r.topic("topic")
+        key = OffsetCommitKey(group_id, topic, r.partition("partition"))
+    elif key_type is KeyType.GROUP_METADATA:
+        key = GroupMetadataKey(group_id)
+    else:
+        member_id = r.string("member_id")
+        if not member_id:
+            raise GroupRecordError("key has an empty member_id")
+        if key_type is KeyType.MEMBER_METADATA:
+            key = MemberMetadataKey(group_id, member_id)
+        elif key_type is KeyType.TARGET_ASSIGNMENT:
+            key = TargetAssignmentKey(group_id, member_id)
+        else:
+            key = CurrentAssignmentKey(group_id, member_id)
+    r.end()
+    return key
+
+
+def _decode_value(key: GroupKey, raw: bytes) -> GroupValue:
+    r = _Reader(raw, f"{type(key).__name__} value")
+    version = r.u16("version")
+    if version != VALUE_VERSION:
+        raise GroupRecordError(
+            f"{type(key).__name__} value version {version} is not supported "
+            f"(this coordinator reads version {VALUE_VERSION})"
+        )
+    value: GroupValue
+    match key:
+        case OffsetCommitKey():
+            offset = r.i64("offset")
+            if offset < 0:
+                raise GroupRecordError(f"committed offset {offset} is negative")
+            leader_epoch = r.i32("leader_epoch")
+            if leader_epoch < NO_LEADER_EPOCH:
+                raise GroupRecordError(f"leader_epoch {leader_epoch} is below -1")
+            value = OffsetCommitValue(
+                offset, leader_epoch, r.string("metadata"), r.i64("timestamp")
+            )
+        case GroupMetadataKey():
+            group_epoch = r.non_negative_i32("group_epoch")
+            assignment_epoch = r.non_negative_i32("assignment_epoch")
+            if assignment_epoch > group_epoch:
+                raise GroupRecordError(
+                    f"assignment_epoch {assignment_epoch} > group_epoch {group_epoch}"
+                )
+            counts: list[tuple[str, int]] = []
+            for _ in range(r.count("topic count", 6)):
+                topic = r.topic("topic")
+                if counts and topic <= counts[-1][0]:
+                    raise GroupRecordError("group topics not sorted or repeated")
+                count = r.i32("partition count")
+                if not 0 < count <= MAX_PARTITIONS:
+                    raise GroupRecordError(f"partition count {count} of {topic} out of range")
+                counts.append((topic, count))
+            value = GroupMetadataValue(group_epoch, assignment_epoch, tuple(counts))
+        case MemberMetadataKey():
+            client_id = r.string("client_id")
+            topics: list[str] = []
+            for _ in range(r.count("subscribed topic count", 3)):
+                topic = r.topic("subscribed topic")
+                if topics and topic <= topics[-1]:
+                    raise GroupRecordError("subscribed topics not sorted or repeated")
+                topics.append(topic)
+            assignor = r.string("assignor")
+            rebalance_ms = r.non_negative_i32("rebalance_timeout_ms")
+            session_ms = r.non_negative_i32("session_timeout_ms")
+            value = MemberMetadataValue(
+                client_id, tuple(topics), assignor, rebalance_ms, session_ms
+            )
+        case TargetAssignmentKey():
+            value = TargetAssignmentValue(r.partitions("target"))
+        case CurrentAssignmentKey():
+            epoch = r.non_negative_i32("member_epoch")
+            previous = r.non_negative_i32("previous_member_epoch")
+            code = r.u8("state")
+            state = _STATES_BY_CODE.get(code)
+            if state is None:
+                raise GroupRecordError(f"unknown member state {code}")
+            assigned = r.partitions("assigned")
+            pending = r.partitions("pending_revocation")
+            if assigned & pending:
+                raise GroupRecordError("a partition is both assigned and pending revocation")
+            value = CurrentAssignmentValue(epoch, previous, state, assigned, pending)
+        case _:  # pragma: no cover - _decode_key returns only the types above
+            raise GroupRecordError(f"not a group record key: {key!r}")
+    r.end()
+    return value
+
+
+def decode(key: bytes, value: bytes | None) -> GroupRecord:
+    """Decode a key and value read from ``__consumer_offsets`` (value None: a tombstone).
+
+    Raises :class:`~replica.group.errors.GroupRecordError` on anything that is not a valid
+    record of a known type and version.
+    """
+    k = _decode_key(_bytes(key, "key", MAX_KEY_BYTES))
+    if value is None:
+        return GroupRecord(k, None)
+    return GroupRecord(k, _decode_value(k, _bytes(value, "value", MAX_VALUE_BYTES)))

@@ -1,0 +1,293 @@
+"""The shell around the group coordinator: one per ``__consumer_offsets`` partition led here.
+
+For every partition of ``__consumer_offsets`` this broker leads, a
+:class:`~replica.group.GroupCoordinator` is loaded by replaying the partition's records
+(``COORDINATOR_LOAD_IN_PROGRESS`` meanwhile); it is closed when leadership moves
+(``NOT_COORDINATOR``). Every call that changes state returns records; they are appended to
+the partition as one batch with ``acks=all`` semantics (on every in-sync replica) *before*
+the answer goes out, and calls of one partition run one at a time so the log holds them in
+the order the coordinator made them. If an append fails, the coordinator is ahead of its
+log: it is dropped and loaded again from the log.
+
+Runs on the node's event loop; the pure coordinator does no I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from cluster.errors import (
+    CoordinatorLoadInProgressError,
+    LograftError,
+    NotCoordinatorError,
+)
+from replica.batch_header import validate_batches
+from replica.group import (
+    CoordinatorState,
+    GroupCoordinator,
+    GroupCoordinatorConfig,
+    GroupRecord,
+    partition_for_group,
+)
+from replica.group.records import decode, encode
+from replica.log.config import FlushPolicy
+from replica.log_manager import LogManager
+from replica.partition import Partition
+from replica.records import encode_batch, iter_records
+from replica.topic_partition import TopicPartition
+
+__all__ = ["OFFSETS_TOPIC", "GroupService"]
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+TICK_INTERVAL_S = 0.1
+APPEND_TIMEOUT_S = 30.0
+_READ_CHUNK = 4 * 1024 * 1024
+
+T = TypeVar("T")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class _Slot:
+    """One ``__consumer_offsets`` partition's coordinator and the lock ordering its writes."""
+
+    coordinator: GroupCoordinator
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    loader: asyncio.Task[None] | None = None
+
+
+class GroupService:
+    """Coordinators for the ``__consumer_offsets`` partitions this broker leads."""
+
+    def __init__(
+        self,
+        logs: LogManager,
+        partition_counts: Callable[[], Mapping[str, int]],
+        config: GroupCoordinatorConfig | None = None,
+        now_ms: Callable[[], int] = _now_ms,
+    ) -> None:
+        self._logs = logs
+        self._partition_counts = partition_counts
+        self._config = config or GroupCoordinatorConfig()
+        self._now_ms = now_ms
+        self._slots: dict[int, _Slot] = {}
+        self._ticker: asyncio.Task[None] | None = None
+        self._updates: set[asyncio.Task[None]] = set()
+
+    # ---- leadership ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start expiring members (session and rebalance timeouts)."""
+        self._ticker = asyncio.create_task(self._tick_loop(), name="group-coordinator-tick")
+
+    async def stop(self) -> None:
+        """Close every coordinator; stop the ticker."""
+        tasks = [t for t in [self._ticker, *(s.loader for s in self._slots.values())] if t]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for index in list(self._slots):
+            self._unload(index)
+
+    def sync(self) -> None:
+        """Load coordinators for offsets partitions led here; close the others."""
+        led = {
+            tp.partition
+            for tp, partition in self._logs.partitions.items()
+            if tp.topic == OFFSETS_TOPIC and partition.is_leader
+        }
+        for index in list(self._slots):
+            if index not in led:
+                self._unload(index)
+        for index in led:
+            if index not in self._slots:
+                slot = _Slot(GroupCoordinator(random.Random(), self._config, partition=index))
+                self._slots[index] = slot
+                slot.loader = asyncio.create_task(
+                    self._load(index, slot), name=f"group-load-{index}"
+                )
+
+    def on_topics_changed(self) -> None:
+        """Topic metadata changed: active coordinators recompute affected assignments."""
+        for index, slot in list(self._slots.items()):
+            if slot.coordinator.state is CoordinatorState.ACTIVE:
+                task = asyncio.create_task(
+                    self._apply(index, lambda c: c.on_topic_metadata(self._partition_counts()))
+                )
+                self._updates.add(task)
+                task.add_done_callback(self._updates.discard)
+
+    def _unload(self, index: int) -> None:
+        slot = self._slots.pop(index)
+        if slot.loader is not None:
+            slot.loader.cancel()
+        if slot.coordinator.state is not CoordinatorState.CLOSED:
+            slot.coordinator.close()
+
+    async def _load(self, index: int, slot: _Slot) -> None:
+        partition = self._logs.partitions.get(TopicPartition(OFFSETS_TOPIC, index))
+        if partition is None:
+            return
+        async with slot.lock:
+            try:
+                count = self._replay(partition, slot.coordinator)
+                records = slot.coordinator.complete_load(self._partition_counts(), self._now_ms())
+                await self._append(partition, records)
+            except (LograftError, TimeoutError) as exc:
+                log.error("group coordinator load failed partition=%d error=%r", index, exc)
+                if self._slots.get(index) is slot:
+                    self._unload(index)  # the next sync loads it again
+                return
+        log.info("group coordinator ready partition=%d records=%d", index, count)
+
+    @staticmethod
+    def _replay(partition: Partition, coordinator: GroupCoordinator) -> int:
+        offset = partition.log.log_start_offset
+        end = partition.log.log_end_offset
+        count = 0
+        while offset < end:
+            data = partition.log.read(offset, _READ_CHUNK)
+            records = list(iter_records(data, offset))
+            if not records:
+                break
+            coordinator.replay(decode(r.key or b"", r.value) for r in records if r.key is not None)
+            count += len(records)
+            offset = records[-1].offset + 1
+        return count
+
+    # ---- requests --------------------------------------------------------------------------
+
+    def _slot_for(self, group_id: str) -> tuple[int, _Slot]:
+        count = self._partition_counts().get(OFFSETS_TOPIC, 0)
+        if count <= 0:
+            raise NotCoordinatorError(f"{OFFSETS_TOPIC} does not exist yet")
+        index = partition_for_group(group_id, count)
+        slot = self._slots.get(index)
+        if slot is None:
+            raise NotCoordinatorError(
+                f"this broker does not lead {OFFSETS_TOPIC}-{index}, which holds group {group_id!r}"
+            )
+        if slot.coordinator.state is CoordinatorState.LOADING:
+            raise CoordinatorLoadInProgressError(f"{OFFSETS_TOPIC}-{index} is loading")
+        return index, slot
+
+    async def call(
+        self,
+        group_id: str,
+        action: Callable[[GroupCoordinator], T],
+        records_of: Callable[[T], tuple[GroupRecord, ...]],
+    ) -> T:
+        """Run ``action`` on the group's coordinator and persist its records before returning.
+
+        Raises the coordinator's typed error, ``NOT_COORDINATOR`` when this broker does not
+        lead the group's partition, or the append's error (the coordinator is then reloaded).
+        """
+        index, slot = self._slot_for(group_id)
+        async with slot.lock:
+            if self._slots.get(index) is not slot:
+                raise NotCoordinatorError(f"{OFFSETS_TOPIC}-{index} moved")
+            result = action(slot.coordinator)
+            await self._persist(index, slot, records_of(result))
+            return result
+
+    def read(self, group_id: str, action: Callable[[GroupCoordinator], T]) -> T:
+        """Run a read-only ``action`` on the group's coordinator."""
+        _, slot = self._slot_for(group_id)
+        return action(slot.coordinator)
+
+    def all_coordinators(self) -> list[GroupCoordinator]:
+        """The active coordinators of this broker (for ListGroups)."""
+        return [
+            s.coordinator
+            for s in self._slots.values()
+            if s.coordinator.state is CoordinatorState.ACTIVE
+        ]
+
+    async def _apply(
+        self, index: int, action: Callable[[GroupCoordinator], tuple[GroupRecord, ...]]
+    ) -> None:
+        slot = self._slots.get(index)
+        if slot is None:
+            return
+        async with slot.lock:
+            if self._slots.get(index) is not slot:
+                return
+            if slot.coordinator.state is not CoordinatorState.ACTIVE:
+                return
+            try:
+                records = action(slot.coordinator)
+                await self._persist(index, slot, records)
+            except LograftError as exc:
+                log.warning("group coordinator update failed partition=%d error=%s", index, exc)
+
+    async def _persist(self, index: int, slot: _Slot, records: tuple[GroupRecord, ...]) -> None:
+        if not records:
+            return
+        partition = self._logs.partitions.get(TopicPartition(OFFSETS_TOPIC, index))
+        try:
+            if partition is None:
+                raise NotCoordinatorError(f"{OFFSETS_TOPIC}-{index} is no longer hosted here")
+            await self._append(partition, records)
+        except (LograftError, TimeoutError) as exc:
+            # The coordinator is ahead of its log: drop it; the next sync reloads from the log.
+            log.error("group records not persisted partition=%d error=%r", index, exc)
+            if self._slots.get(index) is slot:
+                self._unload(index)
+                self.sync()
+            if isinstance(exc, LograftError):
+                raise
+            raise NotCoordinatorError(f"{OFFSETS_TOPIC}-{index}: write timed out") from exc
+
+    async def _append(self, partition: Partition, records: tuple[GroupRecord, ...]) -> None:
+        if not records:
+            return
+        pairs = [encode(r) for r in records]
+        data = bytearray(encode_batch([v for _, v in pairs], [k for k, _ in pairs]))
+        headers = validate_batches(data, max(len(data), partition.log.config.max_message_bytes))
+        appended = partition.append_as_leader(data, headers, -1, self._now_ms())
+
+        async def settle() -> None:
+            if partition.log.config.flush_policy == FlushPolicy.FSYNC:
+                await partition.wait_flushed(appended.required_offset)
+            await partition.wait_acks_all(appended.required_offset)
+
+        await asyncio.wait_for(settle(), APPEND_TIMEOUT_S)
+
+    # ---- expiry ----------------------------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_INTERVAL_S)
+            now = self._now_ms()
+            for index, slot in list(self._slots.items()):
+                if slot.coordinator.state is not CoordinatorState.ACTIVE:
+                    continue
+                deadline = slot.coordinator.next_deadline_ms()
+                if deadline is not None and deadline <= now:
+                    await self._apply(index, _ticker(now))
+
+
+def _ticker(now: int) -> Callable[[GroupCoordinator], tuple[GroupRecord, ...]]:
+    def tick(coordinator: GroupCoordinator) -> tuple[GroupRecord, ...]:
+        result = coordinator.tick(now)
+        for expired in result.expired:
+            log.info(
+                "group member expired group=%s member_id=%s reason=%s",
+                expired.group_id,
+                expired.member_id,
+                expired.reason,
+            )
+        return result.records
+
+    return tick
