@@ -21,6 +21,7 @@ __all__ = [
     "EligibleLeadersNotAvailableError",
     "FencedLeaderEpochError",
     "FencedMemberEpochError",
+    "GroupAuthorizationFailedError",
     "GroupIdNotFoundError",
     "GroupMaxSizeReachedError",
     "GroupNotEmptyError",
@@ -56,6 +57,7 @@ __all__ = [
     "PolicyViolationError",
     "PreferredLeaderNotAvailableError",
     "ProducerFencedError",
+    "RebalanceInProgressError",
     "RecordListTooLargeError",
     "RequestTimedOutError",
     "StaleBrokerEpochError",
@@ -68,6 +70,7 @@ __all__ = [
     "UnknownServerError",
     "UnknownTopicIdError",
     "UnknownTopicOrPartitionError",
+    "UnstableOffsetCommitError",
     "UnsupportedAssignorError",
     "UnsupportedCompressionTypeError",
     "error_for_code",
@@ -530,10 +533,35 @@ class IllegalStateError(LograftError):
     error_name = "ILLEGAL_STATE"
 
 
+class RebalanceInProgressError(LograftError):
+    """The group is rebalancing (classic protocol); rejoin."""
+
+    code = 27
+    error_name = "REBALANCE_IN_PROGRESS"
+
+
+class GroupAuthorizationFailedError(LograftError):
+    """The client may not use this group."""
+
+    code = 30
+    error_name = "GROUP_AUTHORIZATION_FAILED"
+
+
+class UnstableOffsetCommitError(LograftError):
+    """A transactional commit of these offsets is pending: ask again."""
+
+    code = 88
+    error_name = "UNSTABLE_OFFSET_COMMIT"
+    retriable = True
+
+
 _BY_CODE: dict[int, type[LograftError]] = {
     cls.code: cls
     for cls in (
         UnknownServerError,
+        RebalanceInProgressError,
+        GroupAuthorizationFailedError,
+        UnstableOffsetCommitError,
         OffsetOutOfRangeError,
         CorruptMessageError,
         UnknownTopicOrPartitionError,

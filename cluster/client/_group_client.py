@@ -30,8 +30,10 @@ from typing import Any
 import grpc
 
 from cluster.errors import (
+    CoordinatorNotAvailableError,
     LograftError,
     NetworkError,
+    NotCoordinatorError,
     UnknownServerError,
     error_for_code,
 )
@@ -40,156 +42,14 @@ from cluster.wire import broker_pb2 as pb
 from ._connection import Connections, TopicPartition, map_rpc_error
 from ._membership import GroupMembership, HeartbeatFields, MemberState, Reconciliation
 
-__all__ = [
-    "CoordinatorClient",
-    "CoordinatorLoadInProgressError",
-    "CoordinatorNotAvailableError",
-    "FencedMemberEpochError",
-    "GroupAuthorizationFailedError",
-    "GroupIdNotFoundError",
-    "GroupMember",
-    "IllegalGenerationError",
-    "InvalidGroupIdError",
-    "NotCoordinatorError",
-    "RebalanceInProgressError",
-    "StaleMemberEpochError",
-    "UnknownMemberIdError",
-    "UnstableOffsetCommitError",
-    "UnsupportedAssignorError",
-    "group_error_for_code",
-]
+__all__ = ["CoordinatorClient", "GroupMember", "group_error_for_code"]
 
 logger = logging.getLogger(__name__)
 
 
-# ---- group errors ---------------------------------------------------------------------------
-
-
-class CoordinatorLoadInProgressError(LograftError):
-    """The coordinator is still loading the group's state."""
-
-    code = 14
-    error_name = "COORDINATOR_LOAD_IN_PROGRESS"
-    retriable = True
-
-
-class CoordinatorNotAvailableError(LograftError):
-    """The group's coordinator is not available (offsets topic not ready, broker down)."""
-
-    code = 15
-    error_name = "COORDINATOR_NOT_AVAILABLE"
-    retriable = True
-
-
-class NotCoordinatorError(LograftError):
-    """This broker is not the group's coordinator: look it up again."""
-
-    code = 16
-    error_name = "NOT_COORDINATOR"
-    retriable = True
-
-
-class IllegalGenerationError(LograftError):
-    """The generation (member epoch) given is not the group's current one."""
-
-    code = 22
-    error_name = "ILLEGAL_GENERATION"
-
-
-class InvalidGroupIdError(LograftError):
-    """The group id is empty or invalid."""
-
-    code = 24
-    error_name = "INVALID_GROUP_ID"
-
-
-class UnknownMemberIdError(LograftError):
-    """The coordinator does not know this member id (it was removed from the group)."""
-
-    code = 25
-    error_name = "UNKNOWN_MEMBER_ID"
-
-
-class RebalanceInProgressError(LograftError):
-    """The group is rebalancing."""
-
-    code = 27
-    error_name = "REBALANCE_IN_PROGRESS"
-
-
-class GroupAuthorizationFailedError(LograftError):
-    """The client may not use this group."""
-
-    code = 30
-    error_name = "GROUP_AUTHORIZATION_FAILED"
-
-
-class GroupIdNotFoundError(LograftError):
-    """The group does not exist."""
-
-    code = 69
-    error_name = "GROUP_ID_NOT_FOUND"
-
-
-class UnstableOffsetCommitError(LograftError):
-    """A transactional commit of these offsets is pending: ask again."""
-
-    code = 88
-    error_name = "UNSTABLE_OFFSET_COMMIT"
-    retriable = True
-
-
-class FencedMemberEpochError(LograftError):
-    """The member's epoch is fenced: it lost its partitions and must join again."""
-
-    code = 110
-    error_name = "FENCED_MEMBER_EPOCH"
-
-
-class UnsupportedAssignorError(LograftError):
-    """The coordinator has no assignor of that name."""
-
-    code = 112
-    error_name = "UNSUPPORTED_ASSIGNOR"
-
-
-class StaleMemberEpochError(LograftError):
-    """The member epoch is older than the coordinator's (a commit after a rebalance)."""
-
-    code = 113
-    error_name = "STALE_MEMBER_EPOCH"
-
-
-_GROUP_ERRORS: dict[int, type[LograftError]] = {
-    cls.code: cls
-    for cls in (
-        CoordinatorLoadInProgressError,
-        CoordinatorNotAvailableError,
-        NotCoordinatorError,
-        IllegalGenerationError,
-        InvalidGroupIdError,
-        UnknownMemberIdError,
-        RebalanceInProgressError,
-        GroupAuthorizationFailedError,
-        GroupIdNotFoundError,
-        UnstableOffsetCommitError,
-        FencedMemberEpochError,
-        UnsupportedAssignorError,
-        StaleMemberEpochError,
-    )
-}
-
-
 def group_error_for_code(code: int, message: str = "") -> LograftError:
-    """The typed error of a Kafka error code, group codes included.
-
-    :func:`cluster.errors.error_for_code` wins when it knows the code; the classes of this
-    module fill in the group codes it does not know yet.
-    """
-    error = error_for_code(code, message)
-    if type(error) is UnknownServerError and code in _GROUP_ERRORS:
-        return _GROUP_ERRORS[code](message)
-    return error
+    """The typed error of a Kafka error code, group codes included."""
+    return error_for_code(code, message)
 
 
 _FORGET_COORDINATOR = frozenset({CoordinatorNotAvailableError.code, NotCoordinatorError.code})

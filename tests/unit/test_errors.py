@@ -62,6 +62,9 @@ def test_consumer_group_codes_match_kafka() -> None:
         errors.UnsupportedAssignorError: (112, "UNSUPPORTED_ASSIGNOR", False),
         errors.StaleMemberEpochError: (113, "STALE_MEMBER_EPOCH", False),
         errors.UnassignedPartitionError: (134, "UNASSIGNED_PARTITION", False),
+        errors.RebalanceInProgressError: (27, "REBALANCE_IN_PROGRESS", False),
+        errors.GroupAuthorizationFailedError: (30, "GROUP_AUTHORIZATION_FAILED", False),
+        errors.UnstableOffsetCommitError: (88, "UNSTABLE_OFFSET_COMMIT", True),
     }
     for cls, (code, name, retriable) in expected.items():
         assert (cls.code, cls.error_name, cls.retriable) == (code, name, retriable), cls
