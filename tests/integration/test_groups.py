@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,3 +117,104 @@ def test_three_consumers_share_six_partitions_and_resume_from_committed_offsets(
     with Consumer(config) as late:
         committed = late.committed([TopicPartition("events", p) for p in range(6)])
         assert committed == {TopicPartition("events", p): 100 for p in range(6)}
+
+
+CRASHING_MEMBER = """
+import sys
+from cluster.client import Consumer
+consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "workers",
+                     "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                     "enable.auto.commit": False})
+consumer.subscribe(["jobs"])
+announced = False
+while True:
+    if consumer.poll(timeout_ms=100):
+        consumer.commit()
+    if consumer.assignment() and not announced:
+        print("assigned", flush=True)
+        announced = True
+"""
+
+
+def test_a_crashed_member_is_replaced_and_a_new_one_joins_without_stopping_the_others(
+    grouped: QuorumCluster, tmp_path: Path
+) -> None:
+    assert grouped.create_topic(grouped.nodes[1], "jobs", 6, 3) == 0
+    with Producer({"bootstrap.servers": grouped.bootstrap, "acks": "all"}) as producer:
+        for n in range(600):
+            producer.send("jobs", f"{n}".encode(), partition=n % 6)
+    config = {
+        "bootstrap.servers": grouped.bootstrap,
+        "group.id": "workers",
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 6000,
+    }
+    revoked: dict[int, set[TopicPartition]] = {0: set(), 1: set()}
+    stayers = [Consumer(config), Consumer(config)]
+    crasher = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_MEMBER, grouped.bootstrap],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    newcomer: Consumer | None = None
+    seen: list[bytes] = []
+    everything = [TopicPartition("jobs", p) for p in range(6)]
+    try:
+        for index, consumer in enumerate(stayers):
+            consumer.subscribe(["jobs"], on_revoke=lambda _c, ps, i=index: revoked[i].update(ps))
+        assert crasher.stdout is not None
+        announced: list[bytes] = []
+        reader = threading.Thread(target=lambda: announced.extend(crasher.stdout or ()))
+        reader.start()
+        # The members must poll: a partition moves only once its owner has released it.
+        wait_until(
+            lambda: (
+                [len(a) for a in _assignments(stayers, seen)] == [2, 2]
+                and b"assigned\n" in announced
+            ),
+            CLUSTER_TIMEOUT_S,
+            "three members with two partitions each",
+        )
+        with Consumer(config) as probe:
+            before = probe.committed(everything)
+        crasher.kill()
+        crasher.wait(timeout=30)
+        # session.timeout.ms (6 s) plus a margin for the coordinator's tick and heartbeats.
+        wait_until(
+            lambda: sorted(len(a) for a in _assignments(stayers, seen)) == [3, 3],
+            6 + 20,
+            "the crashed member's partitions to move to the others",
+        )
+        wait_until(
+            lambda: len(_assignments(stayers, seen)) == 2 and len({int(v) for v in seen}) >= 400,
+            CLUSTER_TIMEOUT_S,
+            "the survivors to read the crashed member's partitions",
+        )
+        for consumer in stayers:
+            consumer.commit()
+        with Consumer(config) as probe:
+            after = probe.committed(everything)
+        for tp in everything:
+            assert (after[tp] or 0) >= (before[tp] or 0), f"committed offset of {tp} went back"
+
+        revoked[0].clear()
+        revoked[1].clear()
+        newcomer = Consumer(config)
+        newcomer.subscribe(["jobs"])
+        wait_until(
+            lambda: sorted(len(a) for a in _assignments([*stayers, newcomer], seen)) == [2, 2, 2],
+            CLUSTER_TIMEOUT_S,
+            "the newcomer to take over two partitions",
+        )
+        for index, consumer in enumerate(stayers):
+            # Cooperative: a member gives up only what moves; what it keeps is never revoked
+            # (an eager rebalance would revoke everything and hand some of it back).
+            assert not revoked[index] & consumer.assignment()
+    finally:
+        if crasher.poll() is None:
+            crasher.kill()
+        crasher.wait(timeout=30)
+        if crasher.stdout is not None:
+            crasher.stdout.close()
+        for consumer in [*stayers, *([newcomer] if newcomer else [])]:
+            consumer.close()
