@@ -12,7 +12,6 @@ Usage: python bench/controller_failover.py [--runs 10]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import socket
@@ -25,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from _common import ROOT, write_report
 
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from cluster.wire import controller_pb2 as cpb
 from cluster.wire import controller_pb2_grpc as cpb_grpc
 
-ROOT = Path(__file__).resolve().parent.parent
 POLL_S = 0.01
 TIMEOUT_S = 60.0
 
@@ -217,9 +216,7 @@ def main() -> int:
             "samples": [round(s, 3) for s in broker_s],
         },
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2))
-    print(json.dumps(report, indent=2))
+    write_report(report, args.output)
     return 0
 
 

@@ -13,7 +13,6 @@ Usage: python bench/metadata_scale.py [--partitions 10000]
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _common import write_report
 from controller_failover import ROOT, Cluster
 
 SNAPSHOT_BYTES = "65536"
@@ -84,9 +84,7 @@ def main() -> int:
         "after_restart": sizes_after,
         "restart_all_to_metadata_served_s": round(recovery_s, 3),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2))
-    print(json.dumps(report, indent=2))
+    write_report(report, args.output)
     return 0
 
 

@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from _common import ROOT, run_json, write_report
+
 LOGRAFT = [sys.executable, "-m", "cluster.cli"]
 PARTITIONS = 6
 
@@ -45,12 +46,6 @@ def _free_base_port(count: int = 3) -> int:
             continue
         return base
     raise RuntimeError("no free port range")
-
-
-def _run_json(args: list[str]) -> dict[str, Any]:
-    done = subprocess.run(args, check=True, capture_output=True, text=True, cwd=ROOT)
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
 
 
 def _create_topic(bootstrap: str, topic: str) -> None:
@@ -97,7 +92,7 @@ def _produce(
     ]
     if rate is not None:
         cmd += ["--throughput", str(rate)]
-    return _run_json(cmd)
+    return run_json(cmd)
 
 
 def main() -> int:
@@ -175,9 +170,7 @@ def main() -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "runs": runs,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2))
-    print(json.dumps(report, indent=2))
+    write_report(report, args.output)
     return 0
 
 

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from _common import ROOT, run_json, write_report
 
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from replica.batch_header import iter_headers
 
-ROOT = Path(__file__).resolve().parent.parent
 LOGRAFT = [sys.executable, "-m", "cluster.cli"]
 
 
@@ -37,12 +37,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def _run_json(args: list[str]) -> dict[str, Any]:
-    done = subprocess.run(args, check=True, capture_output=True, text=True, cwd=ROOT)
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
 
 
 def _raw_fetch(address: str, topic: str, max_bytes: int) -> dict[str, Any]:
@@ -168,7 +162,7 @@ def main() -> int:
                 ]
                 if path == "bulk":
                     cmd.append("--bulk")
-                result = _run_json(cmd)
+                result = run_json(cmd)
                 runs.append({"path": f"produce-{path}", "record_size": size, **result})
                 print(json.dumps(runs[-1]), file=sys.stderr)
             for size, count in (
@@ -179,7 +173,7 @@ def main() -> int:
                 raw = _raw_fetch(address, topic, 8 << 20)
                 runs.append({"record_size": size, "topic": topic, **raw})
                 print(json.dumps(runs[-1]), file=sys.stderr)
-                consumed = _run_json(
+                consumed = run_json(
                     [
                         *LOGRAFT,
                         "--bootstrap",
@@ -205,9 +199,7 @@ def main() -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "runs": runs,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2))
-    print(json.dumps(report, indent=2))
+    write_report(report, args.output)
     return 0
 
 

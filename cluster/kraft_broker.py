@@ -179,7 +179,7 @@ class KRaftBroker:
         self._sync_task: asyncio.Task[None] | None = None
         self._image_waiters: list[asyncio.Future[None]] = []
         self._fetchers = ReplicaFetcherManager(endpoint.node_id, logs, _wall_clock_ms)
-        self.groups = GroupService(logs, self._partition_counts)
+        self.groups = GroupService(logs, lambda: self._topic_counts)
         """Group coordinators for the ``__consumer_offsets`` partitions led here."""
         self._topic_counts: dict[str, int] = {}
         machine.add_listener(self._on_image)
@@ -370,21 +370,18 @@ class KRaftBroker:
             for b in image.unfenced_brokers()
         }
         await self._fetchers.update(followed, addresses)
+        # Partition counts are kept per image, not recomputed for every group request.
+        counts = {t.name: len(t.partitions) for t in image.topics_by_name.values()}
+        changed = counts != self._topic_counts
+        self._topic_counts = counts
         self.groups.sync()
-        counts = self._partition_counts(image)
-        if counts != self._topic_counts:
-            self._topic_counts = counts
+        if changed:
             self.groups.on_topics_changed()
         stale = [tp for tp in self._logs.partitions if tp not in wanted]
         doomed = [d for tp in stale if (d := self._logs.unhost_partition(tp)) is not None]
         if doomed:
             log.info("partitions removed count=%d", len(doomed))
             await loop.run_in_executor(None, remove_directories, doomed)
-
-    def _partition_counts(self, image: MetadataImage | None = None) -> dict[str, int]:
-        """Every topic's partition count, from ``image`` (default: the current image)."""
-        current = self._machine.image if image is None else image
-        return {t.name: len(t.partitions) for t in current.topics_by_name.values()}
 
     def _apply_role(self, partition: Partition, state: PartitionRegistration, now_ms: int) -> None:
         """Lead or follow ``partition`` as the image's registration says."""

@@ -182,7 +182,7 @@ _CLIENT_PARSERS: dict[str, str] = {
     "optional_string": "string, or unset (`None`)",
     "bootstrap_servers": "`host:port[,host:port...]` (or a list)",
     "_acks": "`0`, `1`, `all` (same as `-1`)",
-    "_boolean": "`true` or `false`",
+    "boolean": "`true` or `false`",
     "_compression": "one of " + ", ".join(f"`{c.kafka_name}`" for c in CompressionType),
 }
 """Valid values of the clients' named parsers, by function name; closures are read from

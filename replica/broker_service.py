@@ -185,16 +185,9 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
         timeout_s: float,
     ) -> None:
         """Wait for each partition's acks: its flush (acks=1 under fsync) or its HW (all)."""
-
-        async def settle(partition: Partition, offset: int) -> None:
-            if partition.log.config.flush_policy == FlushPolicy.FSYNC:
-                await partition.wait_flushed(offset)
-            if acks == -1:
-                await partition.wait_acks_all(offset)
-
         outcomes = await asyncio.gather(
             *(
-                asyncio.wait_for(settle(partition, offset), timeout_s)
+                asyncio.wait_for(partition.wait_acked(offset, acks), timeout_s)
                 for _, partition, offset in pending
             ),
             return_exceptions=True,
@@ -489,10 +482,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
         if not request.group_id:
             error = InvalidGroupIdError("group_id must not be empty")
         elif self._frontend is None:
-            error = CoordinatorNotAvailableError(
-                "consumer groups need a controller quorum: start nodes with "
-                "--controller-quorum-voters (lograft cluster up does)"
-            )
+            error = _no_quorum()
         else:
             return await self._frontend.find_coordinator(request.group_id)
         return pb.FindCoordinatorResponse(
@@ -501,10 +491,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
 
     def _group_service(self) -> GroupService:
         if self._groups is None:
-            raise CoordinatorNotAvailableError(
-                "consumer groups need a controller quorum: start nodes with "
-                "--controller-quorum-voters (lograft cluster up does)"
-            )
+            raise _no_quorum()
         return self._groups
 
     async def ConsumerGroupHeartbeat(
@@ -681,6 +668,13 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
                 continue
             response.groups.add(group_id=group_id)
         return response
+
+
+def _no_quorum() -> CoordinatorNotAvailableError:
+    return CoordinatorNotAvailableError(
+        "consumer groups need a controller quorum: start nodes with "
+        "--controller-quorum-voters (lograft cluster up does)"
+    )
 
 
 def _partitions_of(topics: Any) -> list[TopicPartition]:

@@ -36,7 +36,6 @@ from replica.group import (
     partition_for_group,
 )
 from replica.group.records import decode, encode
-from replica.log.config import FlushPolicy
 from replica.log_manager import LogManager
 from replica.partition import Partition
 from replica.records import encode_batch, iter_records
@@ -256,13 +255,7 @@ class GroupService:
         data = bytearray(encode_batch([v for _, v in pairs], [k for k, _ in pairs]))
         headers = validate_batches(data, max(len(data), partition.log.config.max_message_bytes))
         appended = partition.append_as_leader(data, headers, -1, self._now_ms())
-
-        async def settle() -> None:
-            if partition.log.config.flush_policy == FlushPolicy.FSYNC:
-                await partition.wait_flushed(appended.required_offset)
-            await partition.wait_acks_all(appended.required_offset)
-
-        await asyncio.wait_for(settle(), APPEND_TIMEOUT_S)
+        await asyncio.wait_for(partition.wait_acked(appended.required_offset, -1), APPEND_TIMEOUT_S)
 
     # ---- expiry ----------------------------------------------------------------------------
 

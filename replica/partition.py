@@ -86,11 +86,6 @@ class Partition:
         """Whether this broker leads the partition (at :attr:`leader_epoch`)."""
         return self._leader is not None
 
-    @property
-    def leader_state(self) -> LeaderState | None:
-        """The replication state while leader (read-only use: ISR, follower progress)."""
-        return self._leader
-
     def become_leader(
         self,
         *,
@@ -203,14 +198,15 @@ class Partition:
         if self._acks_waiters:
             still_waiting = []
             for offset, waiter in self._acks_waiters:
+                if waiter.done():
+                    continue  # cancelled: its produce timed out
                 status = leader.completed_acks_all(offset)
                 if not status.done:
                     still_waiting.append((offset, waiter))
-                elif not waiter.done():
-                    if status.error is None:
-                        waiter.set_result(None)
-                    else:
-                        waiter.set_exception(status.error)
+                elif status.error is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(status.error)
             self._acks_waiters = still_waiting
 
     def set_follower_high_watermark(self, leader_high_watermark: int) -> None:
@@ -272,24 +268,34 @@ class Partition:
                 required_offset = max(required_offset, base + header.last_offset_delta + 1)
         return LeaderAppend(tuple(base_offsets), required_offset, append_time)
 
-    async def wait_acks_all(self, required_offset: int) -> None:
-        """Return once the high watermark reaches ``required_offset``.
+    def acks_all_waiter(self, required_offset: int) -> asyncio.Future[None]:
+        """A future done once the high watermark reaches ``required_offset``.
 
-        Raises NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR drops below
-        ``min.insync.replicas`` first, NOT_LEADER_OR_FOLLOWER if leadership moves.
+        It fails with NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR drops below
+        ``min.insync.replicas`` first, NOT_LEADER_OR_FOLLOWER if leadership moves. A
+        cancelled waiter is simply dropped.
         """
         leader = self._require_leader()
-        status = leader.completed_acks_all(required_offset)
-        if status.done:
-            if status.error is not None:
-                raise status.error
-            return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._acks_waiters.append((required_offset, waiter))
-        try:
-            await waiter
-        finally:
-            self._acks_waiters = [(o, w) for o, w in self._acks_waiters if w is not waiter]
+        status = leader.completed_acks_all(required_offset)
+        if not status.done:
+            self._acks_waiters.append((required_offset, waiter))
+        elif status.error is not None:
+            waiter.set_exception(status.error)
+        else:
+            waiter.set_result(None)
+        return waiter
+
+    async def wait_acked(self, required_offset: int, acks: int) -> None:
+        """Return once a produce ending before ``required_offset`` may be answered.
+
+        Under ``flush.policy=fsync`` the leader's own copy must be flushed (every ``acks``);
+        with ``acks=-1`` the high watermark must pass it as well.
+        """
+        if self.log.config.flush_policy == FlushPolicy.FSYNC:
+            await self.wait_flushed(required_offset)
+        if acks == -1:
+            await self.acks_all_waiter(required_offset)
 
     def _fail_acks_waiters(self, error: LograftError) -> None:
         waiters, self._acks_waiters = self._acks_waiters, []

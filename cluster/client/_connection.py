@@ -51,6 +51,7 @@ __all__ = [
     "PartitionInfo",
     "TopicInfo",
     "TopicPartition",
+    "boolean",
     "map_rpc_error",
     "parse_bootstrap_servers",
     "resolve_config",
@@ -94,6 +95,15 @@ def int_at_least(low: int) -> Callable[[object], object]:
         return number
 
     return parse
+
+
+def boolean(value: object) -> object:
+    """A config parser: ``True``/``False`` or the strings ``true``/``false``."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError("expected true or false")
 
 
 def one_of(*choices: str) -> Callable[[object], object]:

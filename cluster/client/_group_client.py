@@ -13,9 +13,7 @@
   the group when ``poll`` is not called within ``max.poll.interval.ms``. The membership is
   only touched under the member's lock; RPCs are sent without holding it.
 
-Group error codes that :mod:`cluster.errors` has no class for yet (``NOT_COORDINATOR``,
-``ILLEGAL_GENERATION``, ``STALE_MEMBER_EPOCH``, ...) become the classes defined here, each
-with Kafka's name, code and ``retriable`` flag (:func:`group_error_for_code`).
+Group error codes become the typed errors of :mod:`cluster.errors`.
 """
 
 from __future__ import annotations
@@ -42,14 +40,9 @@ from cluster.wire import broker_pb2 as pb
 from ._connection import Connections, TopicPartition, map_rpc_error
 from ._membership import GroupMembership, HeartbeatFields, MemberState, Reconciliation
 
-__all__ = ["CoordinatorClient", "GroupMember", "group_error_for_code"]
+__all__ = ["CoordinatorClient", "GroupMember"]
 
 logger = logging.getLogger(__name__)
-
-
-def group_error_for_code(code: int, message: str = "") -> LograftError:
-    """The typed error of a Kafka error code, group codes included."""
-    return error_for_code(code, message)
 
 
 _FORGET_COORDINATOR = frozenset({CoordinatorNotAvailableError.code, NotCoordinatorError.code})
@@ -127,7 +120,7 @@ class CoordinatorClient:
                 timeout_ms=timeout_ms,
             )
             if response.error_code:
-                raise group_error_for_code(
+                raise error_for_code(
                     response.error_code, response.error_message or f"group {self.group_id}"
                 )
             known = (response.node_id, response.host, response.port)
@@ -205,11 +198,11 @@ class CoordinatorClient:
         def attempt(remaining_ms: int) -> None:
             response = self.call_once("OffsetCommit", request, remaining_ms)
             if response.error_code:
-                raise group_error_for_code(response.error_code, response.error_message)
+                raise error_for_code(response.error_code, response.error_message)
             for topic in response.topics:
                 for p in topic.partitions:
                     if p.error_code:
-                        raise group_error_for_code(
+                        raise error_for_code(
                             p.error_code, p.error_message or f"{topic.name}-{p.partition}"
                         )
 
@@ -234,13 +227,13 @@ class CoordinatorClient:
         def attempt(remaining_ms: int) -> dict[TopicPartition, int | None]:
             response = self.call_once("OffsetFetch", request, remaining_ms)
             if response.error_code:
-                raise group_error_for_code(response.error_code, response.error_message)
+                raise error_for_code(response.error_code, response.error_message)
             found: dict[TopicPartition, int | None] = dict.fromkeys(wanted)
             for topic in response.topics:
                 for p in topic.partitions:
                     tp = TopicPartition(topic.name, p.partition)
                     if p.error_code:
-                        raise group_error_for_code(p.error_code, str(tp))
+                        raise error_for_code(p.error_code, str(tp))
                     if tp in found:
                         found[tp] = p.committed_offset if p.committed_offset >= 0 else None
             return found
@@ -524,7 +517,7 @@ class GroupMember:
                 self._failures += 1
                 self._retry_at_ms = _now_ms() + backoff_ms
                 if self._membership.state is MemberState.FATAL:
-                    self._fatal = group_error_for_code(code, response.error_message)
+                    self._fatal = error_for_code(code, response.error_message)
             else:
                 self._failures = 0
             self._enqueue(step)

@@ -48,7 +48,14 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cluster.errors import IllegalStateError, LograftError, error_for_code
+from cluster.errors import (
+    FencedMemberEpochError,
+    IllegalStateError,
+    LograftError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
+    error_for_code,
+)
 
 from ._connection import TopicPartition
 
@@ -65,11 +72,7 @@ logger = logging.getLogger(__name__)
 
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
-_FENCED_CODES = frozenset({25, 110})  # UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH
-_RETRY_CODES = frozenset(
-    {14, 15, 16}
-)  # COORDINATOR_LOAD_IN_PROGRESS/_NOT_AVAILABLE, NOT_COORDINATOR
-_STALE_EPOCH_CODE = 113  # STALE_MEMBER_EPOCH: heartbeat again with the current epoch
+_FENCED_CODES = frozenset({UnknownMemberIdError.code, FencedMemberEpochError.code})
 
 
 class MemberState(enum.Enum):
@@ -258,9 +261,7 @@ class GroupMembership:
                 # The answer to a heartbeat sent before leave(): the leave is still to send.
                 self._urgent = True
                 return Reconciliation()
-            if error_code in _RETRY_CODES or (
-                error_code and error_for_code(error_code, error_message).retriable
-            ):
+            if error_code and error_for_code(error_code, error_message).retriable:
                 self._urgent = True
                 return Reconciliation()
             # Done, or the coordinator no longer knows the member, or refuses for good:
@@ -268,7 +269,8 @@ class GroupMembership:
             return self._left()
         if error_code in _FENCED_CODES:
             return self._fenced(error_code, error_message)
-        if error_code in _RETRY_CODES or error_code == _STALE_EPOCH_CODE:
+        if error_code == StaleMemberEpochError.code:
+            # Not retriable for a commit, but a heartbeat just goes again with its epoch.
             self.on_heartbeat_failed()
             return Reconciliation()
         if error_code:
@@ -366,7 +368,7 @@ class GroupMembership:
         )
         lost = self._drop_all()
         self._transition(MemberState.FENCED)
-        if error_code == 25:
+        if error_code == UnknownMemberIdError.code:
             self.member_id = ""
         self.member_epoch = JOIN_EPOCH
         self._transition(MemberState.JOINING)

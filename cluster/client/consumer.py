@@ -59,6 +59,7 @@ from cluster.errors import (
     LograftError,
     NetworkError,
     OffsetOutOfRangeError,
+    StaleMemberEpochError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
@@ -72,6 +73,7 @@ from ._connection import (
     ConfigDef,
     Connections,
     TopicPartition,
+    boolean,
     int_at_least,
     map_rpc_error,
     one_of,
@@ -91,14 +93,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _INT32_MAX = 2**31 - 1
-
-
-def _boolean(value: object) -> object:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise ValueError("expected true or false")
 
 
 def _int32_at_least(low: int) -> Callable[[object], object]:
@@ -145,7 +139,7 @@ CONSUMER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef(
         "enable.auto.commit",
         True,
-        _boolean,
+        boolean,
         "with group.id: commit the positions of what poll() returned periodically, "
         "before partitions are revoked and on close()",
     ),
@@ -182,7 +176,6 @@ _LATEST = -1
 _FETCH_AHEAD = 1
 """Completed fetches a partition may have buffered while another is requested."""
 _CLOSE_TIMEOUT_MS = 30000
-_STALE_MEMBER_EPOCH = 113
 
 RebalanceCallback = Callable[["Consumer", list[TopicPartition]], None]
 """``callback(consumer, partitions)``: what ``subscribe`` calls on a rebalance."""
@@ -702,7 +695,7 @@ class Consumer:
                     # answer that says so is on its way; commit again with the new one.
                     if (
                         member is None
-                        or exc.code != _STALE_MEMBER_EPOCH
+                        or exc.code != StaleMemberEpochError.code
                         or not member.wait_for_new_epoch(
                             member_id, member_epoch, deadline - time.monotonic()
                         )

@@ -95,6 +95,7 @@ from ._connection import (
     ConfigDef,
     Connections,
     TopicPartition,
+    boolean,
     int_at_least,
     map_rpc_error,
     resolve_config,
@@ -128,14 +129,6 @@ def _compression(value: object) -> object:
     return int(CompressionType.from_name(value))
 
 
-def _boolean(value: object) -> object:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise ValueError("expected true or false")
-
-
 PRODUCER_CONFIGS: tuple[ConfigDef, ...] = (
     *COMMON_CONFIGS,
     ConfigDef("acks", -1, _acks, "0: no acknowledgement, 1: leader, all (-1): every ISR"),
@@ -158,7 +151,7 @@ PRODUCER_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef(
         "enable.idempotence",
         True,
-        _boolean,
+        boolean,
         "write each record once and in order despite retries (producer id and batch "
         "sequences); needs acks=all, retries > 0 and at most 5 requests in flight. Left "
         "unset, an incompatible setting turns it off; set to true, it is an error",
@@ -200,9 +193,6 @@ _PRODUCER_FIELDS_OFFSET = 43
 """Where ``producerId`` starts in a RecordBatch v2 header (see ``replica.batch_header``)."""
 _RECORDS_COUNT_OFFSET = _PRODUCER_FIELDS_OFFSET + _PRODUCER_FIELDS.size
 _CRC = struct.Struct(">I")
-_RETRIABLE_INIT_PRODUCER_ID_CODES = frozenset({14, 15})
-"""COORDINATOR_LOAD_IN_PROGRESS and COORDINATOR_NOT_AVAILABLE: retriable answers to
-InitProducerId that ``cluster.errors`` has no class for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1044,7 +1034,7 @@ class Producer:
                 self.config["client.id"],
             )
             return
-        if error.retriable or code in _RETRIABLE_INIT_PRODUCER_ID_CODES:
+        if error.retriable:
             self._producer_id_retry_at = time.monotonic() + self._backoff_s
             logger.info("InitProducerId failed, will retry error_code=%d error=%s", code, error)
             return
