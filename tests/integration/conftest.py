@@ -10,7 +10,7 @@ import pytest
 
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from tests.integration.nodes import NodeProcess
-from tests.integration.quorum import QuorumCluster
+from tests.integration.quorum import OFFSETS_PARTITIONS, QuorumCluster
 
 
 @pytest.fixture
@@ -38,6 +38,19 @@ def cluster(tmp_path: Path) -> Iterator[QuorumCluster]:
     """Three running combined-role nodes (one quorum); all killed at teardown, even if
     a test left one stopped with SIGSTOP (SIGKILL ends it all the same)."""
     running = QuorumCluster(tmp_path)
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def grouped(tmp_path: Path) -> Iterator[QuorumCluster]:
+    """Like ``cluster``, with a three-partition ``__consumer_offsets`` for group tests."""
+    running = QuorumCluster(
+        tmp_path, configs={"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)}
+    )
     running.start()
     try:
         yield running

@@ -15,6 +15,8 @@ from tests.integration.nodes import NodeProcess, free_port, wait_until
 
 RPC_TIMEOUT_S = 5.0
 CLUSTER_TIMEOUT_S = 60.0
+# Few partitions of __consumer_offsets keep a group test's cluster quick to set up.
+OFFSETS_PARTITIONS = 3
 
 
 @dataclass

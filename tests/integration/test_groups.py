@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -18,24 +17,10 @@ from cluster.wire import broker_pb2_grpc as pb_grpc
 from replica.group import partition_for_group
 from replica.group_service import OFFSETS_TOPIC
 from tests.integration.nodes import wait_until
-from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
+from tests.integration.quorum import CLUSTER_TIMEOUT_S, OFFSETS_PARTITIONS, QuorumCluster
 from tests.integration.wire_helpers import TIMEOUT_S
 
 pytestmark = pytest.mark.integration
-
-OFFSETS_PARTITIONS = 3
-
-
-@pytest.fixture
-def grouped(tmp_path: Path) -> Iterator[QuorumCluster]:
-    running = QuorumCluster(
-        tmp_path, configs={"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)}
-    )
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def _find(cluster: QuorumCluster, node_id: int, group_id: str) -> pb.FindCoordinatorResponse:
