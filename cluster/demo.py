@@ -11,12 +11,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from cluster.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from cluster.client import AdminClient, Consumer, NewTopic, Producer
 from cluster.errors import LograftError, TopicAlreadyExistsError
 from cluster.launcher import ClusterSpec, LocalCluster
 
 DEMO_TOPIC = "demo"
 DEMO_RECORDS = 12
+DEMO_GROUP = "demo-readers"
 CONSUME_DEADLINE_S = 30.0
 
 
@@ -45,9 +46,17 @@ def _demo(bootstrap: str) -> None:
         for future in futures[:3]:
             meta = future.result()
             print(f"produced to partition {meta.partition} at offset {meta.offset}")
-    with Consumer({**config, "auto.offset.reset": "earliest"}) as consumer:
-        consumer.assign([TopicPartition(DEMO_TOPIC, p) for p in range(3)])
-        consumer.seek_to_beginning()
+    # A consumer group: the coordinator assigns the partitions, the member commits what it
+    # has read, and a later member of the same group resumes there (a rerun of the demo
+    # reads only the records that run added).
+    group_config = {
+        **config,
+        "group.id": DEMO_GROUP,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    with Consumer(group_config) as consumer:
+        consumer.subscribe([DEMO_TOPIC])
         seen = 0
         deadline = time.monotonic() + CONSUME_DEADLINE_S
         while seen < DEMO_RECORDS and time.monotonic() < deadline:
@@ -57,7 +66,13 @@ def _demo(bootstrap: str) -> None:
                     key = record.key.decode() if record.key else None
                     value = record.value.decode() if record.value else None
                     print(f"consumed p{record.partition}@{record.offset} key={key} value={value}")
-        print(f"consumed {seen} records in total")
+        committed = consumer.commit()
+        owned = sorted(tp.partition for tp in consumer.assignment())
+        print(f"consumed {seen} records in group {DEMO_GROUP!r} (partitions {owned})")
+        print(
+            "committed offsets: "
+            + ", ".join(f"p{tp.partition}={offset}" for tp, offset in sorted(committed.items()))
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
