@@ -44,6 +44,7 @@ from controller.storage.disk_storage import DiskStorage
 from replica.broker_service import BrokerEndpoint, BrokerService
 from replica.log.config import FlushPolicy
 from replica.log.partition_log import delete_files
+from replica.log_cleaner_loop import LogCleaner
 from replica.log_manager import LogManager
 from replica.topic_partition import TopicPartition
 
@@ -136,6 +137,7 @@ class Node:
         self._starters: list[Callable[[], Awaitable[None]]] = []
         self._stoppables: list[Callable[[], Awaitable[None]]] = []
         self._storage: DiskStorage | None = None
+        self._cleaner: LogCleaner | None = None
         self.bound_port = config.port
 
     async def start(self) -> None:
@@ -177,6 +179,11 @@ class Node:
             asyncio.create_task(self._housekeeping(), name="housekeeping"),
             asyncio.create_task(self._interval_flusher(), name="interval-flusher"),
         ]
+        if "broker" in self.config.process_roles and self.config.log_cleaner_enable:
+            self._cleaner = LogCleaner(
+                self.logs, wall_clock_ms, backoff_ms=self.config.log_cleaner_backoff_ms
+            )
+            self._cleaner.start()
         log.info(
             "node ready node_id=%d listen=%s:%d cluster_id=%s roles=%s open_file_limit=%d",
             self.config.node_id,
@@ -246,6 +253,7 @@ class Node:
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             offsets_topic_partitions=config.offsets_topic_num_partitions,
             offsets_topic_replication_factor=config.offsets_topic_replication_factor,
+            node_config=config,
         )
         self._starters.append(broker.start)
         self._stoppables.insert(0, broker.stop)
@@ -256,6 +264,8 @@ class Node:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._cleaner is not None:
+            await self._cleaner.stop()  # before the logs close: its thread reads them
         for stop in self._stoppables:
             await stop()
         if self._server is not None:

@@ -27,6 +27,11 @@ BROKER_TO_TOPIC_CONFIG: dict[str, str] = {
     "log.flush.interval.ms": "flush.ms",
     "log.message.timestamp.type": "message.timestamp.type",
     "min.insync.replicas": "min.insync.replicas",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
 }
 """Broker default → the topic config it sets the default of."""
 
@@ -89,8 +94,26 @@ NODE_CONFIGS: dict[str, tuple[int, int, str]] = {
         "removed from the ISR (Kafka: 30000; lograft fences dead brokers within "
         "broker.session.timeout.ms, so this only catches slow or cut-off followers).",
     ),
+    "log.cleaner.enable": (
+        True,
+        0,
+        "Run the log cleaner, which compacts topics with cleanup.policy=compact (true or "
+        "false). Off, compacted topics (__consumer_offsets among them) grow forever.",
+    ),
+    "log.cleaner.backoff.ms": (
+        15_000,
+        1,
+        "How long the log cleaner sleeps when no log needs cleaning.",
+    ),
+    "offsets.topic.segment.bytes": (
+        100 * 1024 * 1024,
+        14,
+        "segment.bytes of __consumer_offsets (set when it is created): the cleaner compacts "
+        "closed segments only, so smaller ones are compacted sooner.",
+    ),
 }
-"""Node-only integer settings: name → (default, minimum, description)."""
+"""Node-only settings: name → (default, minimum, description); a ``bool`` default means the
+setting takes true or false."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +141,9 @@ class NodeConfig:
     num_partitions: int = 1
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
+    log_cleaner_enable: bool = True
+    log_cleaner_backoff_ms: int = 15_000
+    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
 
     @property
     def in_quorum(self) -> bool:
@@ -148,12 +174,18 @@ class NodeConfig:
         if not host or not 0 <= port <= 65535:
             raise InvalidConfigError(f"listener {listen!r} is not host:port")
         topic_overrides: dict[str, str] = {}
-        node_values = {name: default for name, (default, _, _) in NODE_CONFIGS.items()}
+        node_configs = NODE_CONFIGS
+        node_values = {name: default for name, (default, _, _) in node_configs.items()}
         for name, value in (overrides or {}).items():
             if name in BROKER_TO_TOPIC_CONFIG:
                 topic_overrides[BROKER_TO_TOPIC_CONFIG[name]] = value
-            elif name in NODE_CONFIGS:
-                minimum = NODE_CONFIGS[name][1]
+            elif isinstance(node_configs.get(name, (0,))[0], bool):
+                flag = value.strip().lower()
+                if flag not in ("true", "false"):
+                    raise InvalidConfigError(f"{name}={value!r} is not true or false")
+                node_values[name] = flag == "true"
+            elif name in node_configs:
+                minimum = node_configs[name][1]
                 try:
                     parsed = int(value)
                 except ValueError:
@@ -189,6 +221,9 @@ class NodeConfig:
             num_partitions=node_values["num.partitions"],
             offsets_topic_num_partitions=node_values["offsets.topic.num.partitions"],
             offsets_topic_replication_factor=node_values["offsets.topic.replication.factor"],
+            log_cleaner_enable=bool(node_values["log.cleaner.enable"]),
+            log_cleaner_backoff_ms=node_values["log.cleaner.backoff.ms"],
+            offsets_topic_segment_bytes=node_values["offsets.topic.segment.bytes"],
             node_id=node_id,
             data_dir=data_dir,
             host=host,

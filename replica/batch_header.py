@@ -136,7 +136,9 @@ def batch_crc(buf: bytes | bytearray | memoryview, header: BatchHeader) -> int:
     return int(_crc32c.crc32c(memoryview(buf)[start : header.position + header.size]))
 
 
-def _check_batch(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+def _check_batch(
+    buf: bytes | bytearray | memoryview, header: BatchHeader, compacted_ok: bool = False
+) -> None:
     if header.magic != MAGIC:
         raise CorruptMessageError(f"unsupported magic {header.magic} at {header.position}")
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
@@ -146,9 +148,18 @@ def _check_batch(buf: bytes | bytearray | memoryview, header: BatchHeader) -> No
             f"truncated batch at {header.position}: needs {header.size} bytes, "
             f"{len(buf) - header.position} present"
         )
-    if header.records_count <= 0:
+    if compacted_ok:
+        # The log cleaner keeps a batch's offsets but drops records (Kafka's filterTo), so a
+        # stored batch may hold fewer records than its offset range, even none (kept empty
+        # for its producer's state).
+        if header.records_count < 0 or header.last_offset_delta < max(header.records_count - 1, 0):
+            raise CorruptMessageError(
+                f"batch at {header.position}: {header.records_count} records, "
+                f"lastOffsetDelta {header.last_offset_delta}"
+            )
+    elif header.records_count <= 0:
         raise CorruptMessageError(f"batch at {header.position} has {header.records_count} records")
-    if header.last_offset_delta != header.records_count - 1:
+    elif header.last_offset_delta != header.records_count - 1:
         raise CorruptMessageError(
             f"lastOffsetDelta {header.last_offset_delta} does not match "
             f"recordsCount {header.records_count}"
@@ -214,8 +225,12 @@ def validate_batches(
 
 
 def check_stored_batch(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
-    """Validate a batch read back from disk (structure and CRC); raises ``CorruptMessageError``."""
-    _check_batch(buf, header)
+    """Validate a batch read back from disk (structure and CRC); raises ``CorruptMessageError``.
+
+    Unlike a produced batch, a stored one may have been compacted: fewer records than
+    ``lastOffsetDelta + 1``, or none at all.
+    """
+    _check_batch(buf, header, compacted_ok=True)
 
 
 def assign_offsets(

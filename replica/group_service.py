@@ -27,7 +27,7 @@ from cluster.errors import (
     LograftError,
     NotCoordinatorError,
 )
-from replica.batch_header import validate_batches
+from replica.batch_header import iter_headers, validate_batches
 from replica.group import (
     CoordinatorState,
     GroupCoordinator,
@@ -157,12 +157,15 @@ class GroupService:
         count = 0
         while offset < end:
             data = partition.log.read(offset, _READ_CHUNK)
-            records = list(iter_records(data, offset))
-            if not records:
+            # By batch ends, not record offsets: a compacted log has holes and even batches
+            # without records, which must not end the replay early.
+            next_offset = max((h.next_offset for h in iter_headers(data)), default=offset)
+            if next_offset <= offset:
                 break
+            records = list(iter_records(data, offset))
             coordinator.replay(decode(r.key or b"", r.value) for r in records if r.key is not None)
             count += len(records)
-            offset = records[-1].offset + 1
+            offset = next_offset
         return count
 
     # ---- requests --------------------------------------------------------------------------
@@ -206,7 +209,20 @@ class GroupService:
         return action(slot.coordinator)
 
     def all_coordinators(self) -> list[GroupCoordinator]:
-        """The active coordinators of this broker (for ListGroups)."""
+        """The active coordinators of this broker (for ListGroups).
+
+        ``COORDINATOR_LOAD_IN_PROGRESS`` while one is still loading, as Kafka answers: a
+        listing without that partition's groups would look complete but is not.
+        """
+        loading = sorted(
+            index
+            for index, s in self._slots.items()
+            if s.coordinator.state is CoordinatorState.LOADING
+        )
+        if loading:
+            raise CoordinatorLoadInProgressError(
+                f"{OFFSETS_TOPIC} partitions {','.join(map(str, loading))} are loading"
+            )
         return [
             s.coordinator
             for s in self._slots.values()

@@ -699,8 +699,8 @@ def iter_records(buf: bytes | bytearray | memoryview, start_offset: int = 0) -> 
 
     Batches are CRC-checked before decoding; control batches (transaction markers) are
     skipped; a partial batch at the end, which a size-limited fetch may return, ends the
-    iteration silently. Raises ``CorruptMessageError`` for a CRC mismatch or a malformed
-    batch.
+    iteration silently; empty batches (left by log compaction) are skipped. Raises
+    ``CorruptMessageError`` for a CRC mismatch or a malformed batch.
     """
     position = 0
     size = len(buf)
@@ -719,8 +719,8 @@ def iter_records(buf: bytes | bytearray | memoryview, start_offset: int = 0) -> 
         if header.next_offset <= start_offset:
             continue
         check_stored_batch(buf, header)
-        if header.is_control:
-            continue
+        if header.is_control or not header.records_count:
+            continue  # a compacted batch may be empty: kept only for its producer's state
         for record in decode_records(buf, header):
             if record.offset >= start_offset:
                 yield record

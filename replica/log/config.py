@@ -12,7 +12,21 @@ from dataclasses import dataclass
 
 from cluster.errors import InvalidConfigError
 
-__all__ = ["TOPIC_CONFIGS", "ConfigDef", "FlushPolicy", "LogConfig"]
+__all__ = ["MAX_LONG", "TOPIC_CONFIGS", "CleanupPolicy", "ConfigDef", "FlushPolicy", "LogConfig"]
+
+MAX_LONG = 2**63 - 1
+"""Java's ``Long.MAX_VALUE``: Kafka's "never" for ``max.compaction.lag.ms``."""
+
+
+class CleanupPolicy:
+    """Values of ``cleanup.policy`` (a list: ``compact,delete`` enables both)."""
+
+    DELETE = "delete"
+    """Delete whole old segments per ``retention.ms`` / ``retention.bytes`` (the default)."""
+    COMPACT = "compact"
+    """Keep at least the latest record of every key (log compaction)."""
+    COMPACT_DELETE = "compact,delete"
+    """Both: compact, and also delete segments past retention."""
 
 
 class FlushPolicy:
@@ -47,6 +61,21 @@ def _bool(text: str) -> bool:
     return lowered == "true"
 
 
+def _float(text: str) -> float:
+    value = float(text.strip())
+    if value != value:  # NaN compares unequal to itself and would pass any range check
+        raise ValueError(text)
+    return value
+
+
+def _cleanup_policy(text: str) -> str:
+    """Kafka's list syntax: comma-separated, any order, duplicates allowed; canonical form."""
+    items = {item.strip() for item in text.split(",")}
+    if not items or not items <= {CleanupPolicy.DELETE, CleanupPolicy.COMPACT}:
+        raise ValueError(text)
+    return ",".join(sorted(items))  # "compact", "delete" or "compact,delete"
+
+
 def _choice(*options: str) -> Callable[[str], object]:
     def parse(text: str) -> str:
         return text.strip()
@@ -71,6 +100,30 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
+    cleanup_policy: str = CleanupPolicy.DELETE
+    min_cleanable_dirty_ratio: float = 0.5
+    delete_retention_ms: int = 86_400_000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = MAX_LONG
+
+    @property
+    def compact(self) -> bool:
+        """Whether ``cleanup.policy`` includes ``compact`` (the log cleaner runs)."""
+        return CleanupPolicy.COMPACT in self.cleanup_policy.split(",")
+
+    @property
+    def max_segment_ms(self) -> int:
+        """When the active segment rolls by age: ``segment.ms``, or for a compacted log
+        ``max.compaction.lag.ms`` if smaller (Kafka's ``LogConfig.maxSegmentMs``): the
+        cleaner never cleans the active segment, so it must close in time (KIP-354)."""
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
+    @property
+    def delete(self) -> bool:
+        """Whether ``cleanup.policy`` includes ``delete`` (time and size retention apply)."""
+        return CleanupPolicy.DELETE in self.cleanup_policy.split(",")
 
     def with_overrides(self, overrides: Mapping[str, str]) -> LogConfig:
         """Return a copy with Kafka-named overrides applied; raises ``InvalidConfigError``."""
@@ -209,6 +262,54 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "true or false",
             "Let an out-of-sync replica become leader when no in-sync one is live: the "
             "partition comes back, but acknowledged writes may be lost.",
+        ),
+        ConfigDef(
+            "cleanup.policy",
+            "cleanup_policy",
+            _cleanup_policy,
+            _in(CleanupPolicy.DELETE, CleanupPolicy.COMPACT, CleanupPolicy.COMPACT_DELETE),
+            "delete, compact, or both (compact,delete)",
+            "delete: drop whole old segments per retention.ms and retention.bytes. compact: "
+            "the log cleaner keeps at least the latest record of every key (records need "
+            "keys; a null value is a tombstone that deletes its key); retention then deletes "
+            "nothing. compact,delete: both.",
+        ),
+        ConfigDef(
+            "min.cleanable.dirty.ratio",
+            "min_cleanable_dirty_ratio",
+            _float,
+            lambda v: isinstance(v, float) and 0.0 <= v <= 1.0,
+            "number in [0, 1]",
+            "Compacted topics: clean a log once the part not yet cleaned is at least this "
+            "fraction of the cleanable log (or once max.compaction.lag.ms passed).",
+        ),
+        ConfigDef(
+            "delete.retention.ms",
+            "delete_retention_ms",
+            _int,
+            _ge(0),
+            "integer >= 0",
+            "Compacted topics: how long a tombstone stays readable after the cleaner first "
+            "saw it, so that consumers reading from the start see the delete.",
+        ),
+        ConfigDef(
+            "min.compaction.lag.ms",
+            "min_compaction_lag_ms",
+            _int,
+            _ge(0),
+            "integer >= 0",
+            "Compacted topics: a segment is cleaned only once its newest record is at "
+            "least this old, so recent updates stay readable uncompacted.",
+        ),
+        ConfigDef(
+            "max.compaction.lag.ms",
+            "max_compaction_lag_ms",
+            _int,
+            lambda v: isinstance(v, int) and 1 <= v <= MAX_LONG,
+            "integer in [1, 9223372036854775807]",
+            "Compacted topics: clean a log whose oldest uncleaned record is this old even "
+            "if min.cleanable.dirty.ratio is not reached; the active segment rolls at least "
+            "this often (the cleaner cleans closed segments only).",
         ),
     )
 }

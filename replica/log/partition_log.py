@@ -7,8 +7,16 @@ checkpoint (``leader-epoch-checkpoint``, see below) and, between a clean close a
 open, a clean-shutdown marker (``.clean_shutdown``). Other files in the directory are left
 alone.
 
-Offsets are contiguous: each segment starts where the previous one ends, and the log start
-offset is the first segment's base offset (retention deletes whole segments only).
+Offsets increase from segment to segment: each segment starts at or after the end of the
+previous one, and the log start offset is the first segment's base offset (retention
+deletes whole segments only). They are contiguous unless the log cleaner compacted the log
+(``cleanup.policy=compact``, :mod:`replica.log.cleaner`) or a follower copied a leader
+whose log was compacted: then whole batches, or all batches of a segment, are missing, and
+every lookup of an offset in such a hole finds the next batch, as in Kafka.
+
+Compaction swaps cleaned segments in with :meth:`PartitionLog.commit_cleaning`; the
+``cleaner-swap`` file it writes first makes the swap all or nothing across a crash (see
+there), and ``cleaner-offset-checkpoint`` remembers where the dirty part of the log starts.
 
 Recovery at :meth:`PartitionLog.open`: after a clean shutdown, indexes that pass their
 sanity checks are trusted. Otherwise every segment from the one holding the recovery point
@@ -52,6 +60,13 @@ from replica.batch_header import (
     parse_header,
     set_log_append_time,
 )
+from replica.log.cleaner import (
+    CleanableView,
+    CleaningInput,
+    CleaningResult,
+    SourceSegment,
+    remove_staged_files,
+)
 from replica.log.config import LogConfig
 from replica.log.epoch_checkpoint import (
     LEADER_EPOCH_CHECKPOINT_TMP_FILE,
@@ -60,17 +75,23 @@ from replica.log.epoch_checkpoint import (
 )
 from replica.log.offset_index import CorruptIndexError
 from replica.log.segment import (
+    CLEANED_SUFFIX,
     DELETED_SUFFIX,
+    INDEX_SUFFIX,
     LOG_SUFFIX,
     MAX_RELATIVE_OFFSET,
     MAX_SEGMENT_BYTES,
+    TIME_INDEX_SUFFIX,
     LogSegment,
     parse_segment_file_name,
+    segment_file,
 )
 from replica.replication.errors import LeaderEpochCheckpointError
 from replica.replication.leader_epoch_cache import LeaderEpochCache
 
 __all__ = [
+    "CLEANER_CHECKPOINT_FILE",
+    "CLEANER_SWAP_FILE",
     "CLEAN_SHUTDOWN_FILE",
     "RECOVERY_POINT_FILE",
     "AppendResult",
@@ -82,6 +103,13 @@ log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+"""The first offset not yet cleaned and the earliest delete horizon of the tombstones in
+the cleaned part (Kafka keeps the offsets in one such file per log directory)."""
+CLEANER_SWAP_FILE = "cleaner-swap"
+"""Written before cleaned segments replace old ones; present only while a swap is done."""
+_SWAP_VERSION = 0
+_MAX_SWAP_BYTES = 4 * 1024 * 1024
 _CHECKPOINT_VERSION = 0
 _MAX_CHECKPOINT_BYTES = 64
 _LOG_APPEND_TIME = "LogAppendTime"
@@ -136,6 +164,110 @@ def _read_checkpoint(directory: Path) -> int | None:
         return None
 
 
+def _read_cleaner_checkpoint(directory: Path) -> tuple[int, int] | None:
+    """``(first dirty offset, tombstone horizon ms)``, or None if missing or not valid (then
+    the whole log counts as dirty, which costs work, not data)."""
+    path = directory / CLEANER_CHECKPOINT_FILE
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(_MAX_CHECKPOINT_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    try:
+        if len(data) > _MAX_CHECKPOINT_BYTES:
+            raise ValueError(f"{len(data)} bytes")
+        version, offset, horizon, trailer = data.decode("ascii").split("\n")
+        if int(version) != _CHECKPOINT_VERSION or trailer or int(offset) < 0 or int(horizon) < -1:
+            raise ValueError(f"unexpected content {data!r}")
+        return int(offset), int(horizon)
+    except ValueError as exc:
+        log.warning("ignoring invalid cleaner checkpoint dir=%s reason=%s", directory, exc)
+        return None
+
+
+def _encode_swap(old_bases: list[int], new_bases: list[int]) -> bytes:
+    return (
+        f"{_SWAP_VERSION}\n{','.join(map(str, old_bases))}\n{','.join(map(str, new_bases))}\n"
+    ).encode("ascii")
+
+
+def _read_swap(directory: Path) -> tuple[list[int], list[int]] | None:
+    """``(old bases, new bases)`` of a committed cleaner swap, or None if there is none.
+
+    The file is written atomically, so one that does not parse is damage, not a torn write:
+    ``KafkaStorageError`` (which of old and new segments are valid is then unknown).
+    """
+    try:
+        with open(directory / CLEANER_SWAP_FILE, "rb") as handle:
+            data = handle.read(_MAX_SWAP_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    try:
+        if len(data) > _MAX_SWAP_BYTES:
+            raise ValueError(f"{len(data)} bytes")
+        version, old_text, new_text, trailer = data.decode("ascii").split("\n")
+        if int(version) != _SWAP_VERSION or trailer:
+            raise ValueError("unexpected layout")
+        old_bases = [int(item) for item in old_text.split(",") if item]
+        new_bases = [int(item) for item in new_text.split(",") if item]
+        if not old_bases or min(old_bases + new_bases) < 0 or not set(new_bases) <= set(old_bases):
+            raise ValueError("bases out of range")
+    except ValueError as exc:
+        raise KafkaStorageError(
+            f"invalid {CLEANER_SWAP_FILE} in dir={directory}: {exc}; cannot tell old segments "
+            "from cleaned ones"
+        ) from exc
+    return old_bases, new_bases
+
+
+def _install_cleaned(directory: Path, base_offset: int) -> None:
+    """Rename a staged (``.cleaned``) segment over its final names; the ``.log`` goes last,
+    so a staged ``.log`` still present means this base offset is not done yet."""
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):
+        staged = segment_file(directory, base_offset, suffix + CLEANED_SUFFIX)
+        if staged.exists():
+            os.replace(staged, segment_file(directory, base_offset, suffix))
+
+
+def _finish_cleaner_swap(directory: Path) -> bool:
+    """At open: complete a committed swap, drop staged files of one that never committed.
+
+    With ``cleaner-swap`` present the cleaned segments are committed: each old segment
+    without a cleaned successor is removed, each staged segment still present is renamed
+    over the old one of its base offset, then the swap file goes. Without it, staged
+    (``.cleaned``) files are leftovers of an interrupted cleaning and are removed: the old
+    segments are intact. Returns True if it changed the directory (already fsync'ed).
+    """
+    swap = _read_swap(directory)
+    changed = False
+    if swap is not None:
+        old_bases, new_bases = swap
+        for base_offset in old_bases:
+            if base_offset not in new_bases:
+                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    segment_file(directory, base_offset, suffix).unlink(missing_ok=True)
+        for base_offset in new_bases:
+            _install_cleaned(directory, base_offset)
+        fsync_directory(directory)
+        (directory / CLEANER_SWAP_FILE).unlink()
+        changed = True
+        log.info(
+            "finished interrupted cleaner swap dir=%s old_segments=%d new_segments=%d",
+            directory,
+            len(old_bases),
+            len(new_bases),
+        )
+    for entry in os.scandir(directory):
+        if entry.name.endswith(CLEANED_SUFFIX) and parse_segment_file_name(
+            entry.name[: -len(CLEANED_SUFFIX)]
+        ):
+            (directory / entry.name).unlink(missing_ok=True)
+            changed = True
+    if changed:
+        fsync_directory(directory)
+    return changed
+
+
 def _scan_directory(directory: Path) -> list[int]:
     """Base offsets of the segments on disk; removes leftovers of deletes and temp files."""
     logs: set[int] = set()
@@ -150,6 +282,8 @@ def _scan_directory(directory: Path) -> list[int]:
             continue
         if name in (
             RECOVERY_POINT_FILE + TMP_SUFFIX,
+            CLEANER_CHECKPOINT_FILE + TMP_SUFFIX,
+            CLEANER_SWAP_FILE + TMP_SUFFIX,
             CLEAN_SHUTDOWN_FILE + TMP_SUFFIX,
             LEADER_EPOCH_CHECKPOINT_TMP_FILE,
         ):
@@ -276,6 +410,16 @@ class PartitionLog:
         self._epoch_version = 0
         """Bumped on every change of the epoch cache; compared with the version on disk."""
         self._epoch_written_version = 0 if epoch_cache_persisted else -1
+        self._generation = 0
+        """Bumped by every truncation and retention deletion: a cleaning prepared before
+        must not be committed after."""
+        self._cleaning = False
+        """A cleaning was prepared and not yet committed or abandoned."""
+        cleaner_checkpoint = _read_cleaner_checkpoint(directory) or (0, -1)
+        self._first_dirty_offset, self._tombstone_horizon_ms = cleaner_checkpoint
+        """Where the part of the log not yet cleaned starts (clamped to the log on use), and
+        when tombstones in the cleaned part may go (-1: none there)."""
+        self._cleaner_checkpoint_persisted = cleaner_checkpoint
 
     # ---- opening and recovery -------------------------------------------------------------
 
@@ -310,6 +454,9 @@ class PartitionLog:
         clean = clean_marker.exists()
         checkpoint = _read_checkpoint(directory)
         recovery_point = 0 if checkpoint is None else checkpoint
+        # Cleaned segments were fdatasync'ed with their indexes before the swap committed;
+        # loading checks those indexes like any others.
+        _finish_cleaner_swap(directory)
         bases = _scan_directory(directory)
         for base_offset in bases:
             segments.append(LogSegment.open_existing(directory, base_offset, now_ms))
@@ -327,10 +474,12 @@ class PartitionLog:
         recovered: dict[int, LogSegment] = {}  # by base offset: these need an fdatasync
         dropped: list[LogSegment] = []
         for index, segment in enumerate(segments):
-            if kept and segment.base_offset != kept[-1].next_offset:
+            # A gap is a hole compaction left; an overlap means the files do not belong
+            # together (the rest goes, as after a torn write).
+            if kept and segment.base_offset < kept[-1].next_offset:
                 dropped = segments[index:]
                 log.warning(
-                    "offset gap between segments, dropping the rest dir=%s segment=%s "
+                    "segments overlap, dropping the rest dir=%s segment=%s "
                     "expected_base_offset=%d bytes_dropped=%d segments_dropped=%d",
                     directory,
                     segment.log_path.name,
@@ -555,8 +704,9 @@ class PartitionLog:
         """Append batches fetched from the leader, keeping their offsets and leader epochs.
 
         ``headers`` come from ``validate_batches``-style validation by the caller. The first
-        batch must start at :attr:`log_end_offset`, each next batch right after the previous
-        one, and ``partitionLeaderEpoch`` must be set (>= 0) and never go below the previous
+        batch must start at or after :attr:`log_end_offset`, each next batch at or after the
+        end of the previous one (later, where the leader's log was compacted), and
+        ``partitionLeaderEpoch`` must be set (>= 0) and never go below the previous
         batch's (nor the log's latest epoch); otherwise ``CorruptMessageError`` is raised and
         nothing is appended. Timestamps are kept as the leader wrote them (no LogAppendTime
         stamping: the leader did it), so ``log_append_time_ms`` is -1. Rolling, indexing,
@@ -571,11 +721,11 @@ class PartitionLog:
             previous_epoch = self._epoch_cache.latest_epoch
             for header in headers:
                 epoch = header.partition_leader_epoch
-                if header.base_offset != expected_offset:
+                if header.base_offset < expected_offset:
                     raise CorruptMessageError(
                         f"follower append to {self._directory.name}: batch at position "
                         f"{header.position} has baseOffset {header.base_offset}, expected "
-                        f"{expected_offset}"
+                        f"{expected_offset} or more"
                     )
                 if epoch < 0 or epoch < previous_epoch:
                     raise CorruptMessageError(
@@ -597,7 +747,8 @@ class PartitionLog:
         """
         active = self._segments[-1]
         if self._should_roll(active, len(records), headers[-1].last_offset, now_ms):
-            active = self._roll(now_ms)
+            # At the first batch, not the log end: a follower's batch may start past a hole.
+            active = self._roll(now_ms, headers[0].base_offset)
         try:
             active.append(records, headers, self._config.index_interval_bytes, now_ms)
         except KafkaStorageError:
@@ -631,12 +782,15 @@ class PartitionLog:
 
     def _segment_ms_elapsed(self, active: LogSegment, now_ms: int) -> bool:
         first_append_ms = active.first_append_ms
-        return first_append_ms is not None and now_ms - first_append_ms >= self._config.segment_ms
+        return (
+            first_append_ms is not None and now_ms - first_append_ms >= self._config.max_segment_ms
+        )
 
-    def _roll(self, now_ms: int) -> LogSegment:
-        """Start a new active segment at the log end offset; the caller holds the lock."""
+    def _roll(self, now_ms: int, base_offset: int = -1) -> LogSegment:
+        """Start a new active segment at ``base_offset`` (default and minimum: the log end
+        offset); the caller holds the lock."""
         previous = self._segments[-1]
-        base_offset = previous.next_offset
+        base_offset = max(base_offset, previous.next_offset)
         try:
             if previous.seal():
                 self._dirty[previous.base_offset] = previous
@@ -658,7 +812,8 @@ class PartitionLog:
         return segment
 
     def roll_if_due(self, now_ms: int) -> bool:
-        """Roll if the active segment is non-empty and ``segment.ms`` has passed since its
+        """Roll if the active segment is non-empty and ``segment.ms`` (for a compacted log at
+        most ``max.compaction.lag.ms``, so the cleaner may reach it) has passed since its
         first append. Returns True if it rolled."""
         with self._lock:
             self._check_writable()
@@ -672,7 +827,8 @@ class PartitionLog:
         """Remove every record at and above ``offset`` (a follower's divergent tail).
 
         Whole batches go: if ``offset`` falls inside a batch, the log ends at that batch's
-        base offset. An offset below the log start empties the log, which restarts at
+        base offset; if it falls in a hole of a compacted log, the log ends where the batch
+        before the hole ends. An offset below the log start empties the log, which restarts at
         ``offset``. If the persisted recovery point lies above the new end, it is lowered
         (synchronously) before returning, so the next recovery re-checks what is written
         from now on.
@@ -692,6 +848,8 @@ class PartitionLog:
                     f"truncating log dir={self._directory} to {offset} failed: {exc}"
                 ) from exc
             log_end_offset = self.log_end_offset
+            self._generation += 1
+            self._first_dirty_offset = min(self._first_dirty_offset, log_end_offset)
             # The end, not ``offset``: it may lie below ``offset`` (whole batches go). An
             # emptied log restarting at ``offset`` keeps no history (Kafka clears the cache).
             if emptied:
@@ -815,11 +973,15 @@ class PartitionLog:
         before ``now_ms``, then while the log minus that segment is still at least
         ``retention.bytes``. The log start offset moves to
         the first remaining segment. Files are only renamed to ``*.deleted`` here; pass the
-        returned paths to :func:`delete_files` on a worker thread.
+        returned paths to :func:`delete_files` on a worker thread. Only with ``delete`` in
+        ``cleanup.policy``: a ``compact``-only log keeps every segment (the cleaner shrinks
+        it). An empty closed segment (all its batches compacted away) counts as expired.
         """
         with self._lock:
             self._check_writable()
             config = self._config
+            if not config.delete:
+                return []
             segments = self._segments
             limit = len(segments) - 1
             if high_watermark is not None:
@@ -830,7 +992,9 @@ class PartitionLog:
             if config.retention_ms >= 0:
                 while count < limit:
                     timestamp = segments[count].retention_timestamp_ms
-                    if timestamp is None or now_ms - timestamp <= config.retention_ms:
+                    if segments[count].is_empty:
+                        pass
+                    elif timestamp is None or now_ms - timestamp <= config.retention_ms:
                         break
                     count += 1
             expired_by_time = count
@@ -840,6 +1004,8 @@ class PartitionLog:
                     remaining -= segments[count].size
                     count += 1
             paths: list[Path] = []
+            if count:
+                self._generation += 1
             for position in range(count):
                 segment = segments[0]
                 try:
@@ -871,6 +1037,257 @@ class PartitionLog:
                     segments[0].base_offset,
                 )
             return paths
+
+    # ---- compaction -----------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every truncation and retention deletion (a prepared cleaning compares
+        it: what it read may have changed underneath)."""
+        return self._generation
+
+    @property
+    def first_dirty_offset(self) -> int:
+        """Where the part of the log not cleaned yet starts (the log start if never)."""
+        with self._lock:
+            return self._first_dirty_locked()
+
+    def _first_dirty_locked(self) -> int:
+        return max(self.log_start_offset, min(self._first_dirty_offset, self.log_end_offset))
+
+    def _cleanable_locked(self, limit_offset: int, now_ms: int) -> tuple[int, int] | None:
+        """``(first dirty segment index, first uncleanable segment index)`` or None.
+
+        Cleanable: closed segments wholly below ``limit_offset`` and the flushed offset, and
+        (with ``min.compaction.lag.ms``) whose newest record is old enough; the first one
+        that is not ends the range. Dirty: from the segment holding the first dirty offset.
+        With nothing dirty but tombstones past their delete horizon in the cleaned part, the
+        range is all clean (the first dirty index is its end): a cleaning drops them.
+        """
+        segments = self._segments
+        config = self._config
+        limit = min(limit_offset, self._flushed_offset)
+        youngest_ms = now_ms - config.min_compaction_lag_ms
+        end_index = 0
+        while end_index < len(segments) - 1:
+            if segments[end_index + 1].base_offset > limit:
+                break
+            if config.min_compaction_lag_ms > 0 and segments[end_index].max_timestamp > youngest_ms:
+                break
+            end_index += 1
+        first_dirty_index = max(0, bisect_right(self._bases, self._first_dirty_locked()) - 1)
+        if first_dirty_index < end_index:
+            return first_dirty_index, end_index
+        if end_index and 0 <= self._tombstone_horizon_ms <= now_ms:
+            return end_index, end_index
+        return None
+
+    def cleanable_view(self, limit_offset: int, now_ms: int) -> CleanableView | None:
+        """How dirty the cleanable part of the log is, or None if nothing dirty is cleanable.
+
+        ``limit_offset`` is the high watermark: nothing at or above it is cleaned (it may
+        still be truncated away). Reads at most one batch header (for the timestamp of the
+        first dirty batch).
+        """
+        with self._lock:
+            found = self._cleanable_locked(limit_offset, now_ms)
+            if found is None:
+                return None
+            first_dirty_index, end_index = found
+            segments = self._segments
+            first_dirty = self._first_dirty_locked()
+            header = segments[first_dirty_index].find_batch(first_dirty)
+            return CleanableView(
+                tombstones_due=first_dirty_index == end_index,
+                first_dirty_offset=first_dirty,
+                end_offset=segments[end_index].base_offset,
+                clean_bytes=sum(segment.size for segment in segments[:first_dirty_index]),
+                dirty_bytes=sum(segment.size for segment in segments[first_dirty_index:end_index]),
+                first_dirty_timestamp_ms=-1 if header is None else header.max_timestamp,
+            )
+
+    def prepare_cleaning(self, limit_offset: int, now_ms: int) -> CleaningInput | None:
+        """Snapshot the cleanable segments for :func:`replica.log.cleaner.clean_log`.
+
+        Returns None if nothing dirty is cleanable or a cleaning is already prepared.
+        Duplicates each source segment's descriptor (the caller closes them with
+        ``CleaningInput.close``); finish with :meth:`commit_cleaning` or
+        :meth:`abandon_cleaning`. Raises ``KafkaStorageError``.
+        """
+        with self._lock:
+            self._check_writable()
+            if self._cleaning:
+                return None
+            found = self._cleanable_locked(limit_offset, now_ms)
+            if found is None:
+                return None
+            first_dirty_index, end_index = found
+            segments = tuple(self._segments[:end_index])
+            sources: list[SourceSegment] = []
+            try:
+                for segment in segments:
+                    sources.append(
+                        SourceSegment(
+                            segment.base_offset,
+                            segment.next_offset,
+                            segment.size,
+                            segment.dup_log_fd(),
+                            segment.offset_index.entries,
+                        )
+                    )
+            except OSError as exc:
+                for source in sources:
+                    os.close(source.fd)
+                raise KafkaStorageError(f"cannot read log dir={self._directory}: {exc}") from exc
+            self._cleaning = True
+            return CleaningInput(
+                directory=self._directory,
+                config=self._config,
+                sources=tuple(sources),
+                first_dirty_index=first_dirty_index,
+                end_offset=self._segments[end_index].base_offset,
+                generation=self._generation,
+                segments=segments,
+            )
+
+    def abandon_cleaning(self) -> None:
+        """Forget a prepared cleaning that failed or stopped (its staged files are gone)."""
+        with self._lock:
+            self._cleaning = False
+
+    def commit_cleaning(self, result: CleaningResult, now_ms: int) -> list[Path] | None:
+        """Swap cleaned segments in for the old ones; returns old files to delete (pass them
+        to :func:`delete_files` on a worker thread).
+
+        Event-loop thread only (it replaces segments that reads use without the lock).
+        If the log changed since :meth:`prepare_cleaning` (truncation, retention, close),
+        the staged files are removed, nothing changes and None is returned. Otherwise,
+        crash-safely:
+
+        1. ``cleaner-swap`` (old and new base offsets) is written atomically and synced:
+           the commit point. Before it, a crash leaves the old segments (staged
+           ``.cleaned`` files are removed at open).
+        2. The old segments' files are renamed to ``*.deleted`` and each staged segment's
+           files renamed to their final names (the ``.log`` last); the directory is synced.
+        3. ``cleaner-swap`` is removed and the directory synced.
+
+        After a crash between 1 and 3, :meth:`open` redoes step 2 from the swap file (each
+        rename is idempotent), so the log holds the new segments, never a mix. The staged
+        segments were fdatasync'ed by the cleaner with their indexes. Offsets, the log
+        start offset and the leader-epoch cache do not change. Raises
+        ``KafkaStorageError`` (the log is then failed if the swap may be half done).
+        """
+        cleaning = result.input
+        replaced = cleaning.segments[: result.cleaned_sources]
+        new_bases = [group.new_base for group in result.groups if group.new_base is not None]
+        with self._lock:
+            self._cleaning = False
+            current = self._segments
+            unchanged = (
+                not self._closed
+                and not self._failed
+                and self._generation == cleaning.generation
+                and len(current) > len(replaced)
+                and all(a is b for a, b in zip(current, replaced, strict=False))
+            )
+            if not unchanged:
+                log.info(
+                    "log cleaning abandoned, the log changed meanwhile dir=%s", self._directory
+                )
+                self._remove_staged(new_bases)
+                return None
+            swap_path = self._directory / CLEANER_SWAP_FILE
+            try:
+                write_file_atomically(
+                    swap_path, _encode_swap([s.base_offset for s in replaced], new_bases)
+                )
+            except OSError as exc:
+                self._remove_staged(new_bases)
+                raise KafkaStorageError(
+                    f"cleaner swap of dir={self._directory} failed before commit: {exc}"
+                ) from exc
+            deleted: list[Path] = []
+            fresh: list[LogSegment] = []
+            try:
+                for segment in replaced:
+                    deleted.extend(segment.rename_files_to_deleted())
+                for base_offset in new_bases:
+                    _install_cleaned(self._directory, base_offset)
+                fsync_directory(self._directory)
+                for base_offset in new_bases:
+                    fresh.append(self._open_cleaned(base_offset, now_ms))
+                swap_path.unlink()
+                fsync_directory(self._directory)
+            except (OSError, KafkaStorageError) as exc:
+                for segment in fresh:
+                    segment.close()
+                self._failed = True
+                raise KafkaStorageError(
+                    f"cleaner swap of dir={self._directory} failed after commit: {exc}; the "
+                    "next open finishes it"
+                ) from exc
+            for segment in replaced:
+                self._dirty.pop(segment.base_offset, None)
+            self._segments[: len(replaced)] = fresh
+            self._bases[:] = [segment.base_offset for segment in self._segments]
+            self._size_bytes = sum(segment.size for segment in self._segments)
+            # Never backwards: a cleaning of tombstones only ends where the range ends.
+            self._first_dirty_offset = max(self._first_dirty_offset, result.next_dirty_offset)
+            self._tombstone_horizon_ms = result.tombstone_horizon_ms
+            for segment in replaced:
+                try:
+                    segment.close()
+                except OSError:
+                    log.exception("closing replaced segment failed dir=%s", self._directory)
+        return deleted
+
+    def _remove_staged(self, bases: list[int]) -> None:
+        for base_offset in bases:
+            try:
+                remove_staged_files(self._directory, base_offset)
+            except OSError:
+                log.exception("removing staged segment failed dir=%s", self._directory)
+
+    def _open_cleaned(self, base_offset: int, now_ms: int) -> LogSegment:
+        segment = LogSegment.open_existing(self._directory, base_offset, now_ms)
+        try:
+            try:
+                segment.load_indexes()
+            except CorruptIndexError as exc:
+                # The cleaner wrote them moments ago; rebuilding is the cure all the same.
+                log.warning(
+                    "rebuilding index of cleaned segment dir=%s reason=%r",
+                    self._directory,
+                    str(exc),
+                )
+                segment.recover(self._config.index_interval_bytes)
+        except BaseException:
+            segment.close()
+            raise
+        return segment
+
+    def persist_cleaner_checkpoint(self) -> None:
+        """Write the first dirty offset and the tombstone horizon to
+        ``cleaner-offset-checkpoint`` if they changed.
+
+        Thread-safe; run it off the event loop. Raises ``KafkaStorageError``. Losing it
+        costs only work: the next cleaning then treats more of the log as dirty.
+        """
+        with self._checkpoint_lock:
+            with self._lock:
+                checkpoint = (self._first_dirty_offset, self._tombstone_horizon_ms)
+                if checkpoint == self._cleaner_checkpoint_persisted:
+                    return
+            try:
+                write_file_atomically(
+                    self._directory / CLEANER_CHECKPOINT_FILE,
+                    f"{_CHECKPOINT_VERSION}\n{checkpoint[0]}\n{checkpoint[1]}\n".encode("ascii"),
+                )
+            except OSError as exc:
+                raise KafkaStorageError(
+                    f"writing cleaner checkpoint of dir={self._directory} failed: {exc}"
+                ) from exc
+            self._cleaner_checkpoint_persisted = checkpoint
 
     # ---- durability -----------------------------------------------------------------------
 

@@ -3,12 +3,16 @@
 Kafka's ``LogSegment``. The files are named by the segment's base offset, zero-padded to 20
 digits: ``00000000000000000042.log``, ``.index`` (:class:`OffsetIndex`) and ``.timeindex``
 (:class:`TimeIndex`). Batches are appended whole, with one ``os.write`` per append on an
-``O_APPEND`` descriptor; the first batch's base offset is the segment's base offset and
-each later batch continues where the previous one ended.
+``O_APPEND`` descriptor. Offsets only increase: a batch starts at or after the end of the
+one before it (the first one at or after the segment's base offset). They are contiguous
+until the log cleaner removes batches of a compacted topic, or a follower copies a leader
+whose log was cleaned: then there are holes, as in Kafka, and every lookup here finds "the
+first batch ending at or after an offset", which is the next batch when the offset is in a
+hole.
 
 The segment never trusts its files: :meth:`LogSegment.load_indexes` checks the indexes and
 the log tail and raises ``CorruptIndexError`` when anything disagrees, and
-:meth:`LogSegment.recover` walks every batch (structure, CRC-32C, offset continuity),
+:meth:`LogSegment.recover` walks every batch (structure, CRC-32C, increasing offsets),
 truncates at the first bad byte and rebuilds both indexes.
 
 Not thread-safe: :class:`replica.log.partition_log.PartitionLog` serialises every call. The
@@ -38,6 +42,7 @@ from replica.log.offset_index import CorruptIndexError, OffsetIndex, write_all
 from replica.log.time_index import TimeIndex
 
 __all__ = [
+    "CLEANED_SUFFIX",
     "DELETED_SUFFIX",
     "INDEX_SUFFIX",
     "LOG_SUFFIX",
@@ -57,6 +62,8 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+"""Appended to the file names of a segment the log cleaner is still writing."""
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 
 NO_TIMESTAMP = -1
@@ -150,17 +157,23 @@ class LogSegment:
     """
 
     def __init__(
-        self, directory: Path, base_offset: int, fd: int, size: int, now_ms: int | None
+        self,
+        directory: Path,
+        base_offset: int,
+        fd: int,
+        size: int,
+        now_ms: int | None,
+        staging_suffix: str = "",
     ) -> None:
         self.base_offset = base_offset
-        self._log_path = segment_file(directory, base_offset, LOG_SUFFIX)
+        self._log_path = segment_file(directory, base_offset, LOG_SUFFIX + staging_suffix)
         self._fd = fd
         self._size = size
         self.offset_index = OffsetIndex(
-            segment_file(directory, base_offset, INDEX_SUFFIX), base_offset
+            segment_file(directory, base_offset, INDEX_SUFFIX + staging_suffix), base_offset
         )
         self.time_index = TimeIndex(
-            segment_file(directory, base_offset, TIME_INDEX_SUFFIX), base_offset
+            segment_file(directory, base_offset, TIME_INDEX_SUFFIX + staging_suffix), base_offset
         )
         self._next_offset = base_offset
         self._max_timestamp = NO_TIMESTAMP
@@ -179,11 +192,15 @@ class LogSegment:
     # ---- construction -------------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int) -> LogSegment:
-        """Create a new, empty segment; fails if its ``.log`` file already exists."""
-        path = segment_file(directory, base_offset, LOG_SUFFIX)
+    def create(cls, directory: Path, base_offset: int, staging_suffix: str = "") -> LogSegment:
+        """Create a new, empty segment; fails if its ``.log`` file already exists.
+
+        ``staging_suffix`` (:data:`CLEANED_SUFFIX`) names the files ``<base>.log.cleaned``
+        etc.: a segment the cleaner writes and the log later renames into place.
+        """
+        path = segment_file(directory, base_offset, LOG_SUFFIX + staging_suffix)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        segment = cls(directory, base_offset, fd, 0, None)
+        segment = cls(directory, base_offset, fd, 0, None, staging_suffix)
         try:
             segment.offset_index.create()
             segment.time_index.create()
@@ -255,8 +272,9 @@ class LogSegment:
         """Load both indexes and check them against the log tail.
 
         Raises ``CorruptIndexError`` if an index file is missing, misaligned, not monotonic or
-        points outside the log, if the batches after the last index entry do not continue its
-        offset or do not end exactly at the end of the file, or if the file is larger than a
+        points outside the log, if the batch at the last index entry does not start at its
+        offset, if the batches after it go backwards or do not end exactly at the end of the
+        file, or if the file is larger than a
         segment may be. Only the tail after the last entry is read, so this is cheap.
         """
         if self._size > MAX_SEGMENT_BYTES:
@@ -276,10 +294,16 @@ class LogSegment:
         )
         try:
             for header in self._walk(position):
-                if header.base_offset != next_offset:
+                # The indexed batch starts exactly at its entry; later ones may skip a hole.
+                if header.base_offset < next_offset or (
+                    header.position == position
+                    and last_entry is not None
+                    and header.base_offset != next_offset
+                ):
                     raise CorruptIndexError(
                         f"{self._log_path.name}: batch at position {header.position} has "
                         f"baseOffset {header.base_offset}, expected {next_offset}"
+                        f"{'' if header.position == position else ' or more'}"
                     )
                 if header.max_timestamp > max_timestamp:
                     max_timestamp, offset_of_max = header.max_timestamp, header.base_offset
@@ -301,8 +325,9 @@ class LogSegment:
     def recover(self, index_interval_bytes: int) -> SegmentRecovery:
         """Validate every batch from the start, truncate at the first bad one, rebuild indexes.
 
-        A batch is good if its header is whole, its length fits the file, its base offset
-        continues the previous batch (the first one: the segment's base offset), its offsets
+        A batch is good if its header is whole, its length fits the file, its base offset is
+        at or after the end of the previous batch (the first one: the segment's base
+        offset; holes are what compaction leaves), its offsets
         and position fit the int32 indexes and :func:`check_stored_batch` accepts it (magic,
         lengths, record count, CRC-32C). Raises ``OSError`` on I/O failure.
         """
@@ -364,8 +389,8 @@ class LogSegment:
         self, chunk: bytes, header: BatchHeader, expected_offset: int
     ) -> str | None:
         """Why a batch read back during recovery is not acceptable, or None if it is."""
-        if header.base_offset != expected_offset:
-            return f"baseOffset {header.base_offset}, expected {expected_offset}"
+        if header.base_offset < expected_offset:
+            return f"baseOffset {header.base_offset}, expected {expected_offset} or more"
         if header.last_offset_delta < 0 or (
             header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET
         ):
@@ -518,7 +543,12 @@ class LogSegment:
         entry_offset, position = self.offset_index.lookup(offset)
         try:
             for header in self._walk(position):
-                if header.position == position and header.base_offset != entry_offset:
+                # Position 0 without an entry gives the segment's base offset; compaction
+                # may have removed the batches there, so the first one can start later.
+                if header.position == position and (
+                    header.base_offset < entry_offset
+                    or (header.base_offset != entry_offset and position != 0)
+                ):
                     raise CorruptMessageError(
                         f"index entry ({entry_offset}, {position}) points to baseOffset "
                         f"{header.base_offset}"
@@ -593,6 +623,11 @@ class LogSegment:
             raise
         return fds
 
+    def dup_log_fd(self) -> int:
+        """A duplicate descriptor of the ``.log`` file, for the log cleaner's reads on another
+        thread (valid even if the segment is closed, renamed or deleted meanwhile)."""
+        return os.dup(self._fd)
+
     def close(self) -> None:
         """Close every descriptor; idempotent."""
         if self._closed:
@@ -609,11 +644,20 @@ class LogSegment:
         and index files left behind are orphans that the next open removes. Raises
         ``OSError`` only if the ``.log`` rename fails, in which case nothing changed.
         """
+        renamed = self.rename_files_to_deleted()
+        self.close()
+        return renamed
+
+    def rename_files_to_deleted(self) -> list[Path]:
+        """:meth:`rename_to_deleted` without closing: the descriptors keep serving reads
+        until the caller closes the segment (the log cleaner's swap)."""
         log_target = self._log_path.with_name(self._log_path.name + DELETED_SUFFIX)
         os.rename(self._log_path, log_target)
         self._log_path = log_target
         renamed = [log_target]
         for index_file in (self.offset_index.file, self.time_index.file):
+            if not index_file.path.exists():
+                continue  # never written (an empty segment's index may not exist)
             target = index_file.path.with_name(index_file.path.name + DELETED_SUFFIX)
             try:
                 index_file.rename(target)
@@ -621,7 +665,6 @@ class LogSegment:
                 log.warning("could not rename index file=%s error=%s", index_file.path, exc)
                 continue
             renamed.append(target)
-        self.close()
         return renamed
 
     def delete_files(self) -> None:

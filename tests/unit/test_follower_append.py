@@ -101,7 +101,6 @@ def test_leader_append_assigns_each_new_epoch_once(log: PartitionLog) -> None:
 @pytest.mark.parametrize(
     ("first_offset", "epochs", "reason"),
     [
-        (5, [1], "gap before the first batch"),
         (3, [1], "overlaps the log"),
         (0, [1], "rewrites the log"),
         (4, [-1], "no epoch"),
@@ -119,14 +118,27 @@ def test_bad_follower_appends_are_refused_whole(
     assert (read_all(log), log.log_end_offset, log.size_bytes, entries(log)) == before, reason
 
 
-def test_gap_between_batches_of_one_append_appends_nothing(log: PartitionLog) -> None:
-    data = leader_batches(0, [0]) + leader_batches(3, [0])  # offsets 0-1 then 3-4
-    with pytest.raises(CorruptMessageError, match="expected 2"):
+def test_overlap_between_batches_of_one_append_appends_nothing(log: PartitionLog) -> None:
+    data = leader_batches(0, [0]) + leader_batches(1, [0])  # offsets 0-1 then 1-2
+    with pytest.raises(CorruptMessageError, match="expected 2 or more"):
         follow(log, data)
     assert (log.log_end_offset, log.size_bytes, read_all(log)) == (0, 0, b"")
     assert entries(log) == []
     follow(log, leader_batches(0, [0, 1]))  # the log is still usable
     assert log.log_end_offset == 4
+
+
+def test_holes_of_a_compacted_leader_are_copied(log: PartitionLog) -> None:
+    # A leader whose log was cleaned sends batches with offset holes between them.
+    follow(log, leader_batches(0, [0]) + leader_batches(3, [0]))  # offsets 0-1 then 3-4
+    follow(log, leader_batches(9, [1]))  # and from past the log end
+    assert log.log_end_offset == 11
+    assert [(h.base_offset, h.last_offset) for h in log.batch_headers()] == [
+        (0, 1),
+        (3, 4),
+        (9, 10),
+    ]
+    assert log.read(2, 1 << 20)[:8] == (3).to_bytes(8, "big")  # a fetch in a hole
 
 
 def test_headers_must_tile_the_records(log: PartitionLog) -> None:

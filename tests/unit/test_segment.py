@@ -177,11 +177,12 @@ def test_recover_truncates_at_corrupt_batch_and_rebuilds_indexes(
     recovering.close()
 
 
-def test_recover_rejects_offset_gap(tmp_path: Path, segment: LogSegment) -> None:
+def test_recover_rejects_offsets_going_backwards(tmp_path: Path, segment: LogSegment) -> None:
+    # A gap is what compaction leaves and is accepted; an overlap is corruption.
     append(segment, [b"a"])
     segment.close()
     with open(segment.log_path, "ab") as handle:
-        handle.write(make_batch([b"b"], base_offset=BASE + 5))  # valid CRC, wrong offset
+        handle.write(make_batch([b"b"], base_offset=BASE))  # valid CRC, wrong offset
     recovering = LogSegment.open_existing(tmp_path, BASE, now_ms=0)
     result = recovering.recover(index_interval_bytes=0)
     assert result.reason is not None and "expected" in result.reason

@@ -1,0 +1,689 @@
+"""The log cleaner: compaction of one partition log (``cleanup.policy=compact``).
+
+Kafka's ``Cleaner`` for one log. The log's closed segments below a limit (the high
+watermark, the flushed offset, ``min.compaction.lag.ms``; never the active segment) are
+the *cleanable* range; the part of it after the last cleaning (the cleaner checkpoint) is
+*dirty*. Two passes, as in Kafka:
+
+1. Build ``key -> offset of its latest record`` over the dirty segments (bounded by
+   ``max_map_keys``: when a segment would overflow the map, the pass stops before it and
+   only the segments mapped so far count as cleaned).
+2. Rewrite every segment from the log start to the end of the mapped range, segment group
+   by segment group (adjacent segments whose sizes add up to at most ``segment.bytes`` go
+   into one), keeping a record unless a later record of its key is in the map.
+
+Records and batches:
+
+* Offsets never change. A rewritten RecordBatch v2 keeps its base offset and its
+  ``lastOffsetDelta`` (so its last offset), producer id, epoch and base sequence, leader
+  epoch; ``recordsCount``, the records, ``maxTimestamp`` (recomputed from the kept
+  records, as Kafka's ``MemoryRecordsBuilder`` does, unless the batch is LogAppendTime,
+  whose records all carry it) and the CRC change. Kept records are copied byte for byte
+  (their offset and timestamp deltas stay valid). A compressed batch is decompressed and
+  its kept records recompressed with its codec.
+* A batch left without records is dropped, unless it is the last batch of its producer
+  (``producer_last_offsets``): it is then kept with no records, so that the producer's
+  epoch and sequence survive a rebuild of the producer state (Kafka's filterTo).
+* Tombstones (null value) follow Kafka's delete horizon (KIP-534): the first cleaning
+  that keeps a tombstone stamps its batch with a delete horizon, ``now +
+  delete.retention.ms``, stored as the batch's ``baseTimestamp`` with attribute bit 6 set
+  (record timestamp deltas are re-encoded against it, so record timestamps do not
+  change). A later cleaning after the horizon drops the tombstone. Consumers that read
+  the log from the start within ``delete.retention.ms`` of that first cleaning see the
+  delete.
+* A record without a key cannot be compacted; it is dropped (Kafka counts it as invalid).
+  Brokers refuse unkeyed records for compacted topics at produce time, so only records
+  written before the topic became compacted can be affected.
+* Transactional and control batches do not exist in lograft; they would be kept as they
+  are.
+
+The output goes to new segment files named ``<base>.log.cleaned`` (and the two indexes,
+built as by appends), fdatasync'ed; :meth:`PartitionLog.commit_cleaning` then swaps them in
+(crash-safely, see there). Nothing here touches the log's in-memory state: the input holds
+duplicated descriptors of the source segments, so the cleaning can run on a worker thread
+while the log keeps serving appends and reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import crc32c as _crc32c
+
+from cluster.durable import fsync_directory
+from cluster.errors import CorruptMessageError, KafkaStorageError
+from replica.batch_header import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_TRANSACTIONAL,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    BatchHeader,
+    check_stored_batch,
+    parse_header,
+)
+from replica.compression import compress, decompress
+from replica.log.config import MAX_LONG, LogConfig
+from replica.log.segment import (
+    CLEANED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    MAX_RELATIVE_OFFSET,
+    MAX_SEGMENT_BYTES,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    segment_file,
+)
+from replica.log.time_index import TimeIndex
+
+__all__ = [
+    "DEFAULT_MAX_MAP_KEYS",
+    "DELETE_HORIZON_FLAG",
+    "CleanableView",
+    "CleanedGroup",
+    "CleanerStats",
+    "CleaningAbortedError",
+    "CleaningInput",
+    "CleaningResult",
+    "FilteredBatch",
+    "SourceSegment",
+    "clean_log",
+    "filter_batch",
+    "remove_staged_files",
+]
+
+log = logging.getLogger(__name__)
+
+DELETE_HORIZON_FLAG = 0x40
+"""Batch attribute bit 6 (KIP-534): ``baseTimestamp`` holds the batch's delete horizon."""
+DEFAULT_MAX_MAP_KEYS = 1_000_000
+"""Keys the offset map of one cleaning may hold (Kafka bounds it by
+``log.cleaner.dedupe.buffer.size``); later dirty segments wait for the next cleaning."""
+
+_READ_CHUNK = 1024 * 1024
+_WRITE_CHUNK = 1024 * 1024
+_HEAD = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
+_CRC = struct.Struct(">I")
+_TAIL = struct.Struct(">hiqqqhii")  # attributes .. recordsCount
+_UINT64 = 0xFFFF_FFFF_FFFF_FFFF
+
+
+class CleaningAbortedError(Exception):
+    """The cleaning was asked to stop (shutdown); nothing was swapped in."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSegment:
+    """A closed segment to clean: a duplicated descriptor of its ``.log`` and its extent."""
+
+    base_offset: int
+    next_offset: int
+    size: int
+    fd: int
+    index_entries: int
+
+
+@dataclass(frozen=True, slots=True)
+class CleanableView:
+    """How dirty a log is: the cleanable range split into its clean and dirty parts.
+
+    ``end_offset`` is the first offset that may not be cleaned (the base offset of the first
+    segment that is active, not yet below the limit, or younger than
+    ``min.compaction.lag.ms``). ``first_dirty_timestamp_ms`` is the max timestamp of the
+    first dirty batch (-1 if unknown): ``max.compaction.lag.ms`` counts from it.
+    """
+
+    first_dirty_offset: int
+    end_offset: int
+    clean_bytes: int
+    dirty_bytes: int
+    first_dirty_timestamp_ms: int
+    tombstones_due: bool = False
+    """Nothing is dirty, but tombstones in the cleaned part are past their delete horizon."""
+
+    @property
+    def dirty_ratio(self) -> float:
+        """Dirty bytes over cleanable bytes (0.0 for an empty range)."""
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CleaningInput:
+    """Everything one cleaning reads, snapshotted by ``PartitionLog.prepare_cleaning``.
+
+    ``sources`` are the cleanable segments from the log start on; the dirty ones start at
+    ``first_dirty_index``. The descriptors are the caller's to close (:meth:`close`).
+    ``generation`` and ``segments`` let the log check at commit time that nothing it holds
+    changed underneath (truncation, retention).
+    """
+
+    directory: Path
+    config: LogConfig
+    sources: tuple[SourceSegment, ...]
+    first_dirty_index: int
+    end_offset: int
+    generation: int
+    segments: tuple[LogSegment, ...] = field(repr=False)
+    _closed: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def close(self) -> None:
+        """Close the duplicated descriptors once (a second close could hit a reused number)."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        for source in self.sources:
+            with contextlib.suppress(OSError):
+                os.close(source.fd)
+
+
+@dataclass(frozen=True, slots=True)
+class CleanedGroup:
+    """Old segments (base offsets) replaced by one cleaned segment, or by none when
+    nothing of them was kept (``new_base`` None; never for the group at the log start,
+    which keeps the log start offset)."""
+
+    old_bases: tuple[int, ...]
+    new_base: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerStats:
+    """What one cleaning did, for its log line."""
+
+    segments_before: int = 0
+    segments_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    records_kept: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    unkeyed_removed: int = 0
+    empty_batches_kept: int = 0
+    map_keys: int = 0
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CleaningResult:
+    """Cleaned segments written beside the log, waiting for ``PartitionLog.commit_cleaning``.
+
+    They replace ``input.sources[:cleaned_sources]``; afterwards the dirty part of the log
+    starts at ``next_dirty_offset``. A cleaning without dirty segments (only tombstones
+    past their horizon to drop) has an empty offset map.
+    """
+
+    input: CleaningInput
+    groups: tuple[CleanedGroup, ...]
+    cleaned_sources: int
+    next_dirty_offset: int
+    stats: CleanerStats
+    tombstone_horizon_ms: int = -1
+    """The earliest delete horizon of the tombstones left in the cleaned segments (-1:
+    none): a cleaning from then on can drop them, even if nothing new is dirty."""
+
+
+@dataclass(frozen=True, slots=True)
+class FilteredBatch:
+    """One batch after filtering: ``data`` (None: drop it) and what was removed."""
+
+    data: bytes | None
+    kept: int
+    removed: int
+    tombstones_removed: int
+    unkeyed_removed: int
+    tombstone_horizon_ms: int = -1
+    """The delete horizon of the tombstones ``data`` still holds; -1 if it holds none."""
+
+
+# ---- records, raw -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _RawRecord:
+    start: int
+    end: int
+    body: int
+    """Where the record's body starts (after its length varint)."""
+    ts_end: int
+    """Where its timestamp delta varint ends."""
+    offset_delta: int
+    timestamp_delta: int
+    key: bytes | None
+    tombstone: bool
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint (up to 64 bits) at ``pos``; ``CorruptMessageError`` if it runs out."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(data):
+            raise CorruptMessageError("varint runs past the record data")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise CorruptMessageError("varint longer than 10 bytes")
+
+
+def _encode_varint(value: int) -> bytes:
+    raw = ((value << 1) ^ (value >> 63)) & _UINT64
+    out = bytearray()
+    while raw > 0x7F:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
+
+
+def _parse_records(data: bytes, header: BatchHeader) -> list[_RawRecord]:
+    """Split a batch's (decompressed) record bytes; raises ``CorruptMessageError``."""
+    records: list[_RawRecord] = []
+    pos = 0
+    for _ in range(header.records_count):
+        length, body = _read_varint(data, pos)
+        end = body + length
+        if length < 1 or end > len(data):
+            raise CorruptMessageError(f"record length {length} does not fit the batch")
+        timestamp_delta, ts_end = _read_varint(data, body + 1)  # after the attributes byte
+        offset_delta, cursor = _read_varint(data, ts_end)
+        if not 0 <= offset_delta <= header.last_offset_delta:
+            raise CorruptMessageError(f"offset delta {offset_delta} out of the batch")
+        key_length, cursor = _read_varint(data, cursor)
+        if key_length < -1 or cursor + max(key_length, 0) > end:
+            raise CorruptMessageError(f"key length {key_length} does not fit the record")
+        key = None if key_length < 0 else bytes(data[cursor : cursor + key_length])
+        cursor += max(key_length, 0)
+        value_length, cursor = _read_varint(data, cursor)
+        if value_length < -1 or cursor + max(value_length, 0) > end:
+            raise CorruptMessageError(f"value length {value_length} does not fit the record")
+        records.append(
+            _RawRecord(pos, end, body, ts_end, offset_delta, timestamp_delta, key, value_length < 0)
+        )
+        pos = end
+    if pos != len(data):
+        raise CorruptMessageError(f"{len(data) - pos} bytes after the last record")
+    return records
+
+
+def _record_bytes(batch: bytes, header: BatchHeader) -> bytes:
+    payload = batch[HEADER_SIZE : header.size]
+    if header.compression:
+        return decompress(header.compression, payload)
+    return bytes(payload)
+
+
+def _frame(
+    header: BatchHeader,
+    attributes: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    payload: bytes,
+    count: int,
+) -> bytes:
+    """A batch with ``header``'s offsets and producer fields, new CRC."""
+    tail = _TAIL.pack(
+        attributes,
+        header.last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        count,
+    )
+    crc = _crc32c.crc32c(payload, _crc32c.crc32c(tail))
+    head = _HEAD.pack(
+        header.base_offset,
+        HEADER_SIZE - LOG_OVERHEAD + len(payload),
+        header.partition_leader_epoch,
+        MAGIC,
+    )
+    return b"".join((head, _CRC.pack(crc), tail, payload))
+
+
+def filter_batch(
+    batch: bytes,
+    offset_map: Mapping[bytes, int],
+    now_ms: int,
+    delete_retention_ms: int,
+    retain_if_empty: bool,
+) -> FilteredBatch:
+    """Filter one stored batch (its bytes exactly): keep each key's latest record.
+
+    A record goes if its key maps to a later offset in ``offset_map``, if it has no key, or
+    if it is a tombstone whose batch's delete horizon has passed. Kept tombstones in a
+    batch without a horizon get one (``now_ms + delete_retention_ms``). Pure; raises
+    ``CorruptMessageError`` for a malformed batch. See the module docstring.
+    """
+    header = parse_header(batch)
+    if header.is_control or header.attributes & ATTR_TRANSACTIONAL:
+        return FilteredBatch(batch, header.records_count, 0, 0, 0)
+    if not header.records_count:
+        # Emptied by an earlier cleaning; needed only while it is its producer's last.
+        return FilteredBatch(batch if retain_if_empty else None, 0, 0, 0, 0)
+    records = _parse_records(_record_bytes(batch, header), header)
+    has_horizon = bool(header.attributes & DELETE_HORIZON_FLAG)
+    horizon_passed = has_horizon and header.base_timestamp <= now_ms
+    kept: list[_RawRecord] = []
+    removed = tombstones = unkeyed = 0
+    for record in records:
+        if record.key is None:
+            unkeyed += 1
+            continue
+        latest = offset_map.get(record.key)
+        if latest is not None and header.base_offset + record.offset_delta < latest:
+            removed += 1
+            continue
+        if record.tombstone and horizon_passed:
+            tombstones += 1
+            continue
+        kept.append(record)
+    keeps_tombstones = any(record.tombstone for record in kept)
+    needs_horizon = not has_horizon and keeps_tombstones
+    dropped = removed + tombstones + unkeyed
+    if not dropped and not needs_horizon:
+        horizon = header.base_timestamp if keeps_tombstones else -1
+        return FilteredBatch(batch, len(kept), 0, 0, 0, horizon)
+    if not kept:
+        data = None
+        if retain_if_empty:
+            # No records, so no codec: the header alone keeps the producer's sequence.
+            data = _frame(
+                header,
+                header.attributes & ~ATTR_COMPRESSION_MASK,
+                header.base_timestamp,
+                header.max_timestamp,
+                b"",
+                0,
+            )
+        return FilteredBatch(data, 0, removed, tombstones, unkeyed)
+    max_timestamp = header.max_timestamp
+    if not header.is_log_append_time:
+        max_timestamp = max(header.base_timestamp + r.timestamp_delta for r in kept)
+    source = _record_bytes(batch, header)
+    attributes = header.attributes
+    base_timestamp = header.base_timestamp
+    if needs_horizon:
+        base_timestamp = min(now_ms + delete_retention_ms, MAX_LONG)
+        attributes |= DELETE_HORIZON_FLAG
+    if base_timestamp == header.base_timestamp:
+        payload = b"".join(source[r.start : r.end] for r in kept)
+    else:
+        parts = []
+        for record in kept:
+            # The timestamp delta is relative to baseTimestamp, which now holds the horizon.
+            timestamp = header.base_timestamp + record.timestamp_delta
+            body = b"".join(
+                (
+                    source[record.body : record.body + 1],
+                    _encode_varint(timestamp - base_timestamp),
+                    source[record.ts_end : record.end],
+                )
+            )
+            parts.append(_encode_varint(len(body)) + body)
+        payload = b"".join(parts)
+    if header.compression:
+        payload = compress(header.compression, payload)
+    return FilteredBatch(
+        _frame(header, attributes, base_timestamp, max_timestamp, payload, len(kept)),
+        len(kept),
+        removed,
+        tombstones,
+        unkeyed,
+        base_timestamp if keeps_tombstones else -1,
+    )
+
+
+# ---- reading the sources ------------------------------------------------------------------
+
+
+def _batches(source: SourceSegment, abort: threading.Event | None) -> Iterator[bytes]:
+    """Each batch of ``source`` (bytes exactly), CRC-checked; reads about 1 MiB at a time."""
+    position = 0
+    while position < source.size:
+        if abort is not None and abort.is_set():
+            raise CleaningAbortedError("log cleaner stopping")
+        length = min(_READ_CHUNK, source.size - position)
+        chunk = os.pread(source.fd, length, position)
+        offset = 0
+        while len(chunk) - offset >= HEADER_SIZE:
+            header = parse_header(chunk, offset)
+            if (
+                header.batch_length < HEADER_SIZE - LOG_OVERHEAD
+                or position + offset + header.size > source.size
+            ):
+                raise CorruptMessageError(
+                    f"batch length {header.batch_length} at {position + offset} does not fit "
+                    f"segment {source.base_offset}"
+                )
+            if offset + header.size > len(chunk):
+                if offset == 0:
+                    # A batch larger than a chunk: read it whole.
+                    chunk = os.pread(source.fd, header.size, position)
+                    if len(chunk) != header.size:
+                        raise CorruptMessageError(f"short read of the batch at {position}")
+                    continue
+                break
+            batch = bytes(chunk[offset : offset + header.size])
+            check_stored_batch(batch, parse_header(batch))
+            yield batch
+            offset += header.size
+        if offset == 0:
+            raise CorruptMessageError(f"torn batch at position {position} of {source.base_offset}")
+        position += offset
+
+
+def _map_segment(source: SourceSegment, abort: threading.Event | None) -> dict[bytes, int]:
+    """``key -> latest offset`` within one segment."""
+    keys: dict[bytes, int] = {}
+    for batch in _batches(source, abort):
+        header = parse_header(batch)
+        if header.is_control or not header.records_count:
+            continue
+        for record in _parse_records(_record_bytes(batch, header), header):
+            if record.key is not None:
+                keys[record.key] = header.base_offset + record.offset_delta
+    return keys
+
+
+def _groups(sources: tuple[SourceSegment, ...], config: LogConfig) -> list[list[SourceSegment]]:
+    """Adjacent segments cleaned into one: by size, index size and relative offsets."""
+    max_bytes = min(config.segment_bytes, MAX_SEGMENT_BYTES)
+    max_entries = max(1, config.segment_index_bytes // TimeIndex.ENTRY_SIZE)
+    groups: list[list[SourceSegment]] = []
+    size = entries = 0
+    for source in sources:
+        if groups:
+            base = groups[-1][0].base_offset
+            if (
+                size + source.size <= max_bytes
+                and entries + source.index_entries <= max_entries
+                and source.next_offset - 1 - base <= MAX_RELATIVE_OFFSET
+            ):
+                groups[-1].append(source)
+                size += source.size
+                entries += source.index_entries
+                continue
+        groups.append([source])
+        size, entries = source.size, source.index_entries
+    return groups
+
+
+def remove_staged_files(directory: Path, base_offset: int) -> None:
+    """Unlink the ``.cleaned`` files of one base offset, if any."""
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        segment_file(directory, base_offset, suffix + CLEANED_SUFFIX).unlink(missing_ok=True)
+
+
+# ---- one cleaning -------------------------------------------------------------------------
+
+
+class _Counters:
+    __slots__ = ("empty", "horizon", "kept", "removed", "tombstones", "unkeyed")
+
+    def __init__(self) -> None:
+        self.kept = self.removed = self.tombstones = self.unkeyed = self.empty = 0
+        self.horizon = -1
+
+
+def clean_log(
+    cleaning: CleaningInput,
+    *,
+    now_ms: int,
+    producer_last_offsets: Mapping[int, int],
+    abort: threading.Event | None = None,
+    max_map_keys: int = DEFAULT_MAX_MAP_KEYS,
+) -> CleaningResult:
+    """Write the cleaned segments of ``cleaning`` as ``.cleaned`` files (fdatasync'ed).
+
+    ``producer_last_offsets`` maps each producer id to the last offset of its last batch in
+    the log: that batch survives even when empty. Runs on any thread; touches only the
+    source descriptors and new ``.cleaned`` files. Raises ``CorruptMessageError`` for a
+    corrupt source batch, ``KafkaStorageError`` for an I/O error and
+    ``CleaningAbortedError`` when ``abort`` is set; staged files are removed then.
+    """
+    sources = cleaning.sources
+    dirty = sources[cleaning.first_dirty_index :]
+    if not sources:
+        raise ValueError("nothing to clean")
+    offset_map: dict[bytes, int] = {}
+    mapped = 0
+    try:
+        for source in dirty:
+            keys = _map_segment(source, abort)
+            if mapped and len(offset_map) + len(keys) > max_map_keys:
+                break
+            offset_map.update(keys)
+            mapped += 1
+    except OSError as exc:
+        raise KafkaStorageError(f"log cleaner read of {cleaning.directory} failed: {exc}") from exc
+    cleaned_count = cleaning.first_dirty_index + mapped
+    to_clean = sources[:cleaned_count]
+    next_dirty_offset = (
+        cleaning.end_offset if cleaned_count == len(sources) else sources[cleaned_count].base_offset
+    )
+    config = cleaning.config
+    counters = _Counters()
+    groups: list[CleanedGroup] = []
+    staged: list[int] = []
+    bytes_after = 0
+    try:
+        for index, group in enumerate(_groups(to_clean, config)):
+            base = group[0].base_offset
+            remove_staged_files(cleaning.directory, base)
+            staged.append(base)
+            size = _write_group(
+                cleaning, group, offset_map, producer_last_offsets, now_ms, abort, counters
+            )
+            old_bases = tuple(source.base_offset for source in group)
+            if size == 0 and index > 0:
+                remove_staged_files(cleaning.directory, base)
+                groups.append(CleanedGroup(old_bases, None))
+            else:
+                groups.append(CleanedGroup(old_bases, base))
+            bytes_after += size
+        fsync_directory(cleaning.directory)
+    except BaseException as exc:
+        for base in staged:
+            try:
+                remove_staged_files(cleaning.directory, base)
+            except OSError:
+                log.exception(
+                    "removing staged file failed dir=%s base=%d", cleaning.directory, base
+                )
+        if isinstance(exc, OSError):
+            raise KafkaStorageError(
+                f"log cleaner write in {cleaning.directory} failed: {exc}"
+            ) from exc
+        raise
+    stats = CleanerStats(
+        segments_before=len(to_clean),
+        segments_after=sum(1 for group in groups if group.new_base is not None),
+        bytes_before=sum(source.size for source in to_clean),
+        bytes_after=bytes_after,
+        records_kept=counters.kept,
+        records_removed=counters.removed + counters.tombstones + counters.unkeyed,
+        tombstones_removed=counters.tombstones,
+        unkeyed_removed=counters.unkeyed,
+        empty_batches_kept=counters.empty,
+        map_keys=len(offset_map),
+    )
+    return CleaningResult(
+        cleaning, tuple(groups), cleaned_count, next_dirty_offset, stats, counters.horizon
+    )
+
+
+def _write_group(
+    cleaning: CleaningInput,
+    group: list[SourceSegment],
+    offset_map: Mapping[bytes, int],
+    producer_last_offsets: Mapping[int, int],
+    now_ms: int,
+    abort: threading.Event | None,
+    counters: _Counters,
+) -> int:
+    """Filter ``group`` into one staged segment; returns its size. Raises ``OSError``."""
+    config = cleaning.config
+    segment = LogSegment.create(cleaning.directory, group[0].base_offset, CLEANED_SUFFIX)
+    try:
+        buffer = bytearray()
+
+        def flush_buffer() -> None:
+            headers = []
+            position = 0
+            while position < len(buffer):
+                header = parse_header(buffer, position)
+                headers.append(header)
+                position += header.size
+            segment.append(buffer, headers, config.index_interval_bytes, now_ms)
+            buffer.clear()
+
+        for source in group:
+            for batch in _batches(source, abort):
+                header = parse_header(batch)
+                retain_if_empty = (
+                    header.producer_id >= 0
+                    and producer_last_offsets.get(header.producer_id) == header.last_offset
+                )
+                result = filter_batch(
+                    batch, offset_map, now_ms, config.delete_retention_ms, retain_if_empty
+                )
+                counters.kept += result.kept
+                counters.removed += result.removed
+                counters.tombstones += result.tombstones_removed
+                counters.unkeyed += result.unkeyed_removed
+                if result.tombstone_horizon_ms >= 0 and (
+                    counters.horizon < 0 or result.tombstone_horizon_ms < counters.horizon
+                ):
+                    counters.horizon = result.tombstone_horizon_ms
+                if result.data is None:
+                    continue
+                if not result.kept and header.records_count:
+                    counters.empty += 1
+                buffer += result.data
+                if len(buffer) >= _WRITE_CHUNK:
+                    flush_buffer()
+        if buffer:
+            flush_buffer()
+        segment.seal()
+        fds = segment.dup_fds()
+        try:
+            for fd in fds:
+                os.fdatasync(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return segment.size
+    finally:
+        segment.close()

@@ -1,0 +1,684 @@
+"""Log compaction: the cleaner's passes, its crash-safe swap, and a log with offset holes."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cluster.errors import CorruptMessageError, KafkaStorageError
+from replica.batch_header import BatchHeader, iter_headers, parse_header, validate_batches
+from replica.log.cleaner import (
+    DELETE_HORIZON_FLAG,
+    CleaningResult,
+    clean_log,
+    filter_batch,
+)
+from replica.log.config import LogConfig
+from replica.log.partition_log import (
+    CLEANER_CHECKPOINT_FILE,
+    CLEANER_SWAP_FILE,
+    PartitionLog,
+    delete_files,
+)
+from replica.log.segment import CLEANED_SUFFIX, LogSegment
+from replica.log_cleaner_loop import LogCleaner
+from replica.log_manager import LogManager
+from replica.producer_snapshots import load_producer_state
+from replica.producer_state import ProducerStateManager
+from replica.records import Record, RecordBatchBuilder, encode_batch, iter_records
+
+COMPACT = LogConfig(
+    segment_bytes=700,
+    index_interval_bytes=150,
+    retention_ms=-1,
+    cleanup_policy="compact",
+)
+NOW = 1_000_000
+DAY = 86_400_000
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+
+@dataclass
+class Producer:
+    """An idempotent producer's id, epoch and next sequence."""
+
+    producer_id: int
+    epoch: int = 0
+    sequence: int = 0
+
+
+def append(
+    log: PartitionLog,
+    pairs: list[tuple[bytes | None, bytes | None]],
+    *,
+    codec: int = 0,
+    producer: Producer | None = None,
+    timestamp_ms: int = 5_000,
+    leader_epoch: int = 0,
+) -> BatchHeader:
+    """Append one batch of ``(key, value)`` records; returns its stored header."""
+    batch = bytearray(
+        encode_batch(
+            [value for _, value in pairs],
+            [key for key, _ in pairs],
+            timestamp_ms=timestamp_ms,
+            compression=codec,
+            producer_id=-1 if producer is None else producer.producer_id,
+            producer_epoch=-1 if producer is None else producer.epoch,
+            base_sequence=-1 if producer is None else producer.sequence,
+        )
+    )
+    if producer is not None:
+        producer.sequence += len(pairs)
+    result = log.append(batch, validate_batches(batch, 1 << 20), leader_epoch, 0)
+    return result.headers[0]
+
+
+def batches(log: PartitionLog) -> tuple[list[BatchHeader], list[Record]]:
+    """Every batch header and record, by reads from the log start to the log end."""
+    headers: list[BatchHeader] = []
+    records: list[Record] = []
+    offset = log.log_start_offset
+    for _ in range(100_000):
+        if offset >= log.log_end_offset:
+            break
+        data = log.read(offset, 1 << 20)
+        found = list(iter_headers(data))
+        assert found, f"empty read at {offset} below the log end {log.log_end_offset}"
+        headers.extend(found)
+        records.extend(iter_records(data, offset))
+        offset = found[-1].next_offset
+    return headers, records
+
+
+def clean(
+    log: PartitionLog, *, limit: int | None = None, now_ms: int = NOW, max_map_keys: int = 10**6
+) -> CleaningResult | None:
+    """One cleaning below ``limit`` (default: the log end), committed; None if nothing due."""
+    cleaning = log.prepare_cleaning(log.log_end_offset if limit is None else limit, now_ms)
+    if cleaning is None:
+        return None
+    state = ProducerStateManager(end_offset=log.log_start_offset)
+    state.rebuild_from_batches(log.batch_headers())
+    last_offsets = {pid: entry.last_offset for pid, entry in state.entries().items()}
+    try:
+        result = clean_log(
+            cleaning, now_ms=now_ms, producer_last_offsets=last_offsets, max_map_keys=max_map_keys
+        )
+    finally:
+        cleaning.close()
+    deleted = log.commit_cleaning(result, now_ms)
+    assert deleted is not None
+    delete_files(deleted)
+    log.persist_cleaner_checkpoint()
+    return result
+
+
+def producer_summary(log: PartitionLog) -> dict[int, tuple[int, int, int, int]]:
+    """Per producer: epoch, last sequence, last offset, first offset of its last batch."""
+    state = ProducerStateManager(end_offset=log.log_start_offset)
+    state.rebuild_from_batches(log.batch_headers())
+    return {
+        pid: (e.producer_epoch, e.last_seq, e.last_offset, e.batches[-1].first_offset)
+        for pid, e in state.entries().items()
+    }
+
+
+@pytest.fixture
+def directory(tmp_path: Path) -> Path:
+    return tmp_path / "compacted-0"
+
+
+@pytest.fixture
+def log(directory: Path) -> Iterator[PartitionLog]:
+    opened = PartitionLog.open(directory, COMPACT, now_ms=0)
+    yield opened
+    opened.close()
+
+
+def fill(log: PartitionLog, updates: int, keys: int = 3, per_batch: int = 2) -> None:
+    """``updates`` batches of ``per_batch`` records over ``keys`` keys; flushed."""
+    for n in range(updates):
+        append(
+            log, [(f"k{(n + i) % keys}".encode(), f"v{n}-{i}".encode()) for i in range(per_batch)]
+        )
+    log.flush()
+
+
+# ---- the property: latest value of every key, offsets unchanged ---------------------------
+
+# Segments of a few batches each, so that cleanings see many segments and groups.
+TINY_SEGMENTS = replace(COMPACT, segment_bytes=300, index_interval_bytes=100)
+_KEYS = [f"key-{n}".encode() for n in range(6)]
+_record = st.tuples(st.sampled_from(_KEYS), st.one_of(st.none(), st.binary(max_size=24)))
+_batch = st.tuples(
+    st.lists(_record, min_size=1, max_size=4),
+    st.sampled_from([0, 0, 1, 2, 3, 4]),  # none, gzip, snappy, lz4, zstd
+    st.sampled_from([None, 0, 1, 2]),  # no producer id, or one of three producers
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    batch_specs=st.lists(_batch, min_size=3, max_size=60),
+    limit_fraction=st.floats(min_value=0.0, max_value=1.0),
+)
+def test_cleaning_keeps_the_latest_record_of_every_key_at_its_offset(
+    tmp_path_factory: pytest.TempPathFactory,
+    batch_specs: list[tuple[list[tuple[bytes, bytes | None]], int, int | None]],
+    limit_fraction: float,
+) -> None:
+    directory = tmp_path_factory.mktemp("prop") / "t-0"
+    log = PartitionLog.open(directory, TINY_SEGMENTS, now_ms=0)
+    try:
+        producers = [Producer(1000 + n) for n in range(3)]
+        for pairs, codec, who in batch_specs:
+            producer = None if who is None else producers[who]
+            append(log, list(pairs), codec=codec, producer=producer, timestamp_ms=7_000)
+        log.flush()
+        before_headers, before = batches(log)
+        before_producers = producer_summary(log)
+        limit = int(log.log_end_offset * limit_fraction)
+        result = clean(log, limit=limit)
+
+        after_headers, after = batches(log)
+        by_offset = {record.offset: record for record in before}
+        # Offsets never change; a kept record is the record that was at its offset.
+        assert all(by_offset[record.offset] == record for record in after)
+        assert [r.offset for r in after] == sorted({r.offset for r in after})
+        # Batches keep their offset ranges; the log reads back in offset order.
+        ranges = {(h.base_offset, h.last_offset) for h in before_headers}
+        assert all((h.base_offset, h.last_offset) in ranges for h in after_headers)
+        assert [h.base_offset for h in after_headers] == sorted(
+            {h.base_offset for h in after_headers}
+        )
+        assert (log.log_start_offset, log.log_end_offset) == (0, before_headers[-1].next_offset)
+        end = 0 if result is None else result.next_dirty_offset
+        # The model: below the end of the cleaned range only each key's latest record stays
+        # (tombstones too: their delete horizon is set now, they go a day later); at and
+        # above it nothing is touched.
+        latest: dict[bytes | None, int] = {}
+        for record in before:
+            if record.offset < end:
+                latest[record.key] = record.offset
+        expected = sorted(set(latest.values()) | {r.offset for r in before if r.offset >= end})
+        assert [r.offset for r in after] == expected
+        assert producer_summary(log) == before_producers
+        # The same after a restart (indexes and files as the swap left them).
+        log.close()
+        log = PartitionLog.open(directory, TINY_SEGMENTS, now_ms=0)
+        assert batches(log)[1] == after
+        assert load_producer_state(log).entries().keys() == before_producers.keys()
+
+        # More updates, then a cleaning after the delete horizon of the first one: the
+        # tombstones it kept are gone, the ones it did not see yet get their horizon.
+        for pairs, codec, who in batch_specs[: len(batch_specs) // 2]:
+            producer = None if who is None else producers[who]
+            append(log, list(pairs), codec=codec, producer=producer, timestamp_ms=8_000)
+        log.flush()
+        middle_headers, middle = batches(log)
+        middle_producers = producer_summary(log)
+        second = clean(log, now_ms=NOW + DAY + 1)
+        # Nothing cleanable at all leaves the log as it is.
+        end2 = 0 if second is None else second.next_dirty_offset
+        latest = {}
+        for record in middle:
+            if record.offset < end2:
+                latest[record.key] = record.offset
+        by_offset = {record.offset: record for record in middle}
+        expected = sorted(
+            {
+                offset
+                for offset in latest.values()
+                if offset >= end or by_offset[offset].value is not None
+            }
+            | {r.offset for r in middle if r.offset >= end2}
+        )
+        _, final = batches(log)
+        assert [r.offset for r in final] == expected
+        assert all(by_offset[record.offset] == record for record in final)
+        assert producer_summary(log) == middle_producers
+        assert log.log_end_offset == middle_headers[-1].next_offset
+    finally:
+        log.close()
+
+
+# ---- batches --------------------------------------------------------------------------------
+
+
+def _stored(pairs: list[tuple[bytes | None, bytes | None]], **kwargs: Any) -> bytes:
+    batch = bytearray(
+        encode_batch([v for _, v in pairs], [k for k, _ in pairs], timestamp_ms=5_000, **kwargs)
+    )
+    batch[:8] = (40).to_bytes(8, "big")  # as if stored at offset 40
+    return bytes(batch)
+
+
+def test_a_rewritten_batch_keeps_offsets_producer_fields_and_codec() -> None:
+    data = _stored(
+        [(b"a", b"1"), (b"b", b"2"), (b"a", b"3")],
+        compression=4,
+        producer_id=7,
+        producer_epoch=2,
+        base_sequence=10,
+    )
+    result = filter_batch(data, {b"a": 42}, NOW, DAY, retain_if_empty=False)
+    assert result.data is not None and (result.kept, result.removed) == (2, 1)
+    old, new = parse_header(data), parse_header(result.data)
+    assert (new.base_offset, new.last_offset, new.records_count) == (40, 42, 2)
+    assert (new.producer_id, new.producer_epoch, new.base_sequence) == (7, 2, 10)
+    assert new.compression == old.compression == 4
+    assert [(r.offset, r.key, r.value) for r in iter_records(result.data)] == [
+        (41, b"b", b"2"),
+        (42, b"a", b"3"),
+    ]  # iter_records checks the new CRC
+
+
+def test_an_emptied_batch_goes_unless_it_is_its_producers_last() -> None:
+    data = _stored([(b"a", b"1")], producer_id=7, producer_epoch=0, base_sequence=0)
+    assert filter_batch(data, {b"a": 99}, NOW, DAY, retain_if_empty=False).data is None
+    kept = filter_batch(data, {b"a": 99}, NOW, DAY, retain_if_empty=True).data
+    assert kept is not None
+    header = parse_header(kept)
+    assert (header.records_count, header.base_offset, header.last_offset) == (0, 40, 40)
+    assert list(iter_records(kept)) == []  # consumers skip it
+    # Once the producer wrote a later batch, the empty one goes at the next cleaning.
+    assert filter_batch(kept, {}, NOW, DAY, retain_if_empty=True).data == kept
+    assert filter_batch(kept, {}, NOW, DAY, retain_if_empty=False).data is None
+
+
+def test_tombstones_get_a_delete_horizon_then_go_after_it() -> None:
+    builder = RecordBatchBuilder(4)
+    builder.append(b"x", key=b"a", timestamp_ms=5_000)
+    builder.append(None, key=b"b", timestamp_ms=5_100)
+    data = bytearray(builder.build())
+    data[:8] = (40).to_bytes(8, "big")
+    first = filter_batch(bytes(data), {}, NOW, DAY, retain_if_empty=False)
+    assert first.data is not None
+    header = parse_header(first.data)
+    assert header.attributes & DELETE_HORIZON_FLAG
+    assert header.base_timestamp == NOW + DAY
+    # Record timestamps are what the producer wrote, re-encoded against the horizon.
+    assert [(r.key, r.timestamp) for r in iter_records(first.data)] == [
+        (b"a", 5_000),
+        (b"b", 5_100),
+    ]
+    early = filter_batch(first.data, {}, NOW + DAY - 1, DAY, retain_if_empty=False)
+    assert early.data == first.data
+    late = filter_batch(first.data, {}, NOW + DAY, DAY, retain_if_empty=False)
+    assert late.tombstones_removed == 1 and late.data is not None
+    assert [(r.key, r.timestamp) for r in iter_records(late.data)] == [(b"a", 5_000)]
+
+
+def test_records_without_a_key_are_dropped() -> None:
+    data = _stored([(None, b"1"), (b"a", b"2")])
+    result = filter_batch(data, {}, NOW, DAY, retain_if_empty=False)
+    assert result.unkeyed_removed == 1
+    assert result.data is not None
+    assert [r.key for r in iter_records(result.data)] == [b"a"]
+
+
+def test_a_corrupt_source_batch_stops_the_cleaning(log: PartitionLog, directory: Path) -> None:
+    fill(log, 20)
+    first = sorted(directory.glob("*.log"))[0]
+    with open(first, "r+b") as handle:
+        handle.seek(70)
+        byte = handle.read(1)
+        handle.seek(70)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    cleaning = log.prepare_cleaning(log.log_end_offset, NOW)
+    assert cleaning is not None
+    try:
+        with pytest.raises(CorruptMessageError):
+            clean_log(cleaning, now_ms=NOW, producer_last_offsets={})
+    finally:
+        cleaning.close()
+    log.abandon_cleaning()
+    assert not list(directory.glob(f"*{CLEANED_SUFFIX}"))
+
+
+# ---- what gets cleaned ----------------------------------------------------------------------
+
+
+def test_never_the_active_segment_nor_at_or_above_the_limit(
+    log: PartitionLog, directory: Path
+) -> None:
+    fill(log, 40)
+    headers = list(log.batch_headers())
+    limit = headers[len(headers) // 2].base_offset
+    active = sorted(directory.glob("*.log"))[-1]
+    active_bytes = active.read_bytes()
+    result = clean(log, limit=limit)
+    assert result is not None
+    assert 0 < result.next_dirty_offset <= limit
+    _, after = batches(log)
+    assert {r.offset for r in after if r.offset >= result.next_dirty_offset} == set(
+        range(result.next_dirty_offset, log.log_end_offset)
+    )
+    assert active.read_bytes() == active_bytes
+    # Nothing dirty below the limit is left: no cleaning is due.
+    assert log.cleanable_view(limit, NOW) is None
+
+
+def test_the_dirty_ratio_and_checkpoint(log: PartitionLog, directory: Path) -> None:
+    fill(log, 40)
+    view = log.cleanable_view(log.log_end_offset, NOW)
+    assert view is not None and view.clean_bytes == 0 and view.dirty_ratio == 1.0
+    result = clean(log)
+    assert result is not None
+    assert log.first_dirty_offset == result.next_dirty_offset
+    checkpoint = (directory / CLEANER_CHECKPOINT_FILE).read_text()
+    assert checkpoint == f"0\n{result.next_dirty_offset}\n-1\n"  # no tombstones
+    assert log.cleanable_view(log.log_end_offset, NOW) is None  # nothing new is dirty
+    fill(log, 40)
+    view = log.cleanable_view(log.log_end_offset, NOW)
+    assert view is not None and view.clean_bytes > 0 and 0 < view.dirty_ratio < 1
+    log.close()
+    reopened = PartitionLog.open(directory, COMPACT, now_ms=0)
+    try:
+        assert reopened.first_dirty_offset == result.next_dirty_offset
+    finally:
+        reopened.close()
+
+
+def test_min_compaction_lag_keeps_young_segments_dirty(directory: Path) -> None:
+    config = replace(COMPACT, min_compaction_lag_ms=1_000)
+    log = PartitionLog.open(directory, config, now_ms=0)
+    try:
+        for n in range(30):
+            append(log, [(b"k", f"{n}".encode())], timestamp_ms=10_000 + n * 100)
+        log.flush()
+        assert log.cleanable_view(log.log_end_offset, 10_500) is None
+        view = log.cleanable_view(log.log_end_offset, 10_000 + 30 * 100 + 1_000)
+        assert view is not None and view.end_offset > 0
+    finally:
+        log.close()
+
+
+def test_a_full_offset_map_cleans_a_prefix_and_the_rest_later(log: PartitionLog) -> None:
+    for n in range(60):
+        append(log, [(f"key-{n}".encode(), b"v"), (f"key-{n % 3}".encode(), b"w")])
+    log.flush()
+    _, before = batches(log)
+    first = clean(log, max_map_keys=8)
+    assert first is not None and first.cleaned_sources < len(first.input.sources)
+    second = clean(log, max_map_keys=10**6)
+    assert second is not None and second.next_dirty_offset > first.next_dirty_offset
+    latest = {r.key: r for r in before if r.offset < second.next_dirty_offset}
+    _, after = batches(log)
+    assert all(record in after for record in latest.values())
+
+
+@pytest.mark.parametrize("more_updates", [True, False])
+def test_tombstones_disappear_after_delete_retention(
+    log: PartitionLog, directory: Path, more_updates: bool
+) -> None:
+    append(log, [(b"gone", b"1")])
+    append(log, [(b"gone", None)])
+    fill(log, 30)
+    first = clean(log)
+    assert first is not None and first.tombstone_horizon_ms == NOW + DAY
+    assert any(r.key == b"gone" and r.value is None for r in batches(log)[1])
+    if more_updates:
+        fill(log, 30)
+    else:
+        # A quiet log: nothing is dirty, yet the horizon alone makes it due (and it is
+        # remembered across a restart).
+        log.close()
+        log = PartitionLog.open(directory, COMPACT, now_ms=0)
+        assert log.cleanable_view(log.log_end_offset, NOW + DAY - 1) is None
+        view = log.cleanable_view(log.log_end_offset, NOW + DAY)
+        assert view is not None and view.tombstones_due and view.dirty_bytes == 0
+    second = clean(log, now_ms=NOW + DAY + 1)
+    assert second is not None and second.stats.tombstones_removed >= 1
+    assert all(r.key != b"gone" for r in batches(log)[1])
+    assert log.cleanable_view(log.log_end_offset, 2 * (NOW + DAY)) is None
+    log.close()
+
+
+# ---- reads across holes ---------------------------------------------------------------------
+
+
+def test_reads_lookups_and_truncation_across_holes(log: PartitionLog, directory: Path) -> None:
+    append(log, [(b"early", b"stays")], timestamp_ms=10_000)
+    for n in range(1, 50):
+        append(log, [(f"k{n % 4}".encode(), f"{n}".encode())], timestamp_ms=10_000 + n)
+    log.flush()
+    assert clean(log) is not None
+    headers, _ = batches(log)
+    offsets = [(h.base_offset, h.last_offset) for h in headers]
+    assert len(offsets) < 50  # there are holes
+    for offset in range(log.log_start_offset, log.log_end_offset):
+        data = log.read(offset, 1)
+        first = next(iter_headers(data))
+        # The batch holding the offset, or the next one after a hole.
+        expected = next(b for b in offsets if b[1] >= offset)
+        assert (first.base_offset, first.last_offset) == expected
+    # Time lookups land on kept batches.
+    found = log.offset_for_timestamp(10_000)
+    assert found is not None and found[0] == headers[0].base_offset
+    maximum = log.max_timestamp_offset()
+    assert maximum is not None and maximum[1] == 10_049
+    # Truncation into a hole ends the log where the batch before the hole ends.
+    hole = next(end + 1 for (_, end), (start, _) in itertools.pairwise(offsets) if start > end + 1)
+    before_hole = max(end for _, end in offsets if end < hole) + 1
+    log.truncate_to(hole)
+    assert log.log_end_offset == before_hole
+    append(log, [(b"k0", b"after")])
+    assert batches(log)[1][-1].offset == before_hole
+
+
+def test_a_follower_copies_a_compacted_leader(log: PartitionLog, tmp_path: Path) -> None:
+    producer = Producer(77)
+    for n in range(40):
+        append(log, [(f"k{n % 3}".encode(), f"{n}".encode())], producer=producer)
+    log.flush()
+    assert clean(log) is not None
+    follower = PartitionLog.open(tmp_path / "follower-0", COMPACT, now_ms=0)
+    try:
+        for _ in range(1000):
+            if follower.log_end_offset >= log.log_end_offset:
+                break
+            data = bytearray(log.read(follower.log_end_offset, 300))
+            follower.append_as_follower(data, list(iter_headers(data)), 0)
+
+        def shape(of: PartitionLog) -> list[tuple[int, int, int]]:
+            return [(h.base_offset, h.last_offset, h.crc) for h in batches(of)[0]]
+
+        assert shape(follower) == shape(log)
+        assert batches(follower)[1] == batches(log)[1]
+        assert producer_summary(follower) == producer_summary(log)
+    finally:
+        follower.close()
+
+
+def test_compact_only_logs_ignore_time_and_size_retention(directory: Path) -> None:
+    both = replace(COMPACT, retention_ms=1, retention_bytes=1)
+    log = PartitionLog.open(directory, replace(both, cleanup_policy="compact"), now_ms=0)
+    try:
+        fill(log, 30)
+        assert log.enforce_retention(NOW) == []
+        log.update_config(replace(both, cleanup_policy="compact,delete"))
+        assert log.enforce_retention(NOW) != []
+    finally:
+        log.close()
+
+
+# ---- crash safety of the swap ---------------------------------------------------------------
+
+
+def _snapshots(
+    monkeypatch: pytest.MonkeyPatch, root: Path, directory: Path
+) -> tuple[list[Path], Callable[[], None]]:
+    """Copy ``directory`` (as a kill -9 would leave it) after every rename during the swap."""
+    taken: list[Path] = []
+
+    def snap() -> None:
+        target = root / f"crash-{len(taken):02d}"
+        shutil.copytree(directory, target)
+        taken.append(target)
+
+    real_rename, real_replace = os.rename, os.replace
+
+    def rename(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        real_rename(src, dst, *args, **kwargs)
+        snap()
+
+    def replace_(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        real_replace(src, dst, *args, **kwargs)
+        snap()
+
+    monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(os, "replace", replace_)
+    return taken, snap
+
+
+def test_a_crash_at_any_step_of_the_swap_leaves_old_or_new(
+    log: PartitionLog, directory: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(40):
+        append(log, [(f"k{n % 3}".encode(), f"{n}".encode()), (b"fixed", b"x")])
+    log.flush()
+    _, old = batches(log)
+    cleaning = log.prepare_cleaning(log.log_end_offset, NOW)
+    assert cleaning is not None
+    try:
+        result = clean_log(cleaning, now_ms=NOW, producer_last_offsets={})
+    finally:
+        cleaning.close()
+    crashes, snap = _snapshots(monkeypatch, tmp_path, directory)
+    snap()  # staged files written, nothing committed
+    deleted = log.commit_cleaning(result, NOW)
+    monkeypatch.undo()
+    assert deleted is not None
+    _, new = batches(log)
+    assert len(crashes) > 5 and new != old
+    outcomes = set()
+    for crashed in crashes:
+        reopened = PartitionLog.open(crashed, COMPACT, now_ms=0)
+        try:
+            _, records = batches(reopened)
+        finally:
+            reopened.close()
+        assert records in (old, new), crashed.name
+        outcomes.add("old" if records == old else "new")
+        leftovers = [p.name for p in crashed.iterdir() if p.name.endswith(CLEANED_SUFFIX)]
+        assert not leftovers and not (crashed / CLEANER_SWAP_FILE).exists()
+    assert outcomes == {"old", "new"}
+
+
+def test_an_unreadable_swap_file_is_a_storage_error(log: PartitionLog, directory: Path) -> None:
+    fill(log, 5)
+    log.close()
+    (directory / CLEANER_SWAP_FILE).write_bytes(b"garbage")
+    with pytest.raises(KafkaStorageError, match="cleaner-swap"):
+        PartitionLog.open(directory, COMPACT, now_ms=0)
+
+
+def test_a_cleaning_is_abandoned_when_the_log_changed(log: PartitionLog, directory: Path) -> None:
+    fill(log, 40)
+    _, before = batches(log)
+    cleaning = log.prepare_cleaning(log.log_end_offset, NOW)
+    assert cleaning is not None
+    try:
+        result = clean_log(cleaning, now_ms=NOW, producer_last_offsets={})
+    finally:
+        cleaning.close()
+    log.truncate_to(log.log_end_offset - 3)
+    assert log.commit_cleaning(result, NOW) is None
+    assert not list(directory.glob(f"*{CLEANED_SUFFIX}"))
+    assert batches(log)[1] == [r for r in before if r.offset < log.log_end_offset]
+
+
+def test_the_staged_segment_is_a_real_segment(tmp_path: Path) -> None:
+    staged = LogSegment.create(tmp_path, 5, CLEANED_SUFFIX)
+    staged.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"{5:020d}.index{CLEANED_SUFFIX}",
+        f"{5:020d}.log{CLEANED_SUFFIX}",
+        f"{5:020d}.timeindex{CLEANED_SUFFIX}",
+    ]
+
+
+# ---- the broker's cleaner loop ----------------------------------------------------------------
+
+
+def test_the_cleaner_loop_cleans_due_compacted_partitions_only(tmp_path: Path) -> None:
+    logs = LogManager(tmp_path, LogConfig(), lambda: NOW)
+    logs.open()
+    small = {"segment.bytes": "700", "index.interval.bytes": "150"}
+    logs.create_topic("plain", 1, 1, small)
+    logs.create_topic("table", 1, 1, {**small, "cleanup.policy": "compact"})
+    logs.create_topic(
+        "lagging",
+        1,
+        1,
+        {
+            **small,
+            "cleanup.policy": "compact,delete",
+            "retention.ms": "-1",
+            "min.cleanable.dirty.ratio": "0.99",
+            "max.compaction.lag.ms": "1000",
+        },
+    )
+    try:
+        for name in ("plain", "table", "lagging"):
+            partition = logs.partition(name, 0)
+            for n in range(30):
+                batch = bytearray(
+                    encode_batch(
+                        [f"{n}".encode()] * 2, [b"k1", f"k{n % 3}".encode()], timestamp_ms=5_000
+                    )
+                )
+                partition.append_as_leader(batch, validate_batches(batch, 1 << 20), 1, 0)
+            partition.log.flush()
+            partition.on_local_flush()  # the high watermark follows the flush
+        cleaner = LogCleaner(logs, lambda: NOW, backoff_ms=10)
+
+        async def rounds() -> list[str]:
+            done = []
+            for _ in range(5):
+                cleaned = await cleaner.clean_once()
+                if cleaned is None:
+                    break
+                done.append(cleaned.topic_partition.topic)
+            return done
+
+        # Both compacted logs are entirely dirty; "lagging" is past max.compaction.lag.ms
+        # (its records are from timestamp 5000), so it goes first; "plain" never.
+        assert asyncio.run(rounds()) == ["lagging", "table"]
+        for name in ("table", "lagging"):
+            log = logs.partition(name, 0).log
+            assert len({r.key for r in batches(log)[1]}) < len(batches(log)[1])
+    finally:
+        logs.close()
+
+
+def test_a_compacted_log_rolls_within_max_compaction_lag(directory: Path) -> None:
+    # The cleaner never touches the active segment, so it must close in time (KIP-354).
+    log = PartitionLog.open(directory, replace(COMPACT, max_compaction_lag_ms=1_000), now_ms=0)
+    try:
+        append(log, [(b"k", b"v")])
+        assert not log.roll_if_due(999)
+        assert log.roll_if_due(1_000)
+        log.update_config(replace(COMPACT, cleanup_policy="delete", max_compaction_lag_ms=1_000))
+        append(log, [(b"k", b"w")])
+        assert not log.roll_if_due(5_000)  # segment.ms (a week) alone decides
+    finally:
+        log.close()
