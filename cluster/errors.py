@@ -25,6 +25,7 @@ __all__ = [
     "GroupIdNotFoundError",
     "GroupMaxSizeReachedError",
     "GroupNotEmptyError",
+    "GroupSubscribedToTopicError",
     "IllegalGenerationError",
     "IllegalStateError",
     "InconsistentClusterIdError",
@@ -34,6 +35,7 @@ __all__ = [
     "InvalidPartitionsError",
     "InvalidProducerEpochError",
     "InvalidRecordError",
+    "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidRequiredAcksError",
@@ -213,6 +215,13 @@ class InvalidReplicationFactorError(LograftError):
 
     code = 38
     error_name = "INVALID_REPLICATION_FACTOR"
+
+
+class InvalidReplicaAssignmentError(LograftError):
+    """A manual replica assignment is not valid (wrong size, repeated or unknown broker)."""
+
+    code = 39
+    error_name = "INVALID_REPLICA_ASSIGNMENT"
 
 
 class InvalidConfigError(LograftError):
@@ -483,6 +492,13 @@ class GroupIdNotFoundError(LograftError):
     error_name = "GROUP_ID_NOT_FOUND"
 
 
+class GroupSubscribedToTopicError(LograftError):
+    """The group's members are subscribed to the topic: its offsets cannot be deleted."""
+
+    code = 86
+    error_name = "GROUP_SUBSCRIBED_TO_TOPIC"
+
+
 class GroupMaxSizeReachedError(LograftError):
     """The group already has ``group.consumer.max.size`` members."""
 
@@ -578,6 +594,7 @@ _BY_CODE: dict[int, type[LograftError]] = {
         TopicAlreadyExistsError,
         InvalidPartitionsError,
         InvalidReplicationFactorError,
+        InvalidReplicaAssignmentError,
         InvalidConfigError,
         InvalidRequestError,
         KafkaStorageError,
@@ -614,6 +631,7 @@ _BY_CODE: dict[int, type[LograftError]] = {
         InvalidSessionTimeoutError,
         GroupNotEmptyError,
         GroupIdNotFoundError,
+        GroupSubscribedToTopicError,
         GroupMaxSizeReachedError,
         FencedMemberEpochError,
         UnsupportedAssignorError,

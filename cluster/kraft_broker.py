@@ -2,8 +2,10 @@
 
 The broker follows the metadata log as a Raft observer (or as a voter, on a combined node)
 and acts only as its image says: it opens a log for every partition that lists it as a
-replica, leads the ones whose leader it is, answers Metadata from the image, and forwards
-CreateTopics and DeleteTopics to the active controller. It registers with the controller
+replica, leads the ones whose leader it is, applies topic config changes to the logs it
+hosts as they arrive, answers Metadata, DescribeCluster and DescribeConfigs from the image,
+and forwards CreateTopics, DeleteTopics, CreatePartitions and IncrementalAlterConfigs to
+the active controller. It registers with the controller
 once per process start (a new incarnation) and heartbeats; the controller unfences it once
 its metadata has caught up with its own registration.
 """
@@ -22,17 +24,29 @@ import grpc
 from cluster.errors import (
     BrokerIdNotRegisteredError,
     CoordinatorNotAvailableError,
+    InvalidConfigError,
+    InvalidRequestError,
     LograftError,
     NotControllerError,
     RequestTimedOutError,
     StaleBrokerEpochError,
     TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
     error_for_code,
 )
+from cluster.node_config import NodeConfig
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import controller_pb2 as cpb
 from cluster.wire import controller_pb2_grpc as cpb_grpc
-from controller.metadata import MetadataImage
+from controller.logic.configs import (
+    AlterConfigOpType,
+    DescribedConfig,
+    describe_broker_configs,
+    describe_topic_configs,
+    parse_broker_resource_name,
+)
+from controller.logic.topic_configs import validate_topic_configs
+from controller.metadata import ConfigResourceType, MetadataImage
 from controller.metadata.image import PartitionRegistration
 from controller.quorum.driver import CHANNEL_OPTIONS, RaftDriver
 from controller.quorum.metadata_machine import MetadataStateMachine
@@ -40,6 +54,7 @@ from replica.broker_service import BrokerEndpoint
 from replica.fetcher import FollowedPartition, ReplicaFetcherManager
 from replica.group import partition_for_group
 from replica.group_service import OFFSETS_TOPIC, GroupService
+from replica.log.config import LogConfig
 from replica.log_manager import LogManager, remove_directories
 from replica.partition import Partition
 from replica.producer_ids import ProducerIdAllocator
@@ -139,8 +154,13 @@ def _not_controller(response: Any) -> bool:
     code = getattr(response, "error_code", None)
     if code == NotControllerError.code:
         return True
-    topics = list(getattr(response, "topics", ()))
-    return bool(topics) and all(t.error_code == NotControllerError.code for t in topics)
+    # Per-item answers: topics (CreateTopics), results (CreatePartitions), responses
+    # (IncrementalAlterConfigs); a non-active controller answers every item alike.
+    for field in ("topics", "results", "responses"):
+        items = list(getattr(response, field, ()))
+        if items:
+            return all(i.error_code == NotControllerError.code for i in items)
+    return False
 
 
 class KRaftBroker:
@@ -157,8 +177,10 @@ class KRaftBroker:
         replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
         offsets_topic_partitions: int = 50,
         offsets_topic_replication_factor: int = 3,
+        node_config: NodeConfig | None = None,
     ) -> None:
         self._endpoint = endpoint
+        self._node_config = node_config
         self._offsets_topic_partitions = offsets_topic_partitions
         self._offsets_topic_replication_factor = offsets_topic_replication_factor
         self._replica_lag_time_max_ms = replica_lag_time_max_ms
@@ -352,14 +374,25 @@ class KRaftBroker:
                 self._logs.adopt_partition(new_partition)
             log.info("partitions opened count=%d", len(opened))
         now_ms = _wall_clock_ms()
-        for tp, (_, _, state) in wanted.items():
+        log_configs: dict[str, LogConfig | None] = {}
+        reconfigured: dict[str, int] = {}
+        for tp, (_, configs, state) in wanted.items():
             partition = self._logs.partitions.get(tp)
             if partition is None:
                 continue
+            if tp.topic not in log_configs:
+                log_configs[tp.topic] = self._log_config(tp.topic, configs)
+            config = log_configs[tp.topic]
+            if config is not None and partition.log.config != config:
+                # An altered topic config takes effect at once (IncrementalAlterConfigs).
+                partition.update_config(config)
+                reconfigured[tp.topic] = reconfigured.get(tp.topic, 0) + 1
             try:
                 self._apply_role(partition, state, now_ms)
             except ReplicationInvariantError as exc:
                 log.error("cannot take partition role partition=%s error=%s", tp, exc)
+        for name, count in reconfigured.items():
+            log.info("topic config applied topic=%s partitions=%d", name, count)
         followed = {
             tp: FollowedPartition(state.leader, state.leader_epoch)
             for tp, (_, _, state) in wanted.items()
@@ -382,6 +415,15 @@ class KRaftBroker:
         if doomed:
             log.info("partitions removed count=%d", len(doomed))
             await loop.run_in_executor(None, remove_directories, doomed)
+
+    def _log_config(self, topic: str, configs: Mapping[str, str]) -> LogConfig | None:
+        """The effective log config of ``topic``; None (logged) if this node rejects it."""
+        try:
+            return self._logs.log_config_for(configs)
+        except InvalidConfigError as exc:
+            # The controller validated it; a node of another version may still disagree.
+            log.error("topic config not applicable topic=%s error=%s", topic, exc)
+            return None
 
     def _apply_role(self, partition: Partition, state: PartitionRegistration, now_ms: int) -> None:
         """Lead or follow ``partition`` as the image's registration says."""
@@ -563,8 +605,16 @@ class KRaftBroker:
                     name=OFFSETS_TOPIC,
                     num_partitions=self._offsets_topic_partitions,
                     replication_factor=self._offsets_topic_replication_factor,
-                    # No compaction yet: committed offsets must never age out.
-                    configs={"retention.ms": "-1", "retention.bytes": "-1"},
+                    # Compacted, never deleted: the latest record of every group key
+                    # (its committed offsets among them) stays; the rest is cleaned away.
+                    configs={
+                        "cleanup.policy": "compact",
+                        "segment.bytes": str(
+                            self._node_config.offsets_topic_segment_bytes
+                            if self._node_config is not None
+                            else 100 * 1024 * 1024
+                        ),
+                    },
                 )
             ]
         )
@@ -620,3 +670,188 @@ class KRaftBroker:
                 ]
             )
         return response
+
+    # ---- partitions, configs and the cluster (admin APIs) -------------------------------
+
+    async def create_partitions(
+        self, request: pb.CreatePartitionsRequest
+    ) -> pb.CreatePartitionsResponse:
+        """Forward to the active controller; answer once this broker's image has them."""
+        try:
+            response: pb.CreatePartitionsResponse = await self._controllers.call(
+                "CreatePartitions", request
+            )
+        except (NotControllerError, RequestTimedOutError) as exc:
+            return pb.CreatePartitionsResponse(
+                results=[
+                    pb.CreatePartitionsTopicResult(
+                        name=t.name, error_code=exc.code, error_message=exc.message
+                    )
+                    for t in request.topics
+                ]
+            )
+        if not request.validate_only:
+            grown = {r.name for r in response.results if r.error_code == 0}
+            counts = {t.name: t.count for t in request.topics if t.name in grown}
+            await self._await_image(
+                lambda image: all(
+                    (topic := image.topic(name)) is not None and len(topic.partitions) >= count
+                    for name, count in counts.items()
+                )
+            )
+        return response
+
+    async def incremental_alter_configs(
+        self, request: pb.IncrementalAlterConfigsRequest
+    ) -> pb.IncrementalAlterConfigsResponse:
+        """Forward to the active controller; answer once this broker's image has them."""
+        try:
+            response: pb.IncrementalAlterConfigsResponse = await self._controllers.call(
+                "IncrementalAlterConfigs", request
+            )
+        except (NotControllerError, RequestTimedOutError) as exc:
+            return pb.IncrementalAlterConfigsResponse(
+                responses=[
+                    pb.AlterConfigsResourceResponse(
+                        error_code=exc.code,
+                        error_message=exc.message,
+                        resource_type=r.resource_type,
+                        resource_name=r.resource_name,
+                    )
+                    for r in request.resources
+                ]
+            )
+        if not request.validate_only:
+            expected = _expected_topic_configs(request, response)
+            await self._await_image(
+                lambda image: all(
+                    all(image.topic_configs(topic).get(k) == v for k, v in wanted.items())
+                    for topic, wanted in expected.items()
+                )
+            )
+        return response
+
+    def topic_config_overrides(self, topic: str) -> Mapping[str, str] | None:
+        """The config overrides of ``topic`` in this broker's image; None if unknown."""
+        image = self._machine.image
+        if image.topic(topic) is None:
+            return None
+        return image.topic_configs(topic)
+
+    def describe_configs(self, request: pb.DescribeConfigsRequest) -> pb.DescribeConfigsResponse:
+        """Topic configs from the image (with this node's defaults); this broker's settings.
+
+        A BROKER resource must name this broker (the client sends it here) or be "" (the
+        cluster-wide dynamic defaults, of which lograft has none), as in Kafka.
+        """
+        response = pb.DescribeConfigsResponse()
+        for wanted in request.resources:
+            result = response.results.add(
+                resource_type=wanted.resource_type, resource_name=wanted.resource_name
+            )
+            try:
+                described = self._describe_resource(wanted, request)
+            except LograftError as exc:
+                result.error_code = exc.code
+                result.error_message = exc.message
+                continue
+            for entry in described:
+                config = result.configs.add(
+                    name=entry.name,
+                    read_only=entry.read_only,
+                    config_source=entry.source,
+                    is_sensitive=entry.sensitive,
+                    config_type=entry.config_type,
+                    documentation=entry.documentation,
+                )
+                if entry.value is not None:
+                    config.value = entry.value
+                for synonym in entry.synonyms:
+                    added = config.synonyms.add(name=synonym.name, source=synonym.source)
+                    if synonym.value is not None:
+                        added.value = synonym.value
+        return response
+
+    def _describe_resource(
+        self, wanted: pb.DescribeConfigsResource, request: pb.DescribeConfigsRequest
+    ) -> list[DescribedConfig]:
+        keys = set(wanted.configuration_keys)
+        if wanted.resource_type == ConfigResourceType.TOPIC:
+            overrides = self.topic_config_overrides(wanted.resource_name)
+            if overrides is None:
+                raise UnknownTopicOrPartitionError(f"topic {wanted.resource_name!r} does not exist")
+            return describe_topic_configs(
+                overrides,
+                self._logs.default_config,
+                keys=keys,
+                include_synonyms=request.include_synonyms,
+                include_documentation=request.include_documentation,
+            )
+        if wanted.resource_type == ConfigResourceType.BROKER:
+            broker_id = parse_broker_resource_name(wanted.resource_name)
+            if broker_id is None:
+                return []
+            if broker_id != self.node_id or self._node_config is None:
+                raise InvalidRequestError(
+                    f"Unexpected broker id, expected {self.node_id} or empty string, but "
+                    f"received {wanted.resource_name}"
+                )
+            return describe_broker_configs(
+                self._node_config,
+                keys=keys,
+                include_synonyms=request.include_synonyms,
+                include_documentation=request.include_documentation,
+            )
+        raise InvalidRequestError(
+            f"unsupported config resource type {wanted.resource_type} (2: TOPIC, 4: BROKER)"
+        )
+
+    async def describe_cluster(
+        self, request: pb.DescribeClusterRequest
+    ) -> pb.DescribeClusterResponse:
+        """Cluster id, the active controller and the registered brokers, from the image."""
+        image = self._machine.image
+        leader = self._driver.status().leader_id
+        response = pb.DescribeClusterResponse(
+            cluster_id=self._cluster_id, controller_id=-1 if leader is None else leader
+        )
+        for broker_id, broker in sorted(image.brokers.items()):
+            if broker.fenced and not request.include_fenced_brokers:
+                continue
+            listener = broker.listeners[0]
+            response.brokers.add(
+                broker_id=broker_id,
+                host=listener.host,
+                port=listener.port,
+                rack=broker.rack or "",
+                is_fenced=broker.fenced,
+            )
+        return response
+
+
+def _expected_topic_configs(
+    request: pb.IncrementalAlterConfigsRequest, response: pb.IncrementalAlterConfigsResponse
+) -> dict[str, dict[str, str | None]]:
+    """Per altered topic, each config's value once the change is in the image (None: gone)."""
+    succeeded = {
+        (r.resource_type, r.resource_name) for r in response.responses if r.error_code == 0
+    }
+    expected: dict[str, dict[str, str | None]] = {}
+    for resource in request.resources:
+        if resource.resource_type != ConfigResourceType.TOPIC:
+            continue
+        if (resource.resource_type, resource.resource_name) not in succeeded:
+            continue
+        wanted = expected.setdefault(resource.resource_name, {})
+        for config in resource.configs:
+            if config.config_operation == AlterConfigOpType.SET and config.HasField("value"):
+                try:
+                    # Stored as CreateTopics stores it (booleans in canonical spelling).
+                    wanted[config.name] = validate_topic_configs({config.name: config.value})[
+                        config.name
+                    ]
+                except InvalidConfigError:
+                    continue
+            elif config.config_operation == AlterConfigOpType.DELETE:
+                wanted[config.name] = None
+    return expected

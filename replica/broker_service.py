@@ -12,15 +12,16 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
 
 from cluster.errors import (
-    CoordinatorNotAvailableError,
     InvalidGroupIdError,
+    InvalidRecordError,
     InvalidRequestError,
     InvalidRequiredAcksError,
     KafkaStorageError,
@@ -83,6 +84,28 @@ class ClusterFrontend(Protocol):
 
     async def find_coordinator(self, group_id: str) -> pb.FindCoordinatorResponse:
         """The broker coordinating ``group_id``."""
+        ...
+
+    async def create_partitions(
+        self, request: pb.CreatePartitionsRequest
+    ) -> pb.CreatePartitionsResponse:
+        """Forwarded to the active controller."""
+        ...
+
+    async def incremental_alter_configs(
+        self, request: pb.IncrementalAlterConfigsRequest
+    ) -> pb.IncrementalAlterConfigsResponse:
+        """Forwarded to the active controller."""
+        ...
+
+    def describe_configs(self, request: pb.DescribeConfigsRequest) -> pb.DescribeConfigsResponse:
+        """Topic configs from the metadata image, this broker's own settings."""
+        ...
+
+    async def describe_cluster(
+        self, request: pb.DescribeClusterRequest
+    ) -> pb.DescribeClusterResponse:
+        """Cluster id, active controller and brokers from the metadata image."""
         ...
 
 
@@ -170,6 +193,15 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
         for header in headers:
             if header.compression:
                 check_compressed_records(buffer, header)
+            if config.compact:
+                # Kafka's rule; the only produce path that decodes records (compacted only).
+                for record in decode_records(buffer, header):
+                    if record.key is None:
+                        raise InvalidRecordError(
+                            f"compacted topic cannot accept a record without a key in "
+                            f"{partition.topic_partition} (offset delta "
+                            f"{record.offset - header.base_offset})"
+                        )
         appended = partition.append_as_leader(buffer, headers, acks, self._now_ms())
         result.base_offset = appended.batch_base_offsets[0]
         if len(appended.batch_base_offsets) > 1:
@@ -337,12 +369,22 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
     def _first_record_at_or_after(
         self, partition: Partition, batch_offset: int, timestamp: int
     ) -> tuple[int, int]:
-        # The time index finds the batch; the record is found inside it (off the hot path).
-        data = partition.log.read(batch_offset, 1, partition.high_watermark)
-        for header in iter_headers(data):
-            for record in decode_records(data, header):
-                if record.timestamp >= timestamp and record.offset >= batch_offset:
-                    return record.offset, record.timestamp
+        # The time index finds the batch; the record is found inside it (off the hot path),
+        # or in a later batch, as Kafka's segment search does: a compacted batch may be
+        # empty (kept for its producer) or have lost the record that made its timestamp.
+        offset = batch_offset
+        while offset < partition.high_watermark:
+            data = partition.log.read(offset, 64 * 1024, partition.high_watermark)
+            headers = list(iter_headers(data))
+            if not headers:
+                break
+            for header in headers:
+                if header.max_timestamp < timestamp or not header.records_count:
+                    continue
+                for record in decode_records(data, header):
+                    if record.timestamp >= timestamp and record.offset >= batch_offset:
+                        return record.offset, record.timestamp
+            offset = headers[-1].next_offset
         return -1, -1
 
     # ---- Metadata and topics ------------------------------------------------------------
@@ -472,6 +514,75 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
         log.info("producer id assigned producer_id=%d", producer_id)
         return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
 
+    # ---- Cluster and config administration ------------------------------------------------
+
+    async def CreatePartitions(
+        self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreatePartitionsResponse:
+        """Add partitions to topics, through the active controller."""
+        if self._frontend is not None:
+            return await self._frontend.create_partitions(request)
+        error = _admin_needs_quorum("CreatePartitions")
+        return pb.CreatePartitionsResponse(
+            results=[
+                pb.CreatePartitionsTopicResult(name=t.name, **_error_fields(error))
+                for t in request.topics
+            ]
+        )
+
+    async def IncrementalAlterConfigs(
+        self, request: pb.IncrementalAlterConfigsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.IncrementalAlterConfigsResponse:
+        """Alter topic configs, through the active controller."""
+        if self._frontend is not None:
+            return await self._frontend.incremental_alter_configs(request)
+        error = _admin_needs_quorum("IncrementalAlterConfigs")
+        return pb.IncrementalAlterConfigsResponse(
+            responses=[
+                pb.AlterConfigsResourceResponse(
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                    **_error_fields(error),
+                )
+                for r in request.resources
+            ]
+        )
+
+    async def DescribeConfigs(
+        self, request: pb.DescribeConfigsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeConfigsResponse:
+        """Every config of topics and of this broker, with value, source and flags."""
+        if self._frontend is not None:
+            return self._frontend.describe_configs(request)
+        error = _admin_needs_quorum("DescribeConfigs")
+        return pb.DescribeConfigsResponse(
+            results=[
+                pb.DescribeConfigsResult(
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                    **_error_fields(error),
+                )
+                for r in request.resources
+            ]
+        )
+
+    async def DescribeCluster(
+        self, request: pb.DescribeClusterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeClusterResponse:
+        """Cluster id, controller and brokers; standalone, this node is all three."""
+        if self._frontend is not None:
+            return await self._frontend.describe_cluster(request)
+        node = self._endpoint
+        return pb.DescribeClusterResponse(
+            cluster_id=self._cluster_id,
+            controller_id=node.node_id,
+            brokers=[
+                pb.DescribeClusterBroker(
+                    broker_id=node.node_id, host=node.host, port=node.port, rack=node.rack
+                )
+            ],
+        )
+
     # ---- Consumer groups ----------------------------------------------------------------
 
     async def FindCoordinator(
@@ -522,6 +633,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
                 owned_partitions=owned,
                 session_timeout_ms=request.session_timeout_ms or None,
                 client_id=request.client_id or None,
+                client_host=_client_host(context),
             )
 
         try:
@@ -565,16 +677,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
         except LograftError as exc:
             return pb.OffsetCommitResponse(**_error_fields(exc))
         response = pb.OffsetCommitResponse()
-        by_topic: dict[str, pb.OffsetCommitTopicResponse] = {}
-        for tp, error in sorted(result.errors.items()):
-            topic_response = by_topic.get(tp.topic)
-            if topic_response is None:
-                topic_response = by_topic[tp.topic] = response.topics.add(name=tp.topic)
-            topic_response.partitions.add(
-                partition=tp.partition,
-                error_code=0 if error is None else error.code,
-                error_message="" if error is None else error.message,
-            )
+        _add_partition_errors(response.topics, result.errors)
         return response
 
     async def OffsetFetch(
@@ -650,6 +753,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
                     subscribed_topic_names=list(member.subscribed_topics),
                     assignment=_topic_partitions(member.assignment),
                     target_assignment=_topic_partitions(member.target_assignment),
+                    client_host=member.client_host,
                 )
         return response
 
@@ -669,12 +773,71 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
             response.groups.add(group_id=group_id)
         return response
 
+    async def OffsetDelete(
+        self, request: pb.OffsetDeleteRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OffsetDeleteResponse:
+        """Delete committed offsets of topics the group's members do not subscribe to."""
+        wanted = _partitions_of(request.topics)
+        try:
+            result = await self._group_service().call(
+                request.group_id,
+                lambda c: c.delete_offsets(request.group_id, wanted),
+                lambda r: r.records,
+            )
+        except LograftError as exc:
+            return pb.OffsetDeleteResponse(**_error_fields(exc))
+        response = pb.OffsetDeleteResponse()
+        _add_partition_errors(response.topics, result.errors)
+        return response
 
-def _no_quorum() -> CoordinatorNotAvailableError:
-    return CoordinatorNotAvailableError(
+
+def _admin_needs_quorum(api: str) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"{api} needs a controller quorum: start nodes with --controller-quorum-voters "
+        "(lograft cluster up does); a standalone node keeps its topics in topics.json"
+    )
+
+
+def _no_quorum() -> InvalidRequestError:
+    # Not retriable: a standalone node never gets a coordinator, so a consumer or an admin
+    # call should fail at once with this message instead of retrying until it times out.
+    return InvalidRequestError(
         "consumer groups need a controller quorum: start nodes with "
         "--controller-quorum-voters (lograft cluster up does)"
     )
+
+
+def _client_host(context: grpc.aio.ServicerContext | None) -> str | None:
+    """The caller's address as Kafka shows a member's host (``/127.0.0.1``); None if unknown.
+
+    gRPC names peers ``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000`` or ``unix:path``.
+    """
+    peer = context.peer() if context is not None else None
+    if not isinstance(peer, str):
+        return None
+    kind, _, address = peer.partition(":")
+    address = urllib.parse.unquote(address)  # newer gRPC writes ipv6:%5B::1%5D:5000
+    if kind == "ipv4":
+        return "/" + address.rsplit(":", 1)[0]
+    if kind == "ipv6":
+        return "/" + address.rsplit(":", 1)[0].strip("[]")
+    return None
+
+
+def _add_partition_errors(
+    topics: Any, errors: Mapping[TopicPartition, LograftError | None]
+) -> None:
+    """Fill ``repeated OffsetCommitTopicResponse``: per partition 0 or its error."""
+    by_topic: dict[str, pb.OffsetCommitTopicResponse] = {}
+    for tp, error in sorted(errors.items()):
+        topic_response = by_topic.get(tp.topic)
+        if topic_response is None:
+            topic_response = by_topic[tp.topic] = topics.add(name=tp.topic)
+        topic_response.partitions.add(
+            partition=tp.partition,
+            error_code=0 if error is None else error.code,
+            error_message="" if error is None else error.message,
+        )
 
 
 def _partitions_of(topics: Any) -> list[TopicPartition]:

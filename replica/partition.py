@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from cluster.errors import LograftError, NotLeaderOrFollowerError
 from replica.batch_header import BatchHeader
-from replica.log.config import FlushPolicy
+from replica.log.config import FlushPolicy, LogConfig
 from replica.log.partition_log import PartitionLog
 from replica.producer_snapshots import (
     delete_snapshots_above,
@@ -133,6 +133,20 @@ class Partition:
         )
         self._on_replication_progress()
         self._wake(self._replica_waiters)
+
+    def update_config(self, config: LogConfig) -> None:
+        """Use a changed topic config from now on (the topic's configs were altered).
+
+        The log takes it for its next roll, append and retention check; a leader judges
+        ``acks=all`` by the new ``min.insync.replicas`` at once: a lower minimum may commit
+        waiting records, a higher one fails waits the ISR can no longer satisfy
+        (``NOT_ENOUGH_REPLICAS_AFTER_APPEND``), as if the ISR had shrunk.
+        """
+        self.log.update_config(config)
+        leader = self._leader
+        if leader is not None and leader.min_insync_replicas != config.min_insync_replicas:
+            leader.set_min_insync_replicas(config.min_insync_replicas)
+            self._on_replication_progress()
 
     def lead_alone(self, replica_id: int) -> None:
         """Lead as the only replica (a standalone node, where no controller exists)."""

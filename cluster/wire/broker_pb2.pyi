@@ -350,6 +350,198 @@ class InitProducerIdResponse(_message.Message):
     producer_epoch: int
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
 
+class CreatePartitionsRequest(_message.Message):
+    __slots__ = ("topics", "timeout_ms", "validate_only")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[CreatePartitionsTopic]
+    timeout_ms: int
+    validate_only: bool
+    def __init__(self, topics: _Optional[_Iterable[_Union[CreatePartitionsTopic, _Mapping]]] = ..., timeout_ms: _Optional[int] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+
+class CreatePartitionsTopic(_message.Message):
+    __slots__ = ("name", "count", "assignments")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    count: int
+    assignments: _containers.RepeatedCompositeFieldContainer[CreatePartitionsAssignment]
+    def __init__(self, name: _Optional[str] = ..., count: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[CreatePartitionsAssignment, _Mapping]]] = ...) -> None: ...
+
+class CreatePartitionsAssignment(_message.Message):
+    __slots__ = ("broker_ids",)
+    BROKER_IDS_FIELD_NUMBER: _ClassVar[int]
+    broker_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, broker_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class CreatePartitionsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CreatePartitionsTopicResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[CreatePartitionsTopicResult, _Mapping]]] = ...) -> None: ...
+
+class CreatePartitionsTopicResult(_message.Message):
+    __slots__ = ("name", "error_code", "error_message")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    error_code: int
+    error_message: str
+    def __init__(self, name: _Optional[str] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class DescribeConfigsResource(_message.Message):
+    __slots__ = ("resource_type", "resource_name", "configuration_keys")
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIGURATION_KEYS_FIELD_NUMBER: _ClassVar[int]
+    resource_type: int
+    resource_name: str
+    configuration_keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, resource_type: _Optional[int] = ..., resource_name: _Optional[str] = ..., configuration_keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DescribeConfigsRequest(_message.Message):
+    __slots__ = ("resources", "include_synonyms", "include_documentation")
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_SYNONYMS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_DOCUMENTATION_FIELD_NUMBER: _ClassVar[int]
+    resources: _containers.RepeatedCompositeFieldContainer[DescribeConfigsResource]
+    include_synonyms: bool
+    include_documentation: bool
+    def __init__(self, resources: _Optional[_Iterable[_Union[DescribeConfigsResource, _Mapping]]] = ..., include_synonyms: _Optional[bool] = ..., include_documentation: _Optional[bool] = ...) -> None: ...
+
+class DescribeConfigsSynonym(_message.Message):
+    __slots__ = ("name", "value", "source")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    source: int
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., source: _Optional[int] = ...) -> None: ...
+
+class DescribeConfigsResourceResult(_message.Message):
+    __slots__ = ("name", "value", "read_only", "config_source", "is_sensitive", "synonyms", "config_type", "documentation")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    READ_ONLY_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    IS_SENSITIVE_FIELD_NUMBER: _ClassVar[int]
+    SYNONYMS_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTATION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    read_only: bool
+    config_source: int
+    is_sensitive: bool
+    synonyms: _containers.RepeatedCompositeFieldContainer[DescribeConfigsSynonym]
+    config_type: int
+    documentation: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., read_only: _Optional[bool] = ..., config_source: _Optional[int] = ..., is_sensitive: _Optional[bool] = ..., synonyms: _Optional[_Iterable[_Union[DescribeConfigsSynonym, _Mapping]]] = ..., config_type: _Optional[int] = ..., documentation: _Optional[str] = ...) -> None: ...
+
+class DescribeConfigsResult(_message.Message):
+    __slots__ = ("error_code", "error_message", "resource_type", "resource_name", "configs")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    resource_type: int
+    resource_name: str
+    configs: _containers.RepeatedCompositeFieldContainer[DescribeConfigsResourceResult]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., resource_type: _Optional[int] = ..., resource_name: _Optional[str] = ..., configs: _Optional[_Iterable[_Union[DescribeConfigsResourceResult, _Mapping]]] = ...) -> None: ...
+
+class DescribeConfigsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[DescribeConfigsResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[DescribeConfigsResult, _Mapping]]] = ...) -> None: ...
+
+class AlterableConfig(_message.Message):
+    __slots__ = ("name", "config_operation", "value")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_OPERATION_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    config_operation: int
+    value: str
+    def __init__(self, name: _Optional[str] = ..., config_operation: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
+
+class AlterConfigsResource(_message.Message):
+    __slots__ = ("resource_type", "resource_name", "configs")
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    resource_type: int
+    resource_name: str
+    configs: _containers.RepeatedCompositeFieldContainer[AlterableConfig]
+    def __init__(self, resource_type: _Optional[int] = ..., resource_name: _Optional[str] = ..., configs: _Optional[_Iterable[_Union[AlterableConfig, _Mapping]]] = ...) -> None: ...
+
+class IncrementalAlterConfigsRequest(_message.Message):
+    __slots__ = ("resources", "validate_only")
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    resources: _containers.RepeatedCompositeFieldContainer[AlterConfigsResource]
+    validate_only: bool
+    def __init__(self, resources: _Optional[_Iterable[_Union[AlterConfigsResource, _Mapping]]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+
+class AlterConfigsResourceResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "resource_type", "resource_name")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    resource_type: int
+    resource_name: str
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., resource_type: _Optional[int] = ..., resource_name: _Optional[str] = ...) -> None: ...
+
+class IncrementalAlterConfigsResponse(_message.Message):
+    __slots__ = ("responses",)
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    responses: _containers.RepeatedCompositeFieldContainer[AlterConfigsResourceResponse]
+    def __init__(self, responses: _Optional[_Iterable[_Union[AlterConfigsResourceResponse, _Mapping]]] = ...) -> None: ...
+
+class DescribeClusterRequest(_message.Message):
+    __slots__ = ("include_fenced_brokers",)
+    INCLUDE_FENCED_BROKERS_FIELD_NUMBER: _ClassVar[int]
+    include_fenced_brokers: bool
+    def __init__(self, include_fenced_brokers: _Optional[bool] = ...) -> None: ...
+
+class DescribeClusterBroker(_message.Message):
+    __slots__ = ("broker_id", "host", "port", "rack", "is_fenced")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    IS_FENCED_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    host: str
+    port: int
+    rack: str
+    is_fenced: bool
+    def __init__(self, broker_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ..., is_fenced: _Optional[bool] = ...) -> None: ...
+
+class DescribeClusterResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "cluster_id", "controller_id", "brokers")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    cluster_id: str
+    controller_id: int
+    brokers: _containers.RepeatedCompositeFieldContainer[DescribeClusterBroker]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., cluster_id: _Optional[str] = ..., controller_id: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[DescribeClusterBroker, _Mapping]]] = ...) -> None: ...
+
 class FindCoordinatorRequest(_message.Message):
     __slots__ = ("group_id",)
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
@@ -585,20 +777,22 @@ class DescribedGroup(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., group_id: _Optional[str] = ..., state: _Optional[str] = ..., group_epoch: _Optional[int] = ..., assignment_epoch: _Optional[int] = ..., assignor: _Optional[str] = ..., members: _Optional[_Iterable[_Union[GroupMember, _Mapping]]] = ..., coordinator_id: _Optional[int] = ...) -> None: ...
 
 class GroupMember(_message.Message):
-    __slots__ = ("member_id", "client_id", "member_epoch", "subscribed_topic_names", "assignment", "target_assignment")
+    __slots__ = ("member_id", "client_id", "member_epoch", "subscribed_topic_names", "assignment", "target_assignment", "client_host")
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIBED_TOPIC_NAMES_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     TARGET_ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_HOST_FIELD_NUMBER: _ClassVar[int]
     member_id: str
     client_id: str
     member_epoch: int
     subscribed_topic_names: _containers.RepeatedScalarFieldContainer[str]
     assignment: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
     target_assignment: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
-    def __init__(self, member_id: _Optional[str] = ..., client_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., subscribed_topic_names: _Optional[_Iterable[str]] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., target_assignment: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ...) -> None: ...
+    client_host: str
+    def __init__(self, member_id: _Optional[str] = ..., client_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., subscribed_topic_names: _Optional[_Iterable[str]] = ..., assignment: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., target_assignment: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., client_host: _Optional[str] = ...) -> None: ...
 
 class DeleteGroupsRequest(_message.Message):
     __slots__ = ("group_ids",)
@@ -621,3 +815,21 @@ class DeletedGroup(_message.Message):
     error_code: int
     error_message: str
     def __init__(self, group_id: _Optional[str] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class OffsetDeleteRequest(_message.Message):
+    __slots__ = ("group_id", "topics")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    topics: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    def __init__(self, group_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ...) -> None: ...
+
+class OffsetDeleteResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "topics")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    topics: _containers.RepeatedCompositeFieldContainer[OffsetCommitTopicResponse]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[OffsetCommitTopicResponse, _Mapping]]] = ...) -> None: ...

@@ -69,6 +69,26 @@ class BrokerStub:
                 request_serializer=broker__pb2.InitProducerIdRequest.SerializeToString,
                 response_deserializer=broker__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/lograft.v1.Broker/CreatePartitions',
+                request_serializer=broker__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=broker__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
+        self.DescribeConfigs = channel.unary_unary(
+                '/lograft.v1.Broker/DescribeConfigs',
+                request_serializer=broker__pb2.DescribeConfigsRequest.SerializeToString,
+                response_deserializer=broker__pb2.DescribeConfigsResponse.FromString,
+                _registered_method=True)
+        self.IncrementalAlterConfigs = channel.unary_unary(
+                '/lograft.v1.Broker/IncrementalAlterConfigs',
+                request_serializer=broker__pb2.IncrementalAlterConfigsRequest.SerializeToString,
+                response_deserializer=broker__pb2.IncrementalAlterConfigsResponse.FromString,
+                _registered_method=True)
+        self.DescribeCluster = channel.unary_unary(
+                '/lograft.v1.Broker/DescribeCluster',
+                request_serializer=broker__pb2.DescribeClusterRequest.SerializeToString,
+                response_deserializer=broker__pb2.DescribeClusterResponse.FromString,
+                _registered_method=True)
         self.FindCoordinator = channel.unary_unary(
                 '/lograft.v1.Broker/FindCoordinator',
                 request_serializer=broker__pb2.FindCoordinatorRequest.SerializeToString,
@@ -103,6 +123,11 @@ class BrokerStub:
                 '/lograft.v1.Broker/DeleteGroups',
                 request_serializer=broker__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=broker__pb2.DeleteGroupsResponse.FromString,
+                _registered_method=True)
+        self.OffsetDelete = channel.unary_unary(
+                '/lograft.v1.Broker/OffsetDelete',
+                request_serializer=broker__pb2.OffsetDeleteRequest.SerializeToString,
+                response_deserializer=broker__pb2.OffsetDeleteResponse.FromString,
                 _registered_method=True)
 
 
@@ -157,6 +182,35 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreatePartitions(self, request, context):
+        """---- cluster and config administration (Kafka's admin APIs of the same names) ----
+        Adds partitions to existing topics (forwarded to the active controller).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeConfigs(self, request, context):
+        """Every config of topics (from the metadata image) and brokers (this broker's own).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def IncrementalAlterConfigs(self, request, context):
+        """SET / DELETE / APPEND / SUBTRACT config overrides (forwarded to the active controller).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeCluster(self, request, context):
+        """Cluster id, active controller, brokers (with their fenced state).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def FindCoordinator(self, request, context):
         """---- consumer groups (Kafka's KIP-848 protocol: the coordinator assigns) ----
         The broker coordinating a group: the leader of the group's partition of the internal
@@ -203,6 +257,13 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffsetDelete(self, request, context):
+        """Deletes committed offsets of topics the group's members do not subscribe to.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -241,6 +302,26 @@ def add_BrokerServicer_to_server(servicer, server):
                     request_deserializer=broker__pb2.InitProducerIdRequest.FromString,
                     response_serializer=broker__pb2.InitProducerIdResponse.SerializeToString,
             ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=broker__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=broker__pb2.CreatePartitionsResponse.SerializeToString,
+            ),
+            'DescribeConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeConfigs,
+                    request_deserializer=broker__pb2.DescribeConfigsRequest.FromString,
+                    response_serializer=broker__pb2.DescribeConfigsResponse.SerializeToString,
+            ),
+            'IncrementalAlterConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.IncrementalAlterConfigs,
+                    request_deserializer=broker__pb2.IncrementalAlterConfigsRequest.FromString,
+                    response_serializer=broker__pb2.IncrementalAlterConfigsResponse.SerializeToString,
+            ),
+            'DescribeCluster': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeCluster,
+                    request_deserializer=broker__pb2.DescribeClusterRequest.FromString,
+                    response_serializer=broker__pb2.DescribeClusterResponse.SerializeToString,
+            ),
             'FindCoordinator': grpc.unary_unary_rpc_method_handler(
                     servicer.FindCoordinator,
                     request_deserializer=broker__pb2.FindCoordinatorRequest.FromString,
@@ -275,6 +356,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=broker__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=broker__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'OffsetDelete': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetDelete,
+                    request_deserializer=broker__pb2.OffsetDeleteRequest.FromString,
+                    response_serializer=broker__pb2.OffsetDeleteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -477,6 +563,114 @@ class Broker:
             _registered_method=True)
 
     @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.v1.Broker/CreatePartitions',
+            broker__pb2.CreatePartitionsRequest.SerializeToString,
+            broker__pb2.CreatePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.v1.Broker/DescribeConfigs',
+            broker__pb2.DescribeConfigsRequest.SerializeToString,
+            broker__pb2.DescribeConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IncrementalAlterConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.v1.Broker/IncrementalAlterConfigs',
+            broker__pb2.IncrementalAlterConfigsRequest.SerializeToString,
+            broker__pb2.IncrementalAlterConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeCluster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.v1.Broker/DescribeCluster',
+            broker__pb2.DescribeClusterRequest.SerializeToString,
+            broker__pb2.DescribeClusterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def FindCoordinator(request,
             target,
             options=(),
@@ -655,6 +849,33 @@ class Broker:
             '/lograft.v1.Broker/DeleteGroups',
             broker__pb2.DeleteGroupsRequest.SerializeToString,
             broker__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetDelete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.v1.Broker/OffsetDelete',
+            broker__pb2.OffsetDeleteRequest.SerializeToString,
+            broker__pb2.OffsetDeleteResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -70,6 +70,16 @@ class ControllerStub:
                 request_serializer=controller__pb2.AllocateProducerIdsRequest.SerializeToString,
                 response_deserializer=controller__pb2.AllocateProducerIdsResponse.FromString,
                 _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/lograft.controller.v1.Controller/CreatePartitions',
+                request_serializer=broker__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=broker__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
+        self.IncrementalAlterConfigs = channel.unary_unary(
+                '/lograft.controller.v1.Controller/IncrementalAlterConfigs',
+                request_serializer=broker__pb2.IncrementalAlterConfigsRequest.SerializeToString,
+                response_deserializer=broker__pb2.IncrementalAlterConfigsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -119,6 +129,20 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreatePartitions(self, request, context):
+        """Admin calls a broker forwards (Kafka's KRaft forwarding): the same messages as the
+        client API's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def IncrementalAlterConfigs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -156,6 +180,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.AllocateProducerIds,
                     request_deserializer=controller__pb2.AllocateProducerIdsRequest.FromString,
                     response_serializer=controller__pb2.AllocateProducerIdsResponse.SerializeToString,
+            ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=broker__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=broker__pb2.CreatePartitionsResponse.SerializeToString,
+            ),
+            'IncrementalAlterConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.IncrementalAlterConfigs,
+                    request_deserializer=broker__pb2.IncrementalAlterConfigsRequest.FromString,
+                    response_serializer=broker__pb2.IncrementalAlterConfigsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -347,6 +381,60 @@ class Controller:
             '/lograft.controller.v1.Controller/AllocateProducerIds',
             controller__pb2.AllocateProducerIdsRequest.SerializeToString,
             controller__pb2.AllocateProducerIdsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.controller.v1.Controller/CreatePartitions',
+            broker__pb2.CreatePartitionsRequest.SerializeToString,
+            broker__pb2.CreatePartitionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IncrementalAlterConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.controller.v1.Controller/IncrementalAlterConfigs',
+            broker__pb2.IncrementalAlterConfigsRequest.SerializeToString,
+            broker__pb2.IncrementalAlterConfigsResponse.FromString,
             options,
             channel_credentials,
             insecure,

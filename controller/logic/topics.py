@@ -1,4 +1,4 @@
-"""CreateTopics and DeleteTopics, validated against the image and its live brokers.
+"""CreateTopics, DeleteTopics and CreatePartitions, validated against the image and its brokers.
 
 Each topic of a request succeeds or fails on its own, as in Kafka; the records of all the
 topics that succeed go into one batch.
@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from cluster.errors import (
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
@@ -36,15 +37,21 @@ from controller.metadata.records import (
 from replica.topic_partition import MAX_PARTITIONS, validate_topic_name
 
 __all__ = [
+    "CreatePartitionsResult",
     "CreateTopicResult",
     "DeleteTopicResult",
+    "NewPartitions",
     "NewTopic",
+    "create_partitions",
     "create_topics",
     "delete_topics",
 ]
 
 # Kafka reserves these: the zero id means "no topic", and 0..01 is the metadata topic's.
 _RESERVED_TOPIC_IDS = frozenset({uuid.UUID(int=0), uuid.UUID(int=1)})
+# Groups are mapped to its partitions by a hash of the group id modulo their count: more
+# partitions would move every group's coordinator and orphan its committed offsets.
+_OFFSETS_TOPIC = "__consumer_offsets"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,27 @@ class NewTopic:
     num_partitions: int = -1
     replication_factor: int = -1
     configs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class NewPartitions:
+    """Grow ``topic`` to ``total_count`` partitions.
+
+    ``assignments`` (Kafka's manual assignment) lists the replicas of each new partition,
+    preferred leader first; None lets the controller place them.
+    """
+
+    topic: str
+    total_count: int
+    assignments: tuple[tuple[int, ...], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitionsResult:
+    """One topic's outcome: grown (``error`` None) or refused with a typed error."""
+
+    topic: str
+    error: LograftError | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,3 +258,140 @@ def delete_topics(image: MetadataImage, names: Sequence[str]) -> Decision[list[D
             records.append(RemoveTopicRecord(topic.topic_id))
             results.append(DeleteTopicResult(name, topic.topic_id, None))
     return Decision(tuple(records), results)
+
+
+def create_partitions(
+    image: MetadataImage,
+    topics: Sequence[NewPartitions],
+    rng: random.Random,
+    *,
+    validate_only: bool = False,
+) -> Decision[list[CreatePartitionsResult]]:
+    """Add partitions to existing topics: one PartitionRecord per new partition.
+
+    Checks, per topic, in Kafka's order: a topic listed twice (``INVALID_REQUEST``), an
+    unknown topic (``UNKNOWN_TOPIC_OR_PARTITION``), ``__consumer_offsets``
+    (``INVALID_REQUEST``: groups are hashed onto its partitions), a count that does not grow
+    or exceeds MAX_PARTITIONS (``INVALID_PARTITIONS``), manual assignments that are not one
+    per new partition, not of the topic's replication factor, repeat or name unregistered
+    brokers, or have no active broker (``INVALID_REPLICA_ASSIGNMENT``), and too few active
+    brokers for the replication factor (``INVALID_REPLICATION_FACTOR``). New partitions take
+    the replication factor of the topic's existing ones; placed replicas all start in the
+    ISR and the first leads (manual ones: the active replicas, in order), at epoch 0.
+    ``validate_only`` checks and answers but appends nothing.
+    """
+    counts: dict[str, int] = {}
+    for request in topics:
+        counts[request.topic] = counts.get(request.topic, 0) + 1
+    brokers = [PlacementBroker(b.broker_id, b.rack) for b in image.active_brokers()]
+    records: list[MetadataRecord] = []
+    results: list[CreatePartitionsResult] = []
+    for request in topics:
+        try:
+            if counts[request.topic] > 1:
+                raise InvalidRequestError(f"topic {request.topic!r} is listed more than once")
+            new_records = _new_partitions(image, request, brokers, rng)
+        except LograftError as error:
+            results.append(CreatePartitionsResult(request.topic, error))
+            continue
+        if not validate_only:
+            records.extend(new_records)
+        results.append(CreatePartitionsResult(request.topic, None))
+    return Decision(tuple(records), results)
+
+
+def _new_partitions(
+    image: MetadataImage,
+    request: NewPartitions,
+    brokers: Sequence[PlacementBroker],
+    rng: random.Random,
+) -> list[PartitionRecord]:
+    topic = image.topic(request.topic)
+    if topic is None:
+        raise UnknownTopicOrPartitionError(f"topic {request.topic!r} does not exist")
+    if topic.name == _OFFSETS_TOPIC:
+        raise InvalidRequestError(
+            "The number of partitions for the offsets topic cannot be changed."
+        )
+    current = len(topic.partitions)
+    if request.total_count < current:
+        raise InvalidPartitionsError(
+            f"The topic {topic.name} currently has {current} partition(s); "
+            f"{request.total_count} would not be an increase."
+        )
+    if request.total_count == current:
+        raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
+    if request.total_count > MAX_PARTITIONS:
+        raise InvalidPartitionsError(
+            f"a topic may have at most {MAX_PARTITIONS} partitions, not {request.total_count}"
+        )
+    additional = request.total_count - current
+    replication_factor = len(next(iter(topic.partitions.values())).replicas)
+    first_id = max(topic.partitions) + 1
+    if request.assignments is not None:
+        if len(request.assignments) != additional:
+            raise InvalidReplicaAssignmentError(
+                f"Attempted to add {additional} additional partition(s), but only "
+                f"{len(request.assignments)} assignment(s) were specified."
+            )
+        placements: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+        for index, replicas in enumerate(request.assignments):
+            isr = _check_manual_assignment(image, replicas, replication_factor)
+            if not isr:
+                raise InvalidReplicaAssignmentError(
+                    "All brokers specified in the manual partition assignment for partition "
+                    f"{first_id + index} are fenced or in controlled shutdown."
+                )
+            placements.append((replicas, isr))
+    else:
+        if replication_factor > len(brokers):
+            raise InvalidReplicationFactorError(
+                f"Unable to replicate the partition {replication_factor} time(s): the topic's "
+                f"replication factor cannot be reached because only {len(brokers)} broker(s) "
+                "are active (registered, unfenced, not shutting down)."
+            )
+        # The new partitions are placed like a new topic's (random start), not relative to
+        # where the existing leaders are, as Kafka's placer does.
+        placed = place_replicas(brokers, request.total_count, replication_factor, rng)[current:]
+        placements = [(replicas, replicas) for replicas in placed]
+    return [
+        PartitionRecord(
+            topic_id=topic.topic_id,
+            partition_id=first_id + index,
+            replicas=replicas,
+            isr=isr,
+            leader=isr[0],
+            leader_epoch=0,
+            partition_epoch=0,
+        )
+        for index, (replicas, isr) in enumerate(placements)
+    ]
+
+
+def _check_manual_assignment(
+    image: MetadataImage, replicas: tuple[int, ...], replication_factor: int
+) -> tuple[int, ...]:
+    """Kafka's validateManualPartitionAssignment; returns the active replicas (the ISR)."""
+    if not replicas:
+        raise InvalidReplicaAssignmentError(
+            "The manual partition assignment includes an empty replica list."
+        )
+    seen: set[int] = set()
+    for broker_id in replicas:
+        if broker_id in seen:
+            raise InvalidReplicaAssignmentError(
+                f"The manual partition assignment includes the broker {broker_id} more than once."
+            )
+        seen.add(broker_id)
+        if image.broker(broker_id) is None:
+            raise InvalidReplicaAssignmentError(
+                f"The manual partition assignment includes broker {broker_id}, but no such "
+                "broker is registered."
+            )
+    if len(replicas) != replication_factor:
+        raise InvalidReplicaAssignmentError(
+            f"The manual partition assignment includes a partition with {len(replicas)} "
+            "replica(s), but this is not consistent with previous partitions, which have "
+            f"{replication_factor} replica(s)."
+        )
+    return tuple(b for b in replicas if (broker := image.broker(b)) is not None and broker.active)

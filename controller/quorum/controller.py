@@ -30,24 +30,31 @@ from cluster.wire import broker_pb2
 from cluster.wire import controller_pb2 as pb
 from cluster.wire import controller_pb2_grpc as pb_grpc
 from controller.logic import (
+    AlterConfigOp,
+    AlterConfigOpType,
+    AlterConfigsResource,
+    AlterConfigsResult,
     AlterPartitionRequest,
     BrokerHeartbeatManager,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     Decision,
+    NewPartitions,
     NewTopic,
     allocate_producer_ids,
     alter_partition,
     broker_heartbeat,
+    create_partitions,
     create_topics,
     delete_topics,
     elect_preferred_leaders,
     fence_expired_brokers,
+    incremental_alter_configs,
     register_broker,
 )
 from controller.logic.decision import DEFAULT_CONFIG, ControllerConfig
 from controller.logic.topic_configs import UNCLEAN_LEADER_ELECTION_ENABLE
-from controller.metadata import Listener, encode_batch
+from controller.metadata import ConfigResource, ConfigResourceType, Listener, encode_batch
 from controller.quorum.driver import RaftDriver
 from controller.quorum.metadata_machine import MetadataStateMachine
 from controller.raft import Role
@@ -316,6 +323,116 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
             ]
         )
 
+    async def CreatePartitions(
+        self, request: broker_pb2.CreatePartitionsRequest, context: grpc.aio.ServicerContext
+    ) -> broker_pb2.CreatePartitionsResponse:
+        """Add partitions to topics; the records are committed before answering."""
+        topics = [
+            NewPartitions(
+                t.name,
+                t.count,
+                tuple(tuple(a.broker_ids) for a in t.assignments) if t.assignments else None,
+            )
+            for t in request.topics
+        ]
+        try:
+            results = await self._decide(
+                lambda: create_partitions(
+                    self._machine.image, topics, self._rng, validate_only=request.validate_only
+                )
+            )
+        except LograftError as exc:
+            return broker_pb2.CreatePartitionsResponse(
+                results=[
+                    broker_pb2.CreatePartitionsTopicResult(
+                        name=t.name, error_code=exc.code, error_message=exc.message
+                    )
+                    for t in request.topics
+                ]
+            )
+        for result, topic in zip(results, topics, strict=True):
+            if result.error is None and not request.validate_only:
+                log.info("partitions added topic=%s count=%d", topic.topic, topic.total_count)
+        return broker_pb2.CreatePartitionsResponse(
+            results=[
+                broker_pb2.CreatePartitionsTopicResult(
+                    name=r.topic,
+                    error_code=r.error.code if r.error else 0,
+                    error_message=r.error.message if r.error else "",
+                )
+                for r in results
+            ]
+        )
+
+    async def IncrementalAlterConfigs(
+        self,
+        request: broker_pb2.IncrementalAlterConfigsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> broker_pb2.IncrementalAlterConfigsResponse:
+        """Apply config operations per resource; the records are committed before answering."""
+        answers: list[AlterConfigsResult | None] = []
+        valid: list[AlterConfigsResource] = []
+        for wanted in request.resources:
+            try:
+                resource = _alter_configs_resource(wanted)
+            except LograftError as exc:
+                answers.append(
+                    AlterConfigsResult(
+                        ConfigResource(ConfigResourceType.TOPIC, wanted.resource_name), exc
+                    )
+                )
+                continue
+            answers.append(None)
+            valid.append(resource)
+        try:
+            decided = await self._decide(
+                lambda: incremental_alter_configs(
+                    self._machine.image, valid, validate_only=request.validate_only
+                )
+            )
+        except LograftError as exc:
+            return broker_pb2.IncrementalAlterConfigsResponse(
+                responses=[
+                    broker_pb2.AlterConfigsResourceResponse(
+                        error_code=exc.code,
+                        error_message=exc.message,
+                        resource_type=r.resource_type,
+                        resource_name=r.resource_name,
+                    )
+                    for r in request.resources
+                ]
+            )
+        results = iter(decided)
+        response = broker_pb2.IncrementalAlterConfigsResponse()
+        for wanted, answer in zip(request.resources, answers, strict=True):
+            result = answer if answer is not None else next(results)
+            response.responses.add(
+                error_code=result.error.code if result.error else 0,
+                error_message=result.error.message if result.error else "",
+                resource_type=wanted.resource_type,
+                resource_name=wanted.resource_name,
+            )
+            if result.error is None and not request.validate_only:
+                log.info(
+                    "configs altered resource_type=%d resource_name=%s configs=%s",
+                    wanted.resource_type,
+                    wanted.resource_name,
+                    ",".join(c.name for c in wanted.configs),
+                )
+                if any(
+                    c.name == UNCLEAN_LEADER_ELECTION_ENABLE
+                    and c.config_operation == AlterConfigOpType.SET
+                    and c.value.strip().lower() == "true"
+                    for c in wanted.configs
+                ):
+                    log.warning(
+                        "topic allows UNCLEAN leader election: if every in-sync replica is "
+                        "lost, a lagging replica may lead and acknowledged writes be lost "
+                        "topic=%s",
+                        wanted.resource_name,
+                    )
+        return response
+
     async def AlterPartition(
         self, request: pb.AlterPartitionRequest, context: grpc.aio.ServicerContext
     ) -> pb.AlterPartitionResponse:
@@ -401,3 +518,25 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
             if state.leader < 0:
                 response.offline_partitions.add(topic=topic.name, partition=partition_id)
         return response
+
+
+def _alter_configs_resource(wanted: broker_pb2.AlterConfigsResource) -> AlterConfigsResource:
+    """A resource of an IncrementalAlterConfigs request; ``INVALID_REQUEST`` if malformed."""
+    try:
+        resource_type = ConfigResourceType(wanted.resource_type)
+    except ValueError:
+        raise InvalidRequestError(
+            f"unsupported config resource type {wanted.resource_type} (2: TOPIC, 4: BROKER)"
+        ) from None
+    ops: list[AlterConfigOp] = []
+    for config in wanted.configs:
+        try:
+            op = AlterConfigOpType(config.config_operation)
+        except ValueError:
+            raise InvalidRequestError(
+                f"unknown config operation {config.config_operation} for {config.name!r}"
+            ) from None
+        ops.append(
+            AlterConfigOp(config.name, op, config.value if config.HasField("value") else None)
+        )
+    return AlterConfigsResource(ConfigResource(resource_type, wanted.resource_name), tuple(ops))

@@ -299,6 +299,18 @@ class LeaderState:
         self._durable_end_offset = max(self._durable_end_offset, durable_end_offset)
         return self._maybe_advance_high_watermark()
 
+    def set_min_insync_replicas(self, min_insync_replicas: int) -> bool:
+        """Take a changed ``min.insync.replicas`` (the topic config was altered live).
+
+        Returns whether the high watermark advanced: a lower minimum may let it move at
+        once. ``acks=all`` produces already waiting are judged by the new minimum from
+        their next check on (:meth:`completed_acks_all`).
+        """
+        if min_insync_replicas < 1:
+            raise ValueError(f"min.insync.replicas must be >= 1, not {min_insync_replicas}")
+        self.min_insync_replicas = min_insync_replicas
+        return self._maybe_advance_high_watermark()
+
     # --- follower fetches ------------------------------------------------------------------
 
     def on_follower_fetch(
