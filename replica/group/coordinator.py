@@ -42,7 +42,8 @@ the append fails, this object is ahead of the log: drop it and load a new one fr
   partition otherwise). An empty member id with epoch -1 is an admin ("simple") commit,
   allowed when the group has no members (it creates the group if needed). Committed
   offsets may move backwards (a consumer may seek back); they survive failover because
-  they are records.
+  they are records. ``OffsetDelete`` removes committed offsets of topics no member
+  subscribes to (``GROUP_SUBSCRIBED_TO_TOPIC`` per partition otherwise).
 
 Member reconciliation (``from`` row -> ``to`` column; the event that causes it)::
 
@@ -88,6 +89,7 @@ from cluster.errors import (
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
     GroupNotEmptyError,
+    GroupSubscribedToTopicError,
     InvalidConfigError,
     InvalidGroupIdError,
     InvalidRequestError,
@@ -305,6 +307,7 @@ class MemberDescription:
     target_assignment: frozenset[TopicPartition]
     rebalance_timeout_ms: int
     session_timeout_ms: int
+    client_host: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -551,14 +554,16 @@ class GroupCoordinator:
         owned_partitions: Iterable[TopicPartition] | None = None,
         session_timeout_ms: int | None = None,
         client_id: str | None = None,
+        client_host: str | None = None,
     ) -> HeartbeatResult:
         """Handle one ``ConsumerGroupHeartbeat`` (see the module docstring).
 
         ``member_epoch`` 0 joins (``subscribed_topics`` and a positive
         ``rebalance_timeout_ms`` required, ``owned_partitions`` empty), -1 leaves, anything
         else heartbeats. ``None`` (and for the timeouts 0 or less, for the assignor ``""``)
-        means unchanged. Raises a :class:`~cluster.errors.LograftError` and changes nothing
-        on a refused request.
+        means unchanged. ``client_host`` is where the request came from (the shell fills it
+        in, as Kafka shows it: ``/127.0.0.1``). Raises a :class:`~cluster.errors.LograftError`
+        and changes nothing on a refused request.
         """
         self._require_active()
         _validate_group_id(group_id)
@@ -586,6 +591,8 @@ class GroupCoordinator:
         session = self._validate_session_timeout(session_timeout_ms)
         if client_id is not None and len(client_id) > MAX_CLIENT_ID_LENGTH:
             client_id = client_id[:MAX_CLIENT_ID_LENGTH]
+        if client_host is not None and len(client_host) > MAX_CLIENT_ID_LENGTH:
+            client_host = client_host[:MAX_CLIENT_ID_LENGTH]
         if rebalance_timeout_ms > _INT32_MAX:
             raise InvalidRequestError(f"rebalance_timeout_ms {rebalance_timeout_ms} is too large")
         group = self._groups.get(group_id)
@@ -631,6 +638,9 @@ class GroupCoordinator:
             else (old.rebalance_timeout_ms if old else 0),
             session_timeout_ms=session
             or (old.session_timeout_ms if old else self._config.session_timeout_ms),
+            client_host=client_host
+            if client_host is not None
+            else (old.client_host if old else ""),
         )
         if meta != old:
             self._write(MemberMetadataKey(group_id, member_id), meta)
@@ -964,12 +974,16 @@ class GroupCoordinator:
                 raise GroupIdNotFoundError(f"group {group_id} does not exist")
         elif group.members or not admin:
             member = group.members.get(member_id) if member_id else None
-            if member is None:
-                detail = (
-                    " (a commit without membership needs a group without members)" if admin else ""
-                )
+            if member is None and admin:
+                # Kafka's answer to an admin commit while consumers are active.
                 raise UnknownMemberIdError(
-                    f"group {group_id} has no member {member_id or '(none)'}{detail}"
+                    f"group {group_id} has {len(group.members)} active members: offsets can "
+                    "only be committed without membership (admin tools, reset-offsets) while "
+                    "the group has no members; stop its consumers first"
+                )
+            if member is None:
+                raise UnknownMemberIdError(
+                    f"group {group_id} has no member {member_id or '(none)'}"
                 )
             current = member.current
             if member_epoch > current.member_epoch:
@@ -1042,6 +1056,36 @@ class GroupCoordinator:
             for tp in sorted(deleted):
                 if tp in group.offsets:
                     self._write(OffsetCommitKey(group_id, tp.topic, tp.partition), None)
+        return CommitResult(errors, self._take())
+
+    def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> CommitResult:
+        """Handle one ``OffsetDelete``: drop the committed offsets of ``partitions``.
+
+        ``GROUP_ID_NOT_FOUND`` if there is no such group. A partition of a topic that a
+        member subscribes to is refused with ``GROUP_SUBSCRIBED_TO_TOPIC`` (its offset is in
+        use), as Kafka does; the others are deleted (nothing to do if none is committed).
+        """
+        self._require_active()
+        _validate_group_id(group_id)
+        group = self._groups.get(group_id)
+        if group is None:
+            raise GroupIdNotFoundError(f"group {group_id} does not exist")
+        subscribed = {t for m in group.members.values() for t in m.meta.subscribed_topics}
+        errors: dict[TopicPartition, LograftError | None] = {}
+        for tp in sorted(set(partitions)):
+            try:
+                _validate_tp(tp)
+            except LograftError as e:
+                errors[tp] = e
+                continue
+            if tp.topic in subscribed:
+                errors[tp] = GroupSubscribedToTopicError(
+                    f"members of group {group_id} subscribe to {tp.topic}: its offsets are in use"
+                )
+                continue
+            errors[tp] = None
+            if tp in group.offsets:
+                self._write(OffsetCommitKey(group_id, tp.topic, tp.partition), None)
         return CommitResult(errors, self._take())
 
     def _offset_error(self, tp: TopicPartition, oam: OffsetAndMetadata) -> LograftError | None:
@@ -1147,6 +1191,7 @@ class GroupCoordinator:
                 target_assignment=group.targets.get(m.member_id, frozenset()),
                 rebalance_timeout_ms=m.meta.rebalance_timeout_ms,
                 session_timeout_ms=m.meta.session_timeout_ms,
+                client_host=m.meta.client_host,
             )
             for m in sorted(group.members.values(), key=lambda m: m.member_id)
         )

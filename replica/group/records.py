@@ -10,7 +10,8 @@ rebuilds the same state from a compacted log as from the full one
 key (what)                value (its state)           written when
 ========================  ==========================  =====================================
 ``OffsetCommitKey``       ``OffsetCommitValue``       an offset is committed, reset (value)
-(group, topic, part.)                                 or deleted with its group (tombstone)
+(group, topic, part.)                                 or deleted, alone or with its group
+                                                      (tombstone)
 ``GroupMetadataKey``      ``GroupMetadataValue``      the group is created, its epoch is
 (group)                                               bumped, a new target assignment is
                                                       computed; tombstone: group deleted
@@ -28,8 +29,13 @@ Bytes (big-endian; Kafka's ``__consumer_offsets`` keys likewise start with a typ
 
     key   = type u16 | group_id str | (topic str | partition i32)  or  (member_id str)
     value = version u16 | fields of that version         (tombstone: no value at all)
+
     str   = length u16 | UTF-8 bytes
     set   = topics u32 | for each: topic str | count u32 | partition i32 ...   (sorted)
+
+Every value is written at :data:`VALUE_VERSION` except ``MemberMetadataValue``, written at
+:data:`MEMBER_METADATA_VERSION` (version 2 appends ``client_host``; version 1, without it,
+is still read).
 
 Keys and values read back are untrusted (a damaged disk, a bug in another version): sizes
 are checked before parsing (:data:`MAX_KEY_BYTES`, :data:`MAX_VALUE_BYTES`), counts against
@@ -53,6 +59,7 @@ __all__ = [
     "MAX_KEY_BYTES",
     "MAX_STRING_BYTES",
     "MAX_VALUE_BYTES",
+    "MEMBER_METADATA_VERSION",
     "NO_LEADER_EPOCH",
     "VALUE_VERSION",
     "CurrentAssignmentKey",
@@ -83,7 +90,10 @@ MAX_VALUE_BYTES = 8 * 1024 * 1024
 MAX_STRING_BYTES = 0xFFFF
 """Longest string field in bytes (its length is a u16)."""
 VALUE_VERSION = 1
-"""The value version this module writes (and the only one it reads)."""
+"""The value version this module writes (and the only one it reads), except for
+``MemberMetadataValue``."""
+MEMBER_METADATA_VERSION = 2
+"""The ``MemberMetadataValue`` version this module writes (it reads 1 and 2)."""
 NO_LEADER_EPOCH = -1
 """``committed_leader_epoch`` when the committer did not know it."""
 
@@ -233,13 +243,18 @@ class GroupMetadataValue:
 
 @dataclass(frozen=True, slots=True)
 class MemberMetadataValue:
-    """What the member asked for. ``assignor`` is empty when the member named none."""
+    """What the member asked for. ``assignor`` is empty when the member named none.
+
+    ``client_host`` is where its heartbeats come from, as Kafka shows it (``/127.0.0.1``);
+    empty when unknown (records of version 1).
+    """
 
     client_id: str
     subscribed_topics: tuple[str, ...]
     assignor: str
     rebalance_timeout_ms: int
     session_timeout_ms: int
+    client_host: str = ""
 
     def __post_init__(self) -> None:
         if list(self.subscribed_topics) != sorted(set(self.subscribed_topics)):
@@ -403,7 +418,7 @@ def encode_value(value: GroupValue | None) -> bytes | None:
     if value is None:
         return None
     w = _Writer()
-    w.u16(VALUE_VERSION)
+    w.u16(MEMBER_METADATA_VERSION if isinstance(value, MemberMetadataValue) else VALUE_VERSION)
     match value:
         case OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp_ms):
             w.i64(offset, "offset")
@@ -417,7 +432,7 @@ def encode_value(value: GroupValue | None) -> bytes | None:
             for topic, count in topic_partitions:
                 w.string(topic, "topic")
                 w.i32(count, "partition count")
-        case MemberMetadataValue(client_id, topics, assignor, rebalance_ms, session_ms):
+        case MemberMetadataValue(client_id, topics, assignor, rebalance_ms, session_ms, host):
             w.string(client_id, "client_id")
             w.u32(len(topics))
             for topic in topics:
@@ -425,6 +440,7 @@ def encode_value(value: GroupValue | None) -> bytes | None:
             w.string(assignor, "assignor")
             w.i32(rebalance_ms, "rebalance_timeout_ms")
             w.i32(session_ms, "session_timeout_ms")
+            w.string(host, "client_host")
         case TargetAssignmentValue(partitions):
             w.partitions(partitions, "target")
         case CurrentAssignmentValue(epoch, previous, state, assigned, pending):
@@ -584,10 +600,15 @@ def _decode_key(raw: bytes) -> GroupKey:
 def _decode_value(key: GroupKey, raw: bytes) -> GroupValue:
     r = _Reader(raw, f"{type(key).__name__} value")
     version = r.u16("version")
-    if version != VALUE_VERSION:
+    readable = (
+        (VALUE_VERSION, MEMBER_METADATA_VERSION)
+        if isinstance(key, MemberMetadataKey)
+        else (VALUE_VERSION,)
+    )
+    if version not in readable:
         raise GroupRecordError(
             f"{type(key).__name__} value version {version} is not supported "
-            f"(this coordinator reads version {VALUE_VERSION})"
+            f"(this coordinator reads version {' and '.join(map(str, readable))})"
         )
     value: GroupValue
     match key:
@@ -629,8 +650,9 @@ def _decode_value(key: GroupKey, raw: bytes) -> GroupValue:
             assignor = r.string("assignor")
             rebalance_ms = r.non_negative_i32("rebalance_timeout_ms")
             session_ms = r.non_negative_i32("session_timeout_ms")
+            host = r.string("client_host") if version >= 2 else ""
             value = MemberMetadataValue(
-                client_id, tuple(topics), assignor, rebalance_ms, session_ms
+                client_id, tuple(topics), assignor, rebalance_ms, session_ms, host
             )
         case TargetAssignmentKey():
             value = TargetAssignmentValue(r.partitions("target"))
