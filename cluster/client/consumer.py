@@ -11,9 +11,10 @@
   partitions *lost* (the member was fenced: no commit) → ``on_lost`` (``on_revoke`` when
   not given); partitions *revoked* → a synchronous commit of their positions (with
   ``enable.auto.commit``) → ``on_revoke`` → dropped, with every record fetched for them;
-  partitions *assigned* → positions from the committed offsets → ``on_assign``. ``poll``
-  never returns a record of a partition after its revocation. Callbacks take
-  ``(consumer, partitions)``; a ``ConsumerRebalanceListener`` may be given instead.
+  partitions *assigned* → ``on_assign`` → their positions are read from the committed
+  offsets (in the background; ``position`` reads one at once). ``poll`` never returns a
+  record of a partition after its revocation. Callbacks take ``(consumer, partitions)``;
+  a ``ConsumerRebalanceListener`` may be given instead.
   ``subscribe`` and ``assign`` exclude each other; ``unsubscribe`` leaves the group.
 * A member that does not ``poll`` within ``max.poll.interval.ms`` leaves the group (its
   partitions go to others); the next ``poll`` drops them as lost and joins again. The
@@ -26,11 +27,14 @@
   and the consumer commits before a revocation and on ``close``: only offsets of records
   ``poll`` has returned. Commits need ``group.id``; with ``assign`` they are made outside
   of group membership (member epoch -1).
-* ``poll`` returns up to ``max.poll.records`` records. Fetches go to each partition's leader
-  (one request per broker in flight); while the caller works through the records of one
-  fetch, the next is already requested (a single fetch-ahead per partition), and records are
-  decoded lazily, only as ``poll`` hands them out. ``pause`` stops returning and fetching a
-  partition until ``resume``; ``lag`` is the high watermark minus the position.
+* ``poll`` returns up to ``max.poll.records`` records within about its timeout: committed
+  offsets, ``auto.offset.reset`` positions and metadata are looked up on a background
+  thread, and a partition has no records until its position is known. Fetches go to each
+  partition's leader (one request per broker in flight); while the caller works through
+  the records of one fetch, the next is already requested (a single fetch-ahead per
+  partition), and records are decoded lazily, only as ``poll`` hands them out. ``pause``
+  stops returning and fetching a partition until ``resume``; ``lag`` is the high watermark
+  minus the position.
 * ``OFFSET_OUT_OF_RANGE`` applies ``auto.offset.reset``; with ``none`` it raises
   ``OffsetOutOfRangeError``. Retriable errors (not the leader, unknown partition, network)
   refresh the metadata and retry after ``retry.backoff.ms``; other errors raise from
@@ -45,6 +49,7 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -232,6 +237,8 @@ class _PartitionState:
     """Unique per consumer; renewed by every seek, so data fetched before it is dropped."""
     committed_pending: bool = False
     """The group's committed offset is to be read before the position is known."""
+    lookup: bool = False
+    """A committed-offset or offset lookup for this state (its epoch) is in flight."""
     paused: bool = False
     in_flight: bool = False
     retry_at: float = 0.0
@@ -244,6 +251,20 @@ class _FetchCall:
     node: int
     offsets: dict[TopicPartition, tuple[int, int]]
     """tp → (fetch offset, state epoch) at the time of the request."""
+
+
+@dataclass(slots=True)
+class _Lookup:
+    """A lookup run off the polling thread, so that ``poll`` never waits for it."""
+
+    kind: Literal["committed", "offsets", "metadata"]
+    epochs: dict[TopicPartition, int]
+    """tp → state epoch at the time of the request: a seek since makes the answer stale."""
+    future: Future[Any]
+
+
+_Response = tuple[_FetchCall, Any] | _Lookup | None
+"""A fetch outcome, a finished lookup, or ``None``: a wake-up."""
 
 
 class Consumer:
@@ -274,9 +295,11 @@ class Consumer:
         self._states: dict[TopicPartition, _PartitionState] = {}
         self._epochs = itertools.count(1)
         self._nodes_in_flight: set[int] = set()
-        self._responses: queue.SimpleQueue[tuple[_FetchCall, Any] | None] = queue.SimpleQueue()
+        self._responses: queue.SimpleQueue[_Response] = queue.SimpleQueue()
         self._metadata_wanted = False
         self._metadata_at = 0.0
+        self._metadata_refreshing = False
+        self._lookups: ThreadPoolExecutor | None = None
         self._iter_buffer: deque[ConsumerRecord] = deque()
         self._rotation = 0
         self._closed = False
@@ -430,6 +453,7 @@ class Consumer:
         state.buffered.clear()
         state.retry_at = 0.0
         state.committed_pending = False
+        state.lookup = False  # the answer of one in flight is for the old epoch
         if self._iter_buffer:
             self._iter_buffer = deque(
                 r for r in self._iter_buffer if (r.topic, r.partition) != (tp.topic, tp.partition)
@@ -536,7 +560,7 @@ class Consumer:
         return self._request_timeout_ms
 
     def _load_committed(self, partitions: Sequence[TopicPartition], timeout_ms: int) -> None:
-        """Start partitions still waiting for it at their committed offset (if any)."""
+        """Start partitions still waiting for it at their committed offset (if any), now."""
         pending = [
             tp
             for tp in partitions
@@ -544,7 +568,9 @@ class Consumer:
         ]
         if not pending or self._coordinator is None:
             return
-        found = self._coordinator.fetch_offsets(pending, timeout_ms)
+        self._apply_committed(self._coordinator.fetch_offsets(pending, timeout_ms))
+
+    def _apply_committed(self, found: Mapping[TopicPartition, int | None]) -> None:
         for tp, offset in found.items():
             state = self._states.get(tp)
             if state is None or not state.committed_pending:
@@ -560,27 +586,34 @@ class Consumer:
                     offset,
                 )
 
+    def _reset_spec(self, tp: TopicPartition, state: _PartitionState) -> int:
+        """Where ``tp`` starts without a position: a pending seek, else ``auto.offset.reset``."""
+        if state.reset is not None:
+            return state.reset
+        if self._reset_policy == "none":
+            raise IllegalStateError(
+                f"no position for {tp.topic}-{tp.partition} and "
+                "auto.offset.reset=none: call seek() first"
+            )
+        return _EARLIEST if self._reset_policy == "earliest" else _LATEST
+
     def _resolve_positions(self, partitions: Sequence[TopicPartition]) -> None:
+        """Look up the reset positions of ``partitions`` now (blocking)."""
         wanted: dict[TopicPartition, int] = {}
         for tp in partitions:
             state = self._states[tp]
             if state.position is not None or state.committed_pending:
                 continue
-            spec = state.reset
-            if spec is None:
-                if self._reset_policy == "none":
-                    raise IllegalStateError(
-                        f"no position for {tp.topic}-{tp.partition} and "
-                        "auto.offset.reset=none: call seek() first"
-                    )
-                spec = _EARLIEST if self._reset_policy == "earliest" else _LATEST
-            wanted[tp] = spec
+            wanted[tp] = self._reset_spec(tp, state)
         if not wanted:
             return
         found = self._conn.list_offsets(wanted, self._api_ms())
-        for tp, (offset, _, _) in found.items():
+        self._apply_offsets({tp: offset for tp, (offset, _, _) in found.items()})
+
+    def _apply_offsets(self, found: Mapping[TopicPartition, int]) -> None:
+        for tp, offset in found.items():
             resolved = self._states.get(tp)
-            if resolved is None or resolved.position is not None:
+            if resolved is None or resolved.position is not None or resolved.committed_pending:
                 continue
             resolved.position = resolved.fetch_offset = max(offset, 0)
             resolved.reset = None
@@ -787,12 +820,8 @@ class Consumer:
             self._states[tp] = self._new_state()
         if any(self._conn.metadata.partition(tp.topic, tp.partition) is None for tp in assign):
             self._metadata_wanted = True
-        try:
-            self._load_committed(assign, self._request_timeout_ms)
-        except LograftError as exc:
-            logger.warning(
-                "committed offsets not read group=%s error=%s: poll retries", self._group_id, exc
-            )
+        # Their committed offsets are read in the background (poll); ``position`` in
+        # ``on_assign`` reads them at once.
         logger.info(
             "partitions assigned group=%s partitions=%s",
             self._group_id,
@@ -800,15 +829,17 @@ class Consumer:
         )
         self._callback("assign", assign)
 
-    def _revoke(self, partitions: list[TopicPartition]) -> None:
-        """Commit (auto-commit), tell the application, then drop the partitions."""
+    def _revoke(self, partitions: list[TopicPartition], deadline: float | None = None) -> None:
+        """Commit (auto-commit, until ``deadline`` if given), tell the application, drop them."""
         logger.info(
             "partitions revoked group=%s partitions=%s",
             self._group_id,
             ",".join(str(tp) for tp in partitions),
         )
         try:
-            self._auto_commit_sync(partitions)
+            self._auto_commit_sync(
+                partitions, None if deadline is None else deadline - time.monotonic()
+            )
             self._callback("revoke", partitions)
         finally:
             self._drop(partitions)
@@ -844,13 +875,13 @@ class Consumer:
             lost = getattr(listener, "on_partitions_lost", listener.on_partitions_revoked)
             lost(list(partitions))
 
-    def _leave_group(self) -> None:
+    def _leave_group(self, deadline: float | None = None) -> None:
         member = self._member
         assert member is not None
         try:
             owned = sorted(self._states)
             if owned and member.state not in (MemberState.FATAL, MemberState.UNSUBSCRIBED):
-                self._revoke(owned)
+                self._revoke(owned, deadline)
         finally:
             member.leave()
 
@@ -860,10 +891,24 @@ class Consumer:
         """Up to ``max.poll.records`` records, waiting at most ``timeout_ms`` for some.
 
         Returns an empty list when none arrived in time. Carries out pending rebalances
-        (calling the ``subscribe`` callbacks) and auto-commits. Raises typed errors for
-        fetch failures that are not retriable, ``OffsetOutOfRangeError`` when a position is
-        out of range under ``auto.offset.reset=none``, and the error that ended the group
-        membership for good (the coordinator refused it).
+        (calling the ``subscribe`` callbacks) and auto-commits. Committed offsets and
+        ``auto.offset.reset`` positions of new partitions are looked up, and metadata
+        refreshed, in the background: a partition whose position is not known yet simply
+        has no records, so ``poll(0)`` returns at once. (A rebalance that revokes
+        partitions waits for their auto-commit, at most ``request.timeout.ms``, as in
+        Kafka.) Raises typed errors for fetch and lookup failures that are not retriable,
+        ``OffsetOutOfRangeError`` when a position is out of range under
+        ``auto.offset.reset=none`` (``IllegalStateError`` when there is none to start
+        from), and the error that ended the group membership for good (the coordinator
+        refused it).
+        """
+        return self._poll(timeout_ms, None)
+
+    def _poll(self, timeout_ms: int, interrupt: threading.Event | None) -> list[ConsumerRecord]:
+        """``poll``; returns early with nothing once ``interrupt`` is set.
+
+        Whoever sets ``interrupt`` from another thread calls ``_wakeup`` after it, so a
+        blocked wait ends at once (``AsyncConsumer`` does, to run its other calls).
         """
         self._check_open()
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
@@ -873,9 +918,11 @@ class Consumer:
         while True:
             self._handle_responses(block_s=0.0)
             self._run_steps()  # a rebalance that arrived meanwhile goes first
+            if interrupt is not None and interrupt.is_set():
+                return []
             if self._metadata_wanted:
                 self._refresh_metadata()
-            self._init_positions(deadline)
+            self._start_lookups()
             records = self._drain(self._max_poll_records)
             self._send_fetches()
             if records:
@@ -884,29 +931,94 @@ class Consumer:
             if remaining <= 0:
                 return []
             if not self._nodes_in_flight:
-                # Nothing could be fetched (no leader, backing off, no partitions yet): wait
-                # a little, bounded; a rebalance step wakes this wait.
+                # Nothing could be fetched (no leader, backing off, positions being looked
+                # up, no partitions yet): wait a little, bounded; a rebalance step or a
+                # finished lookup wakes this wait.
                 self._handle_responses(block_s=min(remaining, self._backoff_s))
                 continue
             self._handle_responses(block_s=remaining)
 
-    def _init_positions(self, deadline: float) -> None:
-        pending = [tp for tp, s in self._states.items() if s.committed_pending]
-        if pending:
-            remaining_ms = int((deadline - time.monotonic()) * 1000)
-            try:
-                self._load_committed(
-                    pending, min(self._request_timeout_ms, max(remaining_ms, 1000))
-                )
-            except LograftError as exc:
-                if not exc.retriable:
-                    raise
-                logger.info("committed offsets not read group=%s error=%s", self._group_id, exc)
-        unresolved = [
-            tp for tp, s in self._states.items() if s.position is None and not s.committed_pending
-        ]
-        if unresolved:
-            self._resolve_positions(unresolved)
+    def _start_lookups(self) -> None:
+        """Look up the committed offsets, then the reset positions, of unpositioned partitions.
+
+        In the background (``_lookup``): the answers come through ``_responses``.
+        """
+        now = time.monotonic()
+        committed: dict[TopicPartition, int] = {}
+        resets: dict[TopicPartition, int] = {}
+        epochs: dict[TopicPartition, int] = {}
+        for tp, state in self._states.items():
+            if state.position is not None or state.lookup or state.retry_at > now:
+                continue
+            if state.committed_pending:
+                committed[tp] = state.epoch
+            else:
+                resets[tp] = self._reset_spec(tp, state)
+                epochs[tp] = state.epoch
+        coordinator = self._coordinator
+        if committed and coordinator is not None:
+            wanted = list(committed)
+            timeout_ms = self._request_timeout_ms
+            self._lookup(
+                "committed", committed, lambda: coordinator.fetch_offsets(wanted, timeout_ms)
+            )
+        if resets:
+            conn, timeout_ms = self._conn, self._api_ms()
+            self._lookup("offsets", epochs, lambda: conn.list_offsets(resets, timeout_ms))
+
+    def _lookup(
+        self,
+        kind: Literal["committed", "offsets", "metadata"],
+        epochs: dict[TopicPartition, int],
+        work: Callable[[], Any],
+    ) -> None:
+        if self._lookups is None:
+            # One thread per kind of lookup is enough: each kind has few in flight.
+            self._lookups = ThreadPoolExecutor(
+                max_workers=3, thread_name_prefix="lograft-consumer-lookup"
+            )
+        for tp in epochs:
+            self._states[tp].lookup = True
+        lookup = _Lookup(kind, epochs, self._lookups.submit(work))
+        lookup.future.add_done_callback(lambda _done: self._responses.put(lookup))
+
+    def _handle_lookup(self, lookup: _Lookup) -> None:
+        live: dict[TopicPartition, _PartitionState] = {}
+        for tp, epoch in lookup.epochs.items():
+            state = self._states.get(tp)
+            if state is not None and state.epoch == epoch:
+                state.lookup = False
+                live[tp] = state
+        if lookup.kind == "metadata":
+            self._metadata_refreshing = False
+        if lookup.future.cancelled():
+            return
+        try:
+            found = lookup.future.result()
+        except LograftError as exc:
+            if lookup.kind == "metadata":
+                self._metadata_wanted = True
+                logger.info("metadata refresh failed error=%s", exc.error_name)
+                return
+            if not exc.retriable:
+                raise
+            logger.info(
+                "position lookup failed, retrying kind=%s group=%s partitions=%d error=%s",
+                lookup.kind,
+                self._group_id,
+                len(live),
+                exc,
+            )
+            retry_at = time.monotonic() + self._backoff_s
+            for state in live.values():
+                state.retry_at = retry_at
+            if lookup.kind == "offsets":
+                self._metadata_wanted = True
+            return
+        if lookup.kind == "committed":
+            self._apply_committed({tp: found[tp] for tp in live if tp in found})
+        elif lookup.kind == "offsets":
+            self._apply_offsets({tp: found[tp][0] for tp in live if tp in found})
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         return self
@@ -924,35 +1036,44 @@ class Consumer:
 
         A subscribed consumer revokes its partitions (a last auto-commit, ``on_revoke``)
         and sends the leave heartbeat (epoch -1), waiting for its answer; with ``assign``
-        the positions are auto-committed. All of it within ``timeout_ms`` (default 30 s).
+        the positions are auto-committed. All of it shares one deadline, ``timeout_ms``
+        (default 30 s), so ``close`` returns within about that time even when the
+        coordinator does not answer (only the callbacks' own time comes on top): what is
+        not done by then is abandoned and logged.
         """
         if self._closed:
             return
         budget_s = (_CLOSE_TIMEOUT_MS if timeout_ms is None else max(timeout_ms, 0)) / 1000.0
         deadline = time.monotonic() + budget_s
+
+        def remaining() -> float:
+            return max(deadline - time.monotonic(), 0.0)
+
         try:
             if self._mode == "subscribe" and self._member is not None:
                 try:
-                    self._leave_group()
+                    self._leave_group(deadline)
                 finally:
-                    self._member.wait_unsubscribed(max(deadline - time.monotonic(), 0.0))
+                    self._member.wait_unsubscribed(remaining())
             elif self._mode == "assign":
-                self._auto_commit_sync(list(self._states), deadline - time.monotonic())
+                self._auto_commit_sync(list(self._states), remaining())
         finally:
             self._closed = True
             self._states.clear()
             self._iter_buffer.clear()
             if self._member is not None:
-                self._member.close(max(deadline - time.monotonic(), 0.0))
+                self._member.close(remaining())
             if self._committer is not None:
                 # Commits already made go out first, within the budget.
                 try:
-                    self._committer.submit(lambda: None).result(
-                        max(deadline - time.monotonic(), 0.0)
-                    )
+                    self._committer.submit(lambda: None).result(remaining())
                 except TimeoutError:
                     logger.warning("commits still pending at close group=%s", self._group_id)
                 self._committer.shutdown(wait=False, cancel_futures=True)
+            if self._lookups is not None:
+                self._lookups.shutdown(wait=False, cancel_futures=True)
+            # Closing the channels ends the calls still in flight (heartbeat, commit,
+            # lookups): the threads waiting on them finish soon after.
             self._conn.close()
             logger.debug("consumer closed client_id=%s", self.config["client.id"])
 
@@ -1093,7 +1214,9 @@ class Consumer:
             except queue.Empty:
                 return
             first = False
-            if item is not None:  # None: a wake-up from the heartbeat thread
+            if isinstance(item, _Lookup):
+                self._handle_lookup(item)
+            elif item is not None:  # None: a wake-up
                 self._handle_response(*item)
 
     def _handle_response(self, call: _FetchCall, outcome: Any) -> None:
@@ -1186,15 +1309,16 @@ class Consumer:
         self._metadata_wanted = True
 
     def _refresh_metadata(self) -> None:
+        """Refresh the metadata in the background (one refresh at a time)."""
         now = time.monotonic()
-        if now - self._metadata_at < self._backoff_s:
+        if self._metadata_refreshing or now - self._metadata_at < self._backoff_s:
             return
         self._metadata_at = now
-        try:
-            self._conn.refresh_metadata({tp.topic for tp in self._states} or None)
-            self._metadata_wanted = False
-        except LograftError as exc:
-            logger.info("metadata refresh failed error=%s", exc.error_name)
+        self._metadata_refreshing = True
+        self._metadata_wanted = False  # set again if the refresh fails
+        conn = self._conn
+        topics = {tp.topic for tp in self._states} or None
+        self._lookup("metadata", {}, lambda: conn.refresh_metadata(topics))
 
 
 def _log_auto_commit(future: Future[dict[TopicPartition, int]]) -> None:

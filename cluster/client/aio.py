@@ -1,0 +1,891 @@
+"""``AsyncProducer`` and ``AsyncConsumer``: the Python clients for asyncio applications.
+
+They take the configs of ``Producer`` and ``Consumer`` (same names, same defaults, same
+semantics) and wrap one of them each. The event loop never blocks: every call that may
+wait — on the network, on ``buffer.memory``, on a lock held by the client's own threads —
+runs on a worker thread that belongs to the client, one per client, so a client's calls run
+one at a time in the order they were made (the sync ``Consumer`` is single-threaded). The
+outcome comes back to the loop as an awaitable (``asyncio.wrap_future``). Calls that only
+need the thread-safe parts of a client (``committed``, ``beginning_offsets``, ``flush``, ...)
+run on the loop's default executor instead, so they do not queue behind a long ``poll``.
+Use a client from one event loop.
+
+``AsyncProducer`` has aiokafka's shape::
+
+    async with AsyncProducer({"bootstrap.servers": "127.0.0.1:9092"}) as producer:
+        future = await producer.send("events", b"hello", key=b"user-1")  # queued
+        metadata = await future                                           # acknowledged
+        metadata = await producer.send_and_wait("events", b"again")       # both at once
+
+``await send(...)`` returns once the record is queued (waiting, off the loop, for the
+topic's metadata and for room in ``buffer.memory``) with an ``asyncio.Future`` of its
+``RecordMetadata``. Cancelling that future does not unsend the record; cancelling an
+``await send(...)`` before it returns withdraws the record only if its turn on the worker
+has not come yet. ``send_bulk`` is the bulk path of ``Producer.send_bulk``; ``flush``,
+``close`` (``stop``) and ``async with`` behave as in ``Producer``.
+
+``AsyncConsumer``::
+
+    async with AsyncConsumer(bootstrap_servers="127.0.0.1:9092", group_id="billing") as c:
+        await c.subscribe(["events"], on_assign=on_assign)  # sync or async callbacks
+        async for record in c:                              # or: await c.getmany(timeout_ms)
+            ...
+            await c.commit()
+
+* Fetching, rebalancing and auto-commit are the sync ``Consumer``'s: a ``poll`` of it runs
+  on the worker for each ``getmany``/``poll``/``getone`` that finds no record waiting. What
+  it returns goes to a buffer, from which the calls hand records out; ``async for`` takes
+  them one at a time. ``position`` and ``commit()`` count only records handed out: the
+  position of a partition with buffered records is the offset of the first of them.
+* Cancelling a task awaiting ``getmany``, ``poll``, ``getone`` or ``__anext__`` loses no
+  record: a poll not yet started is not started, a poll under way is cut short, and what it
+  returned waits in the buffer for the next call. Any call that moves positions (``seek``,
+  ``pause``, ``assign``, ``unsubscribe``, a poll, ``close``) first gives buffered records
+  back to the sync consumer (seeking each partition to its first one), so they are fetched
+  again rather than skipped, and commits never pass them.
+* Rebalance callbacks (``on_assign``, ``on_revoke``, ``on_lost``, or a listener: an
+  ``AsyncConsumerRebalanceListener`` or a ``ConsumerRebalanceListener``) may be plain or
+  ``async`` functions. They run on the event loop, as ``callback(consumer, partitions)``
+  with this ``AsyncConsumer``, and the rebalance waits for them, as in Kafka: no record of a
+  revoked partition is returned after its ``on_revoke`` began, and ``on_revoke`` runs before
+  the partition goes to another member. A callback may await the consumer's other calls
+  (``commit``, ``seek``, ``position``, ``committed``, ...); it must not poll or close it
+  (``IllegalStateError``). Calls from other tasks (``close`` included) wait until the
+  rebalance is done, as they would wait for a poll in Kafka's single-threaded consumer: a
+  callback must not wait for another task's call on its consumer.
+* Calls made while a ``getmany`` waits for records (from other tasks) cut that poll short
+  and run at once (once a rebalance under way is done); the ``getmany`` then goes on
+  waiting.
+* ``assignment``, ``paused`` and ``subscription`` are plain methods, answering as of the
+  last call completed; everything that reads or moves the consumer is ``async``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import inspect
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from concurrent.futures import Future
+from types import TracebackType
+from typing import Any, TypeVar
+
+from cluster.errors import IllegalStateError
+
+from ._connection import TopicPartition
+from .consumer import Consumer, ConsumerRebalanceListener, ConsumerRecord, RebalanceCallback
+from .producer import BulkResult, Producer, RecordMetadata
+
+__all__ = [
+    "AsyncConsumer",
+    "AsyncConsumerRebalanceListener",
+    "AsyncProducer",
+    "AsyncRebalanceCallback",
+]
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+AsyncRebalanceCallback = Callable[["AsyncConsumer", list[TopicPartition]], Awaitable[None] | None]
+"""``callback(consumer, partitions)``, plain or ``async``: what ``AsyncConsumer.subscribe``
+calls on a rebalance, on the event loop."""
+
+
+# ---- bridging threads and the event loop ----------------------------------------------------
+
+
+class _Stop:
+    """The worker's stop marker."""
+
+
+class _Wake:
+    """Wakes a worker that serves jobs while it waits (``serve_until``)."""
+
+
+_STOP = _Stop()
+_WAKE = _Wake()
+_Job = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...], bool]
+"""(future, fn, args, nested_ok)"""
+
+
+class _Worker:
+    """One daemon thread running a client's blocking calls in the order they were submitted.
+
+    A job may wait for the event loop (a rebalance callback) with :meth:`serve_until`;
+    meanwhile the worker runs inside it only the jobs submitted with ``nested_ok`` (the
+    callback's own calls). Other jobs, and :meth:`stop`, submitted meanwhile wait until the
+    job is done, then come in their order: a call from another task never runs in the
+    middle of a rebalance. After :meth:`stop`, jobs still queued, and any submitted later,
+    fail with ``IllegalStateError``. Thread-safe.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[_Job | _Stop | _Wake] = queue.SimpleQueue()
+        self._deferred: deque[_Job | _Stop] = deque()
+        """(worker thread) What arrived during ``serve_until`` and waits for the outer job."""
+        self._lock = threading.Lock()
+        self._exited = False
+        self._depth = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., _T], *args: Any, nested_ok: bool = False) -> Future[_T]:
+        """Queue ``fn(*args)``; cancelling the future before it starts skips it.
+
+        ``nested_ok``: it may run inside a job waiting in ``serve_until`` (a call made by
+        the rebalance callback that job waits for).
+        """
+        future: Future[_T] = Future()
+        with self._lock:
+            if not self._exited:
+                self._jobs.put((future, fn, args, nested_ok))
+                return future
+        future.set_exception(IllegalStateError("client is closed"))
+        return future
+
+    def stop(self) -> None:
+        """Stop once the jobs queued so far (and those they wait for) are done."""
+        self._jobs.put(_STOP)
+
+    @property
+    def nested(self) -> bool:
+        """Whether the running job runs inside another (on the worker thread)."""
+        return self._depth > 0
+
+    def serve_until(self, waited: Future[Any]) -> None:
+        """Inside a job: run the ``nested_ok`` jobs submitted meanwhile until ``waited`` is
+        done; keep the others (and a stop) for after the job."""
+        if threading.current_thread() is not self._thread:
+            raise IllegalStateError("serve_until() belongs to the worker thread")
+        waited.add_done_callback(lambda _done: self._jobs.put(_WAKE))
+        self._depth += 1
+        try:
+            while not waited.done():
+                item = self._jobs.get()
+                if isinstance(item, _Wake):
+                    continue
+                if isinstance(item, _Stop) or not item[3]:
+                    self._deferred.append(item)
+                else:
+                    self._execute(item)
+        finally:
+            self._depth -= 1
+
+    def _run(self) -> None:
+        while True:
+            item = self._deferred.popleft() if self._deferred else self._jobs.get()
+            if isinstance(item, _Stop):
+                break
+            if not isinstance(item, _Wake):
+                self._execute(item)
+        with self._lock:
+            self._exited = True
+        left: list[_Job | _Stop | _Wake] = list(self._deferred)
+        self._deferred.clear()
+        while True:
+            try:
+                left.append(self._jobs.get_nowait())
+            except queue.Empty:
+                break
+        for item in left:
+            if isinstance(item, tuple) and item[0].set_running_or_notify_cancel():
+                item[0].set_exception(IllegalStateError("client is closed"))
+
+    @staticmethod
+    def _execute(job: _Job) -> None:
+        future, fn, args, _nested_ok = job
+        if not future.set_running_or_notify_cancel():
+            return  # cancelled before its turn
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # handed to the awaiting task, whatever it is
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+
+def _observe(source: Future[_T], loop: asyncio.AbstractEventLoop) -> asyncio.Future[_T]:
+    """An asyncio future completing with ``source``'s outcome.
+
+    Unlike ``asyncio.wrap_future``, cancelling it leaves ``source`` alone: a record's or a
+    commit's future belongs to the client's threads, which complete it whatever happens.
+    """
+    destination: asyncio.Future[_T] = loop.create_future()
+
+    def settle(done: Future[_T]) -> None:
+        if destination.done():
+            return
+        if done.cancelled():
+            destination.cancel()
+            return
+        error = done.exception()
+        if error is not None:
+            destination.set_exception(error)
+        else:
+            destination.set_result(done.result())
+
+    def on_done(done: Future[_T]) -> None:
+        try:  # noqa: SIM105 - once per record sent: cheaper than contextlib.suppress
+            loop.call_soon_threadsafe(settle, done)
+        except RuntimeError:
+            pass  # the loop is closed: nobody can await the outcome any more
+
+    source.add_done_callback(on_done)
+    return destination
+
+
+def _by_partition(records: Sequence[ConsumerRecord]) -> dict[TopicPartition, list[ConsumerRecord]]:
+    grouped: dict[TopicPartition, list[ConsumerRecord]] = {}
+    for record in records:
+        grouped.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
+    return grouped
+
+
+def _first_offsets(records: Sequence[ConsumerRecord]) -> dict[TopicPartition, int]:
+    """The offset of each partition's first record (records of a partition are in order)."""
+    first: dict[TopicPartition, int] = {}
+    for record in records:
+        first.setdefault(TopicPartition(record.topic, record.partition), record.offset)
+    return first
+
+
+# ---- the producer ---------------------------------------------------------------------------
+
+
+class AsyncProducer:
+    """``Producer`` for asyncio; see the module docstring.
+
+    ``AsyncProducer({"bootstrap.servers": "127.0.0.1:9092", "acks": "all"})`` or with
+    keyword arguments, exactly as ``Producer`` (``PRODUCER_CONFIGS``); bad configs raise
+    ``InvalidConfigError`` here. Construction does not contact the cluster.
+
+    Every method is a coroutine (``await`` it). An async context manager: ``async with``
+    calls ``start`` and ``close``.
+    """
+
+    def __init__(self, config: Mapping[str, object] | None = None, **overrides: object) -> None:
+        self._producer = Producer(config, **overrides)
+        self.config = self._producer.config
+        """The resolved configuration (Kafka names)."""
+        self._worker = _Worker(f"lograft-aio-producer-{self.config['client.id']}")
+        self._closed = False
+        self._close_future: asyncio.Future[None] | None = None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("cannot send after the producer is closed")
+
+    async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
+        self._check_open()
+        return await asyncio.wrap_future(self._worker.submit(fn, *args))
+
+    async def start(self) -> None:
+        """Contact the cluster (one metadata request); ``NetworkError`` if no broker answers.
+
+        Optional (aiokafka's ``start``): the producer works without it. ``async with``
+        calls it.
+        """
+        self._check_open()
+        await asyncio.get_running_loop().run_in_executor(
+            None, self._producer._conn.refresh_metadata
+        )
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; returns the future of its ``RecordMetadata`` (or typed error).
+
+        As ``Producer.send``, which raises here what it raises (the topic's metadata not
+        found within ``max.block.ms``, a bad key or value type, a closed producer).
+        """
+        loop = asyncio.get_running_loop()
+        queued = await self._call(
+            self._producer.send, topic, value, key, partition, timestamp_ms, headers
+        )
+        return _observe(queued, loop)
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> RecordMetadata:
+        """``send`` and wait for the acknowledgement: the record's ``RecordMetadata``."""
+        future = await self.send(topic, value, key, partition, timestamp_ms, headers)
+        return await future
+
+    async def send_bulk(
+        self,
+        topic: str,
+        values: Sequence[bytes],
+        partition: int | None = None,
+        keys: Sequence[bytes | None] | None = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[BulkResult]:
+        """``Producer.send_bulk`` (encoding runs on the worker); the future of its result."""
+        loop = asyncio.get_running_loop()
+        queued = await self._call(
+            self._producer.send_bulk, topic, values, partition, keys, timestamp_ms
+        )
+        return _observe(queued, loop)
+
+    # ``timeout`` is Producer's: what the producer gives up on, not how long to await.
+    async def flush(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Send every record queued so far and wait for the outcomes (``Producer.flush``).
+
+        Sends made meanwhile by other tasks go on; ``RequestTimedOutError`` after
+        ``timeout`` seconds.
+        """
+        await self._call(lambda: None)  # every send made before this call is queued
+        await asyncio.get_running_loop().run_in_executor(None, self._producer.flush, timeout)
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The partition numbers of ``topic`` (fetching its metadata if needed)."""
+        return await self._call(self._producer.partitions_for, topic)
+
+    async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Flush (at most ``timeout`` seconds), then stop, as ``Producer.close``; idempotent.
+
+        Runs to the end even if the awaiting task is cancelled.
+        """
+        if self._close_future is None:
+            loop = asyncio.get_running_loop()
+            self._closed = True
+            closing = self._worker.submit(self._producer.close, timeout)
+            self._worker.stop()
+            self._close_future = _observe(closing, loop)
+        await asyncio.shield(self._close_future)
+
+    async def stop(self) -> None:
+        """``close()``: aiokafka's name."""
+        await self.close()
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+# ---- the consumer ---------------------------------------------------------------------------
+
+
+class AsyncConsumerRebalanceListener:
+    """Rebalance callbacks as ``async`` methods (aiokafka's listener); override some.
+
+    Each method gets the sorted partitions concerned and runs on the event loop; the
+    rebalance waits for it. ``on_partitions_lost`` calls ``on_partitions_revoked`` unless
+    overridden, as in Kafka.
+    """
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        """Before these partitions go to another member: commit or flush work for them."""
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        """After these partitions were added; ``await consumer.seek(...)`` to start elsewhere."""
+
+    async def on_partitions_lost(self, lost: list[TopicPartition]) -> None:
+        """These partitions may already belong to another member: do not commit them."""
+        await self.on_partitions_revoked(lost)
+
+
+_Handler = Callable[["AsyncConsumer", list[TopicPartition]], object]
+
+_IN_CALLBACK: contextvars.ContextVar[AsyncConsumer | None] = contextvars.ContextVar(
+    "lograft_in_rebalance_callback", default=None
+)
+"""The consumer whose rebalance callback the current task runs, if any."""
+
+
+class AsyncConsumer:
+    """``Consumer`` for asyncio; see the module docstring.
+
+    ``AsyncConsumer({"bootstrap.servers": "127.0.0.1:9092", "group.id": "billing"})`` or
+    with keyword arguments, exactly as ``Consumer`` (``CONSUMER_CONFIGS``); bad configs
+    raise ``InvalidConfigError`` here. Construction does not contact the cluster.
+
+    Every method is a coroutine (``await`` it) except ``assignment``, ``paused`` and
+    ``subscription``. An async context manager (``async with`` calls ``start`` and
+    ``close``) and an async iterator (``async for record in consumer``).
+    """
+
+    def __init__(self, config: Mapping[str, object] | None = None, **overrides: object) -> None:
+        self._consumer = Consumer(config, **overrides)
+        self.config = self._consumer.config
+        """The resolved configuration (Kafka names)."""
+        max_records = self.config["max.poll.records"]
+        assert isinstance(max_records, int)
+        self._max_records = max_records
+        self._worker = _Worker(f"lograft-aio-consumer-{self.config['client.id']}")
+        self._lock = threading.Lock()
+        self._buffer: deque[ConsumerRecord] = deque()
+        """Records the sync consumer returned and this one has not handed out (_lock)."""
+        self._poll_lock = asyncio.Lock()
+        self._interrupt: threading.Event | None = None
+        """Set to cut the running poll short (another call is waiting for the worker)."""
+        self._assignment: frozenset[TopicPartition] = frozenset()
+        self._paused: frozenset[TopicPartition] = frozenset()
+        self._closed = False
+        self._close_future: asyncio.Future[None] | None = None
+
+    # ---- running calls on the worker -----------------------------------------------------
+
+    def _check_open(self) -> None:
+        # A callback run by close() may still use the consumer (commit in on_revoke).
+        if self._closed and _IN_CALLBACK.get() is not self:
+            raise IllegalStateError("consumer is closed")
+
+    async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """Run ``fn(*args)`` on the worker, after the calls made before it.
+
+        Cancelling the awaiting task before the call's turn skips it.
+        """
+        return await asyncio.wrap_future(self._submit(fn, *args))
+
+    def _submit(self, fn: Callable[..., _T], *args: Any) -> Future[_T]:
+        """Queue ``fn(*args)`` for the worker and cut a poll under way short.
+
+        A rebalance callback's own calls run inside the rebalance that awaits the callback;
+        any other task's calls wait until the rebalance is done.
+        """
+        self._check_open()
+        nested_ok = _IN_CALLBACK.get() is self
+        future = self._worker.submit(self._job, fn, args, nested_ok=nested_ok)
+        self._interrupt_poll()
+        return future
+
+    async def _aside(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """Run a thread-safe call of the sync consumer off the worker (and off the loop)."""
+        self._check_open()
+        return await asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))
+
+    def _job(self, fn: Callable[..., _T], args: tuple[Any, ...]) -> _T:
+        try:
+            return fn(*args)
+        finally:
+            self._publish()
+
+    def _publish(self) -> None:
+        """(worker) What the plain methods answer until the next call completes."""
+        self._assignment = frozenset(self._consumer.assignment())
+        self._paused = frozenset(self._consumer.paused())
+
+    def _interrupt_poll(self) -> None:
+        event = self._interrupt
+        if event is not None:
+            event.set()
+            self._consumer._wakeup()
+
+    # ---- the buffer ----------------------------------------------------------------------
+
+    def _take(self, limit: int) -> list[ConsumerRecord]:
+        with self._lock:
+            count = min(limit, len(self._buffer))
+            return [self._buffer.popleft() for _ in range(count)]
+
+    def _unbuffer(self, partitions: Collection[TopicPartition] | None) -> dict[TopicPartition, int]:
+        """Remove the buffered records of ``partitions`` (all if None); their first offsets."""
+        with self._lock:
+            if not self._buffer:
+                return {}
+            if partitions is None:
+                taken = list(self._buffer)
+                self._buffer.clear()
+            else:
+                taken = []
+                kept: deque[ConsumerRecord] = deque()
+                for record in self._buffer:
+                    tp = TopicPartition(record.topic, record.partition)
+                    (taken if tp in partitions else kept).append(record)
+                self._buffer = kept
+        return _first_offsets(taken)
+
+    def _reclaim(self, partitions: Collection[TopicPartition] | None = None) -> None:
+        """(worker) Give buffered records back: each partition seeks to its first one."""
+        for tp, offset in self._unbuffer(partitions).items():
+            try:
+                self._consumer.seek(tp, offset)
+            except IllegalStateError:
+                continue  # no longer assigned: nothing to give back
+
+    def _buffered_first(self, tp: TopicPartition) -> int | None:
+        with self._lock:
+            for record in self._buffer:
+                if record.topic == tp.topic and record.partition == tp.partition:
+                    return record.offset
+        return None
+
+    # ---- polling -------------------------------------------------------------------------
+
+    def _check_pollable(self) -> None:
+        if _IN_CALLBACK.get() is self:
+            raise IllegalStateError("a rebalance callback must not poll its consumer")
+        self._check_open()
+
+    def _poll_job(self, timeout_ms: int, interrupt: threading.Event) -> None:
+        if self._worker.nested:
+            raise IllegalStateError("a rebalance callback must not poll its consumer")
+        with self._lock:
+            if self._buffer:
+                return  # the records of a cut-short poll: hand them out first
+        records = self._consumer._poll(timeout_ms, interrupt)
+        with self._lock:
+            self._buffer.extend(records)
+
+    async def _fill(self, timeout_ms: int) -> None:
+        """One poll of the sync consumer on the worker; its records go to the buffer."""
+        interrupt = threading.Event()
+        self._interrupt = interrupt
+        future = self._worker.submit(self._job, self._poll_job, (timeout_ms, interrupt))
+        try:
+            await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            # Not started: wrap_future cancelled it. Under way: cut it short; what it
+            # returns waits in the buffer for the next call.
+            interrupt.set()
+            self._consumer._wakeup()
+            raise
+        finally:
+            if self._interrupt is interrupt:
+                self._interrupt = None
+
+    async def _get(self, timeout_ms: int, limit: int) -> list[ConsumerRecord]:
+        self._check_pollable()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_ms, 0) / 1000.0
+        async with self._poll_lock:
+            while True:
+                self._check_open()
+                records = self._take(limit)
+                if records:
+                    return records
+                await self._fill(max(int((deadline - loop.time()) * 1000), 0))
+                records = self._take(limit)
+                if records or loop.time() >= deadline:
+                    return records
+
+    async def getmany(self, timeout_ms: int = 0) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Up to ``max.poll.records`` records by partition, waiting at most ``timeout_ms``.
+
+        aiokafka's ``getmany`` (without its partition filter and ``max_records``); an empty
+        dict when none arrived in time. Carries out rebalances (awaiting the callbacks) and
+        auto-commits, and raises what ``Consumer.poll`` raises.
+        """
+        return _by_partition(await self._get(timeout_ms, self._max_records))
+
+    async def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
+        """``Consumer.poll``: up to ``max.poll.records`` records, as a list."""
+        return await self._get(timeout_ms, self._max_records)
+
+    async def getone(self) -> ConsumerRecord:
+        """The next record, waiting as long as it takes."""
+        while True:
+            records = await self._get(1000, 1)
+            if records:
+                return records[0]
+
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        """The next record (``getone``); the iteration stops when the consumer is closed."""
+        if self._closed:
+            raise StopAsyncIteration
+        try:
+            return await self.getone()
+        except IllegalStateError:
+            if self._closed:
+                raise StopAsyncIteration from None
+            raise
+
+    # ---- subscription and assignment -----------------------------------------------------
+
+    async def subscribe(
+        self,
+        topics: Sequence[str],
+        on_assign: AsyncRebalanceCallback | None = None,
+        on_revoke: AsyncRebalanceCallback | None = None,
+        on_lost: AsyncRebalanceCallback | None = None,
+        *,
+        listener: AsyncConsumerRebalanceListener | ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """``Consumer.subscribe``; the callbacks run on the event loop (module docstring).
+
+        ``on_lost`` defaults to ``on_revoke``. Raises ``IllegalStateError`` without
+        ``group.id`` or after ``assign``.
+        """
+        if listener is not None and (on_assign or on_revoke or on_lost):
+            raise ValueError("give either listener or on_assign/on_revoke/on_lost, not both")
+        handlers = _handlers(on_assign, on_revoke, on_lost, listener)
+        bridges: list[RebalanceCallback | None] = [None, None, None]
+        if handlers:
+            loop = asyncio.get_running_loop()
+            bridges = [self._bridge(loop, handlers.get(kind)) for kind in _KINDS]
+        await self._call(self._consumer.subscribe, topics, *bridges)
+
+    def _bridge(
+        self, loop: asyncio.AbstractEventLoop, handler: _Handler | None
+    ) -> RebalanceCallback | None:
+        """A sync callback for the sync consumer that runs ``handler`` on the loop."""
+        if handler is None:
+            return None
+
+        def call(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            self._publish()
+            done = asyncio.run_coroutine_threadsafe(self._run(handler, partitions), loop)
+            self._worker.serve_until(done)
+            try:
+                done.result()
+            except concurrent.futures.CancelledError:
+                raise IllegalStateError("a rebalance callback was cancelled") from None
+
+        return call
+
+    async def _run(self, handler: _Handler, partitions: list[TopicPartition]) -> None:
+        _IN_CALLBACK.set(self)  # this task's own context: what the callback awaits sees it
+        result = handler(self, partitions)
+        if inspect.isawaitable(result):
+            await result
+
+    def subscription(self) -> set[str]:
+        """The subscribed topics (empty without ``subscribe``)."""
+        return self._consumer.subscription()
+
+    async def unsubscribe(self) -> None:
+        """``Consumer.unsubscribe``: leave the group, or drop the ``assign`` assignment."""
+        await self._call(self._reclaiming, self._consumer.unsubscribe)
+
+    async def assign(self, partitions: Sequence[TopicPartition]) -> None:
+        """``Consumer.assign``: read exactly these partitions."""
+        await self._call(self._reclaiming, self._consumer.assign, list(partitions))
+
+    def _reclaiming(self, fn: Callable[..., None], *args: Any) -> None:
+        self._reclaim()
+        fn(*args)
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions the consumer reads, as of the last call completed."""
+        return set(self._assignment)
+
+    async def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Make ``offset`` the next offset returned for ``tp``."""
+
+        def seek() -> None:
+            self._consumer.seek(tp, offset)
+            self._unbuffer([tp])
+
+        await self._call(seek)
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Start from the first offset of these partitions (all assigned ones if none given)."""
+
+        def seek() -> None:
+            self._consumer.seek_to_beginning(*partitions)
+            self._unbuffer(partitions or None)
+
+        await self._call(seek)
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Start after the last offset of these partitions (all assigned ones if none given)."""
+
+        def seek() -> None:
+            self._consumer.seek_to_end(*partitions)
+            self._unbuffer(partitions or None)
+
+        await self._call(seek)
+
+    async def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record returned for ``tp`` (resolving it if needed)."""
+
+        def position() -> int:
+            first = self._buffered_first(tp)
+            return first if first is not None else self._consumer.position(tp)
+
+        return await self._call(position)
+
+    async def highwater(self, tp: TopicPartition) -> int | None:
+        """The high watermark of ``tp`` seen in the last fetch, if any."""
+        return await self._call(self._consumer.highwater, tp)
+
+    async def lag(self, tp: TopicPartition) -> int | None:
+        """Records of ``tp`` not yet returned: high watermark - position (``None``: unknown)."""
+
+        def lag() -> int | None:
+            lag = self._consumer.lag(tp)
+            first = self._buffered_first(tp)
+            high_watermark = self._consumer.highwater(tp)
+            if lag is None or first is None or high_watermark is None:
+                return lag
+            return max(high_watermark - first, 0)
+
+        return await self._call(lag)
+
+    async def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching these partitions and returning their records; they stay assigned."""
+
+        def pause() -> None:
+            self._consumer.pause(*partitions)
+            self._reclaim(partitions)
+
+        await self._call(pause)
+
+    async def resume(self, *partitions: TopicPartition) -> None:
+        """Fetch and return these paused partitions again."""
+        await self._call(self._consumer.resume, *partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        """The paused partitions, as of the last call completed."""
+        return set(self._paused)
+
+    async def partitions_for_topic(self, topic: str) -> list[int]:
+        """The partition numbers of ``topic``; raises ``UnknownTopicOrPartitionError``."""
+        return await self._aside(self._consumer.partitions_for_topic, topic)
+
+    async def beginning_offsets(
+        self, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """The first offset of each partition."""
+        return await self._aside(self._consumer.beginning_offsets, list(partitions))
+
+    async def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """The end offset (high watermark) of each partition."""
+        return await self._aside(self._consumer.end_offsets, list(partitions))
+
+    # ---- commits -------------------------------------------------------------------------
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int] | Sequence[tuple[TopicPartition, int]] | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Commit offsets to the group ``group.id``; returns what was committed.
+
+        As ``Consumer.commit``: by default the positions of every partition, i.e. past
+        every record handed out (not past buffered ones). Raises its typed errors. The
+        commit is sent even if the awaiting task is cancelled, before or after the
+        commit's turn came.
+        """
+        loop = asyncio.get_running_loop()
+        given = None if offsets is None else list(dict(offsets).items())
+
+        def commit() -> Future[dict[TopicPartition, int]]:
+            if given is not None:
+                return self._consumer.commit(given, asynchronous=True)
+            chosen = self._consumer._positions(self._consumer.assignment())
+            with self._lock:
+                buffered = list(self._buffer)
+            chosen.update(_first_offsets(buffered))
+            return self._consumer.commit(chosen, asynchronous=True)
+
+        # Observed, not wrapped: cancelling the awaiting task does not withdraw the job.
+        sent = await _observe(self._submit(commit), loop)
+        return await _observe(sent, loop)
+
+    async def committed(
+        self, partitions: Sequence[TopicPartition], timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int | None]:
+        """The group's committed offset of each partition; ``None`` where none is."""
+        return await self._aside(self._consumer.committed, list(partitions), timeout_ms)
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Contact the cluster (one metadata request); ``NetworkError`` if no broker answers.
+
+        Optional (aiokafka's ``start``): the consumer works without it. ``async with``
+        calls it.
+        """
+        await self._aside(self._consumer._conn.refresh_metadata)
+
+    async def close(self, timeout_ms: int | None = None) -> None:
+        """``Consumer.close``: leave the group and stop, within ``timeout_ms``; idempotent.
+
+        A poll under way is cut short first (after the rebalance callback it awaits, if
+        any, returns); buffered records are given back, so the last auto-commit does not
+        pass them. Runs to the end even if the awaiting task is cancelled. Not from a
+        rebalance callback (``IllegalStateError``).
+        """
+        if _IN_CALLBACK.get() is self:
+            raise IllegalStateError("a rebalance callback must not close its consumer")
+        if self._close_future is None:
+            loop = asyncio.get_running_loop()
+            self._closed = True
+            self._interrupt_poll()
+            closing = self._worker.submit(
+                self._job, self._reclaiming, (self._consumer.close, timeout_ms)
+            )
+            self._worker.stop()
+            self._close_future = _observe(closing, loop)
+        await asyncio.shield(self._close_future)
+
+    async def stop(self) -> None:
+        """``close()``: aiokafka's name."""
+        await self.close()
+
+    async def __aenter__(self) -> AsyncConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+_KINDS = ("assign", "revoke", "lost")
+
+
+def _handlers(
+    on_assign: AsyncRebalanceCallback | None,
+    on_revoke: AsyncRebalanceCallback | None,
+    on_lost: AsyncRebalanceCallback | None,
+    listener: AsyncConsumerRebalanceListener | ConsumerRebalanceListener | None,
+) -> dict[str, _Handler]:
+    """What to call on the loop for each kind of change (Kafka's defaults applied)."""
+    handlers: dict[str, _Handler] = {}
+    if listener is not None:
+        revoked = listener.on_partitions_revoked
+        # The sync listener's default on_partitions_lost calls on_partitions_revoked and
+        # drops its result: an async override would never run. Call it directly.
+        lost: Callable[[list[TopicPartition]], object] = (
+            revoked
+            if type(listener).on_partitions_lost is ConsumerRebalanceListener.on_partitions_lost
+            else listener.on_partitions_lost
+        )
+        assigned = listener.on_partitions_assigned
+        handlers["assign"] = lambda _consumer, partitions: assigned(partitions)
+        handlers["revoke"] = lambda _consumer, partitions: revoked(partitions)
+        handlers["lost"] = lambda _consumer, partitions: lost(partitions)
+        return handlers
+    if on_assign is not None:
+        handlers["assign"] = on_assign
+    if on_revoke is not None:
+        handlers["revoke"] = on_revoke
+    chosen_lost = on_lost if on_lost is not None else on_revoke
+    if chosen_lost is not None:
+        handlers["lost"] = chosen_lost
+    return handlers
