@@ -48,16 +48,17 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import grpc
+from tqdm import tqdm
 
 from cluster.errors import LograftError
-from cluster.status import describe_cluster, render_status
+from cluster.status import broker_registrations, describe_cluster, render_status
 from cluster.wire import broker_pb2, broker_pb2_grpc
 
 __all__ = [
@@ -569,6 +570,19 @@ class ClusterStatus:
         view = self.view
         return view.metadata.controller_id if view and view.metadata else None
 
+    @property
+    def ready_count(self) -> int:
+        """Nodes that run, answer Metadata listing every node, and know a controller."""
+        expected = {n.node.node_id for n in self.nodes}
+        return sum(
+            1
+            for n in self.nodes
+            if n.alive
+            and n.metadata is not None
+            and expected <= set(n.metadata.broker_ids)
+            and n.metadata.controller_id >= 0
+        )
+
     def to_json(self) -> dict[str, Any]:
         """One JSON document: cluster-wide fields, then ``nodes``."""
         view = self.view
@@ -911,8 +925,10 @@ class LocalCluster:
     ) -> int:
         """Start ``node_id`` again with its recorded arguments (stopping it first if it runs).
 
-        Returns the new pid; with ``wait``, returns once the cluster is healthy.
+        Returns the new pid; with ``wait``, returns once the cluster has registered the new
+        process as a broker (unfenced) and is healthy (see :meth:`wait_reregistered`).
         """
+        previous_epoch = self.broker_epoch(node_id) if wait else None
         with self._locked():
             self._refresh()
             node = self.node(node_id)
@@ -928,8 +944,50 @@ class LocalCluster:
             assert node.pid is not None
             pid = node.pid
         if wait:
-            self.wait_healthy(timeout_s)
+            self.wait_reregistered(node_id, previous_epoch, timeout_s)
         return pid
+
+    def broker_epoch(self, node_id: int) -> int | None:
+        """The broker epoch the cluster has registered for ``node_id`` (``None``: unknown)."""
+        found = broker_registrations(
+            [n.address for n in self.nodes if n.node_id != node_id] + [self.node(node_id).address],
+            timeout_s=PROBE_TIMEOUT_S,
+        )
+        if found is None or node_id not in found:
+            return None
+        return found[node_id][0]
+
+    def wait_reregistered(
+        self,
+        node_id: int,
+        previous_epoch: int | None,
+        timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S,
+        on_status: Callable[[ClusterStatus], object] | None = None,
+    ) -> ClusterStatus:
+        """After a restart: wait until ``node_id`` is registered with a broker epoch above
+        ``previous_epoch`` and unfenced, then until the cluster is healthy.
+
+        Health alone is not enough: until the old process's session expires, the cluster
+        still lists the old registration, and fences the broker when the new one replaces it.
+        """
+        deadline = time.monotonic() + timeout_s
+        node = self.node(node_id)
+        while True:
+            found = broker_registrations([n.address for n in self.nodes], timeout_s=PROBE_TIMEOUT_S)
+            epoch, fenced = (found or {}).get(node_id, (-1, True))
+            if epoch >= 0 and not fenced and (previous_epoch is None or epoch > previous_epoch):
+                break
+            if node.pid is None or not is_alive(node.pid):
+                raise LauncherError(self._describe_dead([node]))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise LauncherError(
+                    f"node {node_id} not registered as an unfenced broker within {timeout_s:g} s "
+                    f"(broker epoch {epoch}, before the restart {previous_epoch}; logs: "
+                    f"`lograft cluster logs {node_id} --data-dir {self.data_dir}`)"
+                )
+            time.sleep(min(HEALTH_POLL_INTERVAL_S, remaining))
+        return self.wait_healthy(max(deadline - time.monotonic(), 0.1), on_status)
 
     def status(self, probe_timeout_s: float = PROBE_TIMEOUT_S) -> ClusterStatus:
         """Each node's process state and Metadata view (probed in parallel)."""
@@ -953,15 +1011,22 @@ class LocalCluster:
         problems = health_problems([n.node_id for n in self.nodes], nodes)
         return ClusterStatus(self.data_dir, self.bootstrap, nodes, not problems, problems)
 
-    def wait_healthy(self, timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S) -> ClusterStatus:
+    def wait_healthy(
+        self,
+        timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S,
+        on_status: Callable[[ClusterStatus], object] | None = None,
+    ) -> ClusterStatus:
         """Poll until :func:`health_problems` finds none, or raise ``LauncherError``.
 
         Fails at once when a node process has exited, with the tail of its log.
+        ``on_status`` sees every status polled (progress displays).
         """
         deadline = time.monotonic() + timeout_s
         while True:
             remaining = deadline - time.monotonic()
             current = self.status(probe_timeout_s=max(0.1, min(PROBE_TIMEOUT_S, remaining)))
+            if on_status is not None:
+                on_status(current)
             if current.healthy:
                 return current
             dead = [s.node for s in current.nodes if not s.alive]
@@ -1052,16 +1117,37 @@ def _add_data_dir(parser: argparse.ArgumentParser) -> None:
     )
 
 
+_RAW = argparse.RawDescriptionHelpFormatter
+
+CLUSTER_DESCRIPTION = """\
+A local cluster of lograft node processes (combined broker and controller roles) with
+their data, logs and a cluster.json under one directory (--data-dir, default
+./data/cluster). Node i listens on 127.0.0.1:BASE_PORT+i-1. Every action takes --data-dir;
+the nodes keep running after the command returns, until `lograft cluster down`."""
+
+CLUSTER_EPILOG = """\
+examples:
+  lograft cluster up --nodes 3 --base-port 9092
+  lograft cluster status --json | jq .quorum
+  lograft cluster kill 2 && lograft cluster restart 2"""
+
+
 def _add_subcommands(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
 
     up = actions.add_parser(
         "up",
         help="start a local cluster and wait until it is healthy",
-        description="Start N nodes (combined broker and controller roles) as background "
-        "processes with data under --data-dir, wait until every node answers and an active "
-        "controller is known, print the bootstrap address. Running it again starts only "
-        "nodes that are not running.",
+        description="Start N nodes (combined broker and controller roles) as background\n"
+        "processes with data under --data-dir, wait until every node answers and an active\n"
+        "controller is known, print the bootstrap address. Running it again starts only\n"
+        "nodes that are not running. While waiting, a progress bar counts the ready nodes\n"
+        "on stderr when that is a terminal.",
+        epilog="examples:\n"
+        "  lograft cluster up\n"
+        "  lograft cluster up --nodes 5 --base-port 19092 --data-dir /tmp/lograft\n"
+        "  lograft cluster up --config log.segment.bytes=1048576 --timeout-s 120",
+        formatter_class=_RAW,
     )
     _add_data_dir(up)
     up.add_argument(
@@ -1095,7 +1181,14 @@ def _add_subcommands(parser: argparse.ArgumentParser) -> None:
         "--no-wait", action="store_true", help="return once started, without the health wait"
     )
 
-    down = actions.add_parser("down", help="stop every node (SIGTERM, then SIGKILL); data is kept")
+    down = actions.add_parser(
+        "down",
+        help="stop every node (SIGTERM, then SIGKILL); data is kept",
+        description="Stop every node of the cluster in --data-dir: SIGTERM, then SIGKILL after\n"
+        "--timeout-s. Data and logs stay; `lograft cluster up` starts the same cluster again.",
+        epilog="examples:\n  lograft cluster down\n  lograft cluster down --data-dir /tmp/lograft",
+        formatter_class=_RAW,
+    )
     _add_data_dir(down)
     down.add_argument(
         "--timeout-s",
@@ -1105,12 +1198,38 @@ def _add_subcommands(parser: argparse.ArgumentParser) -> None:
     )
 
     status = actions.add_parser(
-        "status", help="each node's process and its view: controller, brokers, topics"
+        "status",
+        help="processes, the controller quorum, brokers and partitions (--json: one object)",
+        description="""\
+Each node's process (pid, running or paused, its metadata view), then what the cluster
+says: the controller quorum (leader, epoch, high watermark, each voter's lag, as the
+active controller knows it), the brokers (epoch, fenced, in controlled shutdown) and every
+partition (leader, leader epoch, replicas, ISR, high watermark as its leader reports it).
+Without a cluster.json in --data-dir it describes the cluster at --bootstrap (given
+before `cluster`).
+
+--json prints one object: data_dir, bootstrap, healthy, problems, controller_id, nodes
+(one per process), quorum {leader_id, epoch, high_watermark, voters [{node_id,
+log_end_offset, lag}], observers}, metadata_offset, brokers [{node_id, broker_epoch,
+fenced, in_controlled_shutdown, address}], offline_partitions, partitions [{topic,
+partition, leader, leader_epoch, replicas, isr, high_watermark}]. A lag or high
+watermark of -1 is unknown.""",
+        epilog="examples:\n"
+        "  lograft cluster status\n"
+        "  lograft cluster status --json | jq '.partitions[] | select(.leader < 0)'\n"
+        "  lograft --bootstrap 10.0.0.5:9092 cluster status --data-dir /nonexistent",
+        formatter_class=_RAW,
     )
     _add_data_dir(status)
     status.add_argument("--json", action="store_true", help="print one JSON document")
 
-    logs = actions.add_parser("logs", help="print the end of one node's log")
+    logs = actions.add_parser(
+        "logs",
+        help="print the end of one node's log",
+        description="Print the last --lines lines of DIR/node-NODE/node.log.",
+        epilog="examples:\n  lograft cluster logs 1\n  lograft cluster logs 2 -n 200",
+        formatter_class=_RAW,
+    )
     logs.add_argument("node", type=_positive_int, metavar="NODE", help="node id")
     _add_data_dir(logs)
     logs.add_argument(
@@ -1121,7 +1240,16 @@ def _add_subcommands(parser: argparse.ArgumentParser) -> None:
         help="how many lines (default %(default)s)",
     )
 
-    kill = actions.add_parser("kill", help="signal one node (default SIGKILL, as kill -9)")
+    kill = actions.add_parser(
+        "kill",
+        help="signal one node (default SIGKILL, as kill -9)",
+        description="Send a signal to one node of the cluster (only a process this launcher\n"
+        "started, checked through /proc). STOP pauses it, CONT resumes it.",
+        epilog="examples:\n"
+        "  lograft cluster kill 2\n"
+        "  lograft cluster kill 3 --signal STOP   # pause; --signal CONT resumes",
+        formatter_class=_RAW,
+    )
     kill.add_argument("node", type=_positive_int, metavar="NODE", help="node id")
     _add_data_dir(kill)
     kill.add_argument(
@@ -1132,7 +1260,12 @@ def _add_subcommands(parser: argparse.ArgumentParser) -> None:
     )
 
     restart = actions.add_parser(
-        "restart", help="start one node again with its arguments (stopping it first if running)"
+        "restart",
+        help="start one node again with its arguments (stopping it first if running)",
+        description="Start one node again with the arguments it had, stopping it first if it\n"
+        "runs, then wait until the cluster is healthy (unless --no-wait).",
+        epilog="examples:\n  lograft cluster restart 2\n  lograft cluster restart 2 --no-wait",
+        formatter_class=_RAW,
     )
     restart.add_argument("node", type=_positive_int, metavar="NODE", help="node id")
     _add_data_dir(restart)
@@ -1156,7 +1289,9 @@ def add_cluster_commands(subparsers: argparse._SubParsersAction[argparse.Argumen
     cluster = subparsers.add_parser(
         "cluster",
         help="run a local multi-process cluster: up, down, status, logs, kill, restart",
-        description="A local cluster of node processes with data under one directory.",
+        description=CLUSTER_DESCRIPTION,
+        epilog=CLUSTER_EPILOG,
+        formatter_class=_RAW,
     )
     _add_subcommands(cluster)
 
@@ -1165,7 +1300,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The parser of ``python -m cluster.launcher`` (same actions as ``lograft cluster``)."""
     parser = argparse.ArgumentParser(
         prog="lograft cluster",
-        description="A local cluster of lograft node processes with data under one directory.",
+        description=CLUSTER_DESCRIPTION,
+        epilog=CLUSTER_EPILOG,
+        formatter_class=_RAW,
     )
     _add_subcommands(parser)
     return parser
@@ -1200,7 +1337,37 @@ def _dir_flag(data_dir: Path) -> str:
     return "" if Path(os.path.abspath(data_dir)) == default else f" --data-dir {data_dir}"
 
 
-def cmd_up(args: argparse.Namespace, out: TextIO) -> int:
+def _wait_with_progress(
+    cluster: LocalCluster,
+    timeout_s: float,
+    err: TextIO,
+    restarted: tuple[int, int | None] | None = None,
+) -> ClusterStatus:
+    """``wait_healthy`` (or ``wait_reregistered`` for a ``restarted`` (node id, previous
+    broker epoch)) with a bar of ready nodes on ``err`` (drawn only on a terminal)."""
+    try:
+        interactive = err.isatty()
+    except (AttributeError, ValueError):
+        interactive = False
+    with tqdm(
+        total=len(cluster.nodes),
+        desc="nodes ready",
+        unit="node",
+        file=err,
+        disable=not interactive,
+        leave=False,
+    ) as bar:
+
+        def show(current: ClusterStatus) -> None:
+            bar.update(current.ready_count - bar.n)
+            bar.refresh()  # polls are 0.2 s apart: draw each, not tqdm's rate-limited few
+
+        if restarted is not None:
+            return cluster.wait_reregistered(*restarted, timeout_s, on_status=show)
+        return cluster.wait_healthy(timeout_s, on_status=show)
+
+
+def cmd_up(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``lograft cluster up``."""
     cluster = LocalCluster(_spec_from_args(args))
     dir_flag = _dir_flag(args.data_dir)
@@ -1225,7 +1392,7 @@ def cmd_up(args: argparse.Namespace, out: TextIO) -> int:
     print(f"Waiting up to {args.timeout_s:g} s for the cluster to become healthy ...", file=out)
     out.flush()
     try:
-        health = cluster.wait_healthy(args.timeout_s)
+        health = _wait_with_progress(cluster, args.timeout_s, err)
     except LauncherError as exc:
         if not any(cluster.running(node) for node in cluster.nodes):
             raise
@@ -1249,7 +1416,7 @@ def cmd_up(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def cmd_down(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_down(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``lograft cluster down``."""
     cluster = LocalCluster.load(args.data_dir)
     outcome = cluster.down(timeout_s=args.timeout_s)
@@ -1263,7 +1430,7 @@ def _dash(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``lograft cluster status [--json]``: the processes, then the quorum and brokers.
 
     Without a ``cluster.json`` in ``--data-dir`` it reports the cluster reachable at the
@@ -1316,7 +1483,7 @@ def _print_processes(current: ClusterStatus, out: TextIO) -> None:
         print(f"  ! {problem}", file=out)
 
 
-def cmd_logs(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``lograft cluster logs NODE``."""
     node = LocalCluster.load(args.data_dir).node(args.node)
     try:
@@ -1328,7 +1495,7 @@ def cmd_logs(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def cmd_kill(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_kill(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``lograft cluster kill NODE [--signal ...]``."""
     cluster = LocalCluster.load(args.data_dir)
     sig = _Signal[args.signal].value
@@ -1338,15 +1505,18 @@ def cmd_kill(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def cmd_restart(args: argparse.Namespace, out: TextIO) -> int:
+def cmd_restart(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``lograft cluster restart NODE``."""
     cluster = LocalCluster.load(args.data_dir)
+    previous_epoch = None if args.no_wait else cluster.broker_epoch(args.node)
     pid = cluster.restart(args.node, wait=False)
     print(f"Started node {args.node}: pid {pid}", file=out)
     if not args.no_wait:
         print(f"Waiting up to {args.timeout_s:g} s for the cluster to become healthy ...", file=out)
         out.flush()
-        health = cluster.wait_healthy(args.timeout_s)
+        health = _wait_with_progress(
+            cluster, args.timeout_s, err, restarted=(args.node, previous_epoch)
+        )
         print(f"Cluster is healthy; active controller {health.controller_id}", file=out)
     return 0
 
@@ -1368,7 +1538,7 @@ def run_cluster_command(
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     try:
-        return _HANDLERS[args.cluster_command](args, out)
+        return _HANDLERS[args.cluster_command](args, out, err)
     except LauncherError as exc:
         print(f"lograft: {exc}", file=err)
         return 1

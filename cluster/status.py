@@ -1,7 +1,9 @@
-"""``lograft cluster status``: the quorum, the brokers and partitions without a leader.
+"""``lograft cluster status``: the controller quorum, the brokers and the partitions.
 
 Asks any reachable node for DescribeQuorum, then asks the active controller itself, which
-alone knows each voter's lag.
+alone knows each voter's lag. Partitions (leader, replicas, ISR) come from a Metadata
+answer; each partition's high watermark from its leader (ListOffsets ``latest``, which a
+leader answers with its high watermark).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from cluster.wire import broker_pb2_grpc as pb_grpc
 from cluster.wire import controller_pb2 as cpb
 from cluster.wire import controller_pb2_grpc as cpb_grpc
 
-__all__ = ["describe_cluster", "render_status"]
+__all__ = ["MAX_PARTITION_LINES", "broker_registrations", "describe_cluster", "render_status"]
 
 TIMEOUT_S = 5.0
+MAX_PARTITION_LINES = 200
+"""The text status lists this many partitions at most (``--json`` has them all)."""
 
 
 def _describe(address: str, timeout_s: float) -> cpb.DescribeQuorumResponse | None:
@@ -31,6 +35,18 @@ def _describe(address: str, timeout_s: float) -> cpb.DescribeQuorumResponse | No
             return response
     except grpc.RpcError:
         return None
+
+
+def broker_registrations(
+    bootstrap: Sequence[str], timeout_s: float = TIMEOUT_S
+) -> dict[int, tuple[int, bool]] | None:
+    """``{broker id: (broker epoch, fenced)}`` as the first node that answers
+    DescribeQuorum knows them; ``None`` when none answers."""
+    for address in bootstrap:
+        answer = _describe(address, timeout_s)
+        if answer is not None:
+            return {b.broker_id: (b.broker_epoch, b.fenced) for b in answer.brokers}
+    return None
 
 
 def describe_cluster(bootstrap: Sequence[str], timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
@@ -151,4 +167,44 @@ def render_status(status: dict[str, Any]) -> str:
     lines.extend(f"  {name}" for name in offline[:50])
     if len(offline) > 50:
         lines.append(f"  ... and {len(offline) - 50} more")
+    lines.extend(_render_partitions(status.get("partitions", [])))
     return "\n".join(lines)
+
+
+def _render_partitions(all_partitions: Sequence[dict[str, Any]]) -> list[str]:
+    under = sum(1 for p in all_partitions if len(p["isr"]) < len(p["replicas"]))
+    lines = [f"Partitions: {len(all_partitions)} ({under} under-replicated)"]
+    # Internal topics (__consumer_offsets) are summed up in one line each, not listed: they
+    # have many partitions and say little at a glance.
+    internal: dict[str, list[dict[str, Any]]] = {}
+    partitions = []
+    for p in all_partitions:
+        if p["topic"].startswith("__"):
+            internal.setdefault(p["topic"], []).append(p)
+        else:
+            partitions.append(p)
+    for topic, rows in sorted(internal.items()):
+        without_leader = sum(1 for p in rows if p["leader"] < 0)
+        short = sum(1 for p in rows if len(p["isr"]) < len(p["replicas"]))
+        lines.append(
+            f"  {topic}: {len(rows)} partitions, {without_leader} without a leader, "
+            f"{short} under-replicated (--json lists them)"
+        )
+    if not partitions:
+        return lines
+    width = max(len("TOPIC"), *(len(p["topic"]) for p in partitions[:MAX_PARTITION_LINES]))
+    lines.append(
+        f"  {'TOPIC':<{width}} {'PART':>4} {'LEADER':>6} {'EPOCH':>5} "
+        f"{'REPLICAS':<12} {'ISR':<12} HIGH WATERMARK"
+    )
+    for p in partitions[:MAX_PARTITION_LINES]:
+        leader = "none" if p["leader"] < 0 else str(p["leader"])
+        high_watermark = "?" if p["high_watermark"] < 0 else str(p["high_watermark"])
+        lines.append(
+            f"  {p['topic']:<{width}} {p['partition']:>4} {leader:>6} {p['leader_epoch']:>5} "
+            f"{','.join(map(str, p['replicas'])):<12} {','.join(map(str, p['isr'])):<12} "
+            f"{high_watermark}"
+        )
+    if len(partitions) > MAX_PARTITION_LINES:
+        lines.append(f"  ... and {len(partitions) - MAX_PARTITION_LINES} more (--json lists all)")
+    return lines

@@ -1,21 +1,29 @@
 """The ``lograft`` command line: topics, console produce and consume, perf tools, the node.
 
 Flags follow Kafka's tools (``kafka-topics``, ``kafka-console-producer``,
-``kafka-console-consumer``, ``kafka-producer-perf-test``, ``kafka-consumer-perf-test``)::
+``kafka-console-consumer``, ``kafka-consumer-groups``, ``kafka-producer-perf-test``,
+``kafka-consumer-perf-test``, ``EndToEndLatency``)::
 
     lograft topics create NAME --partitions N --replication-factor R [--config k=v ...]
     lograft topics list | describe [NAME] | delete NAME
-    lograft produce TOPIC [--acks all|1|0] [--key-separator SEP] [--compression-type T]
-    lograft consume TOPIC [--from-beginning] [--partition P] [--offset O] [--max-messages N]
-                          [--print-key] [--timeout-ms T]
+    lograft produce TOPIC [--format raw|kv|json] [--acks all|1|0] [--key-separator SEP]
+    lograft consume TOPIC [--format raw|kv|json] [--group G] [--from-beginning]
+                          [--partition P] [--offset O] [--max-messages N] [--timeout-ms T]
+    lograft groups list [--state] | describe GROUP [--members|--state|--json] | delete GROUP
+    lograft groups delete-offsets --group G --topic T[:P,...]
+    lograft groups reset-offsets --group G (--topic T[:P,...] | --all-topics)
+                   (--to-earliest | --to-latest | --to-offset N | --shift-by N | ...) [--execute]
     lograft perf produce --topic T --num-records N --record-size B [--bulk] [--json]
     lograft perf consume --topic T --messages N [--json]
+    lograft perf e2e --topic T --num-records N [--acks all|1|0] [--json]
+    lograft cluster up | down | status [--json] | logs N | kill N | restart N
     lograft node --node-id 1 --data-dir DIR --listen 127.0.0.1:9092
 
-``--bootstrap`` (before the command) names the cluster; its default comes from the
-``LOGRAFT_BOOTSTRAP`` environment variable, else ``127.0.0.1:9092``. A typed error is
-printed as one line, ``lograft: ERROR_NAME: message``, on stderr, with exit code 1; usage
-errors exit with 2.
+Global options come before the command: ``--bootstrap`` names the cluster, ``--config FILE``
+(alias ``--command-config``) a file of client configs; see :mod:`cluster.cli._args` for the
+order in which flags, ``--*-property``, the file, ``LOGRAFT_BOOTSTRAP`` and the defaults
+apply. A typed error is printed as one line, ``lograft: ERROR_NAME: message``, on stderr,
+with exit code 1; usage errors exit with 2.
 """
 
 from __future__ import annotations
@@ -26,22 +34,64 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from cluster.client import DEFAULT_BOOTSTRAP_SERVERS
 from cluster.errors import LograftError
 from cluster.launcher import add_cluster_commands, run_cluster_command
 
-from . import consume, perf, produce, topics
-from ._args import BOOTSTRAP_ENV, Streams, default_bootstrap, positive
+from . import configs, consume, groups, perf, produce, topics
+from ._args import (
+    BOOTSTRAP_ENV,
+    CONFIG_ENV,
+    Streams,
+    default_bootstrap,
+    positive,
+    resolve_bootstrap,
+)
 
-__all__ = ["BOOTSTRAP_ENV", "build_parser", "default_bootstrap", "main"]
+__all__ = ["BOOTSTRAP_ENV", "CONFIG_ENV", "build_parser", "default_bootstrap", "main"]
 
 _GLOBAL_OPTIONS_WITH_VALUE = (
     "--bootstrap",
     "--bootstrap-server",
+    "--config",
+    "--command-config",
     "--log-level",
     "--api-timeout-ms",
 )
+
+DESCRIPTION = """\
+lograft: a replicated, partitioned commit log built the way Apache Kafka works in KRaft
+mode. These commands mirror Kafka's tools: kafka-topics, kafka-console-producer,
+kafka-console-consumer, the perf tests, plus a local cluster launcher.
+
+Where the cluster is: --bootstrap HOST:PORT[,...], else bootstrap.servers in the config
+file, else $LOGRAFT_BOOTSTRAP, else 127.0.0.1:9092.
+Client configs (Kafka's names, e.g. request.timeout.ms, max.poll.records, acks) come from,
+strongest first: the command's flags, its --producer-property/--consumer-property, the
+config file (--config FILE, else $LOGRAFT_CONFIG), then the defaults. The file holds
+name=value lines (Java properties: # and ! start comments)."""
+
+EPILOG = """\
+examples:
+  lograft cluster up                                   # three local nodes on :9092-9094
+  export LOGRAFT_BOOTSTRAP=127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094
+  lograft topics create orders --partitions 3 --replication-factor 3
+  seq 10 | lograft produce orders
+  lograft consume orders --group billing --from-beginning --max-messages 10
+  lograft --config client.properties perf e2e --topic latency --num-records 1000 --json
+
+Run `lograft COMMAND --help` for a command's options and examples.
+Errors print one line, `lograft: ERROR_NAME: message`, and exit 1; usage errors exit 2."""
+
+
+class _HelpParser(argparse.ArgumentParser):
+    """Keeps the line breaks of descriptions and epilogs (examples stay one per line)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
 
 def _run_cluster(args: argparse.Namespace, streams: Streams) -> int:
@@ -50,16 +100,23 @@ def _run_cluster(args: argparse.Namespace, streams: Streams) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``lograft`` (``node`` is dispatched before parsing)."""
-    parser = argparse.ArgumentParser(
-        prog="lograft", description="lograft: a replicated commit log, Kafka-style."
-    )
+    parser = _HelpParser(prog="lograft", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument(
         "--bootstrap",
         "--bootstrap-server",
         dest="bootstrap",
         default=None,
         metavar="HOST:PORT[,...]",
-        help=f"brokers to contact (default: ${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP_SERVERS})",
+        help="brokers to contact (default: bootstrap.servers of the config file, else "
+        f"${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP_SERVERS})",
+    )
+    parser.add_argument(
+        "--config",
+        "--command-config",
+        dest="command_config",
+        default=None,
+        metavar="FILE",
+        help=f"client configs, name=value per line (default: ${CONFIG_ENV} if set)",
     )
     parser.add_argument(
         "--api-timeout-ms",
@@ -70,8 +127,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", default="ERROR", help="client log level on stderr (default ERROR)"
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (topics, produce, consume, perf):
+    # Every command's parser (and theirs) is a _HelpParser, typed as the plain parser it is.
+    commands = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(
+            dest="command",
+            required=True,
+            metavar="COMMAND",
+            parser_class=_HelpParser,
+            title="commands",
+            description="(`lograft COMMAND --help` for details)",
+        ),
+    )
+    for module in (topics, configs, produce, consume, groups, perf):
         module.register(commands)
     add_cluster_commands(commands)
     commands.choices["cluster"].set_defaults(handler=_run_cluster)
@@ -119,8 +187,6 @@ def main(argv: list[str] | None = None) -> int:
         return _run_node(node_split[1])
     parser = build_parser()
     args = parser.parse_args(arguments)
-    if args.bootstrap is None:
-        args.bootstrap = default_bootstrap()
     logging.basicConfig(
         level=str(args.log_level).upper(),
         stream=sys.stderr,
@@ -129,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     streams = Streams(sys.stdin.buffer, sys.stdout, sys.stdout.buffer, sys.stderr)
     handler: Callable[[argparse.Namespace, Streams], int] = args.handler
     try:
+        # The flag as given, then the address every command uses (which may come from the
+        # config file, read here so that a bad file fails before anything else happens).
+        args.bootstrap_flag = args.bootstrap
+        args.bootstrap = resolve_bootstrap(args)
         return handler(args, streams)
     except LograftError as exc:
         print(f"lograft: {exc}", file=sys.stderr)

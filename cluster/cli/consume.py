@@ -4,29 +4,95 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 
-from cluster.client import Consumer, TopicPartition
+from cluster.client import Consumer, ConsumerRecord, TopicPartition
 from cluster.errors import InvalidConfigError
 
 from ._args import Streams, client_properties, config_pair, non_negative, offset, positive
+from ._formats import FORMATS, JSON_SCHEMA, RecordFormat, format_record
 
-__all__ = ["register"]
+__all__ = ["register", "run"]
+
+POLL_MS = 500
+
+DESCRIPTION = f"""\
+Print the records of TOPIC on stdout, one per line, as Kafka's kafka-console-consumer.
+
+Without --group the command reads every partition (or --partition P) from the end, or from
+the start with --from-beginning, and commits nothing. With --group G it joins consumer
+group G (Kafka's subscribe): the group's members share the partitions, reading starts at
+the group's committed offsets (--from-beginning: from the start where the group has none),
+offsets are committed as records are printed, and on exit (--max-messages, --timeout-ms,
+Ctrl-C) exactly what was printed is committed, so the next run in the group continues there.
+A group.id from the config file or --consumer-property works the same as --group.
+
+Formats (--format):
+  raw   the value (default)
+  kv    KEY<SEP>VALUE (--key-separator, default a tab); --print-key is the same
+  json  one JSON object per record, lossless for binary data
+
+{JSON_SCHEMA}
+
+A null key or value prints as null in raw and kv. "Processed a total of N messages" goes to
+stderr at the end."""
+
+EPILOG = """\
+examples:
+  lograft consume orders --from-beginning --max-messages 10
+  lograft consume orders --group billing --format json --timeout-ms 5000 | jq .value
+  lograft consume orders --partition 2 --offset 100 --format kv --key-separator ' => '"""
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``consume`` to the ``lograft`` parser."""
-    consume = commands.add_parser("consume", help="print records, one value per line")
-    consume.set_defaults(handler=run)
-    consume.add_argument("topic")
-    consume.add_argument("--from-beginning", action="store_true")
-    consume.add_argument("--partition", type=non_negative, default=None)
-    consume.add_argument(
-        "--offset", type=offset, default=None, help="earliest, latest or an offset"
+    consume = commands.add_parser(
+        "consume",
+        help="print records of a topic (raw, key/value or JSON lines), optionally in a group",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    consume.add_argument("--max-messages", type=positive, default=None)
-    consume.add_argument("--group", default=None, help="consumer group (not available yet)")
-    consume.add_argument("--print-key", action="store_true")
-    consume.add_argument("--key-separator", default="\t", metavar="SEP")
+    consume.set_defaults(handler=run)
+    consume.add_argument("topic", help="the topic to read")
+    consume.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start at the earliest offset (with --group: where the group has no committed offset)",
+    )
+    consume.add_argument(
+        "--partition", type=non_negative, default=None, help="read only this partition"
+    )
+    consume.add_argument(
+        "--offset",
+        type=offset,
+        default=None,
+        help="with --partition: earliest, latest or an offset to start at",
+    )
+    consume.add_argument(
+        "--max-messages", type=positive, default=None, help="exit after printing this many"
+    )
+    consume.add_argument(
+        "--group",
+        default=None,
+        metavar="GROUP",
+        help="consume as a member of this consumer group, committing what is printed",
+    )
+    consume.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="raw (value), kv (key SEP value) or json (one object per record); default raw",
+    )
+    consume.add_argument(
+        "--print-key", action="store_true", help="same as --format kv (Kafka's print.key)"
+    )
+    consume.add_argument(
+        "--key-separator",
+        default=None,
+        metavar="SEP",
+        help="between key and value in kv (default a tab); implies --format kv",
+    )
     consume.add_argument(
         "--timeout-ms",
         type=positive,
@@ -39,68 +105,124 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="any consumer config (repeatable)",
+        help="any consumer config, e.g. max.poll.records=100 (repeatable)",
     )
 
 
-def run(args: argparse.Namespace, streams: Streams) -> int:
-    """Print records of a topic until ``--max-messages`` or ``--timeout-ms``."""
-    out = streams.stdout_bytes
-    err = streams.stderr
+def output_format(args: argparse.Namespace) -> RecordFormat:
+    """``--format``, else kv when ``--print-key`` or ``--key-separator`` asks for keys."""
+    chosen: RecordFormat | None = args.format
+    wants_keys = args.print_key or args.key_separator is not None
+    if chosen is None:
+        return "kv" if wants_keys else "raw"
+    if wants_keys and chosen != "kv":
+        raise InvalidConfigError(
+            f"--print-key and --key-separator mean --format kv, not --format {chosen}"
+        )
+    return chosen
+
+
+def consumer_config(args: argparse.Namespace) -> dict[str, object]:
+    """The consumer's configs: file and ``--consumer-property``, then the flags."""
+    config = client_properties(args, args.consumer_property, kind="consumer")
     if args.group is not None:
-        print(
-            f"lograft: --group {args.group} accepted, but consumer groups arrive later: "
-            "reading without a group, committing nothing",
-            file=err,
+        config["group.id"] = args.group
+    if args.from_beginning:
+        config["auto.offset.reset"] = "earliest"
+    return config
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    if args.group is not None and args.partition is not None:
+        raise InvalidConfigError(
+            "--group and --partition exclude each other: a group assigns the partitions "
+            "(drop --group to read one partition without committing)"
+        )
+    if args.group is not None and args.offset is not None:
+        raise InvalidConfigError(
+            "--group and --offset exclude each other: a group starts at its committed offsets "
+            "(reset them with the groups tool, or drop --group)"
         )
     if args.offset is not None and args.partition is None:
         raise InvalidConfigError("--offset needs --partition")
     if args.offset is not None and args.from_beginning:
         raise InvalidConfigError("--offset and --from-beginning exclude each other")
-    config = client_properties(args, args.consumer_property)
-    config.setdefault("auto.offset.reset", "earliest" if args.from_beginning else "latest")
-    separator = args.key_separator.encode()
+
+
+def _rewind_unprinted(consumer: Consumer, unprinted: Sequence[ConsumerRecord]) -> None:
+    """Move positions back to the first record ``poll`` returned but nothing printed, so that
+    commits (and the one on close) cover exactly what was printed."""
+    owned = consumer.assignment()
+    first: dict[TopicPartition, int] = {}
+    for record in unprinted:
+        tp = TopicPartition(record.topic, record.partition)
+        first.setdefault(tp, record.offset)
+    for tp, first_offset in first.items():
+        if tp in owned:
+            consumer.seek(tp, first_offset)
+
+
+def run(args: argparse.Namespace, streams: Streams) -> int:
+    """Print records of a topic until ``--max-messages``, ``--timeout-ms`` or Ctrl-C."""
+    out = streams.stdout_bytes
+    err = streams.stderr
+    _check_flags(args)
+    fmt = output_format(args)
+    separator = (args.key_separator if args.key_separator is not None else "\t").encode()
+    config = consumer_config(args)
+    group = config.get("group.id")
     count = 0
     with Consumer(config) as consumer:
-        if args.partition is not None:
-            partitions = [TopicPartition(args.topic, args.partition)]
-            if args.partition not in consumer.partitions_for_topic(args.topic):
-                raise InvalidConfigError(f"topic {args.topic} has no partition {args.partition}")
+        if group is not None and args.partition is None:
+            consumer.partitions_for_topic(args.topic)  # an unknown topic fails here, typed
+            consumer.subscribe([args.topic])
         else:
-            partitions = [
-                TopicPartition(args.topic, p) for p in consumer.partitions_for_topic(args.topic)
-            ]
-        consumer.assign(partitions)
-        if args.offset == "earliest" or args.from_beginning:
-            consumer.seek_to_beginning(*partitions)
-        elif args.offset == "latest":
-            consumer.seek_to_end(*partitions)
-        elif isinstance(args.offset, int):
-            consumer.seek(partitions[0], args.offset)
+            if args.partition is not None:
+                partitions = [TopicPartition(args.topic, args.partition)]
+                if args.partition not in consumer.partitions_for_topic(args.topic):
+                    raise InvalidConfigError(
+                        f"topic {args.topic} has no partition {args.partition}"
+                    )
+            else:
+                partitions = [
+                    TopicPartition(args.topic, p) for p in consumer.partitions_for_topic(args.topic)
+                ]
+            consumer.assign(partitions)
+            if args.offset == "earliest" or args.from_beginning:
+                consumer.seek_to_beginning(*partitions)
+            elif args.offset == "latest":
+                consumer.seek_to_end(*partitions)
+            elif isinstance(args.offset, int):
+                consumer.seek(partitions[0], args.offset)
         last_record = time.monotonic()
+        records: list[ConsumerRecord] = []
+        printed_in_batch = 0
         try:
             while args.max_messages is None or count < args.max_messages:
-                poll_ms = 500
+                poll_ms = POLL_MS
                 if args.timeout_ms is not None:
                     left_ms = args.timeout_ms - (time.monotonic() - last_record) * 1000.0
                     if left_ms <= 0:
                         break
                     poll_ms = max(1, min(poll_ms, int(left_ms)))
+                records, printed_in_batch = [], 0
                 records = consumer.poll(poll_ms)
                 if records:
                     last_record = time.monotonic()
                 for record in records:
-                    value = record.value if record.value is not None else b"null"
-                    if args.print_key:
-                        key = record.key if record.key is not None else b"null"
-                        out.write(key + separator + value + b"\n")
-                    else:
-                        out.write(value + b"\n")
+                    out.write(format_record(record, fmt, separator))
+                    printed_in_batch += 1
                     count += 1
                     if args.max_messages is not None and count >= args.max_messages:
                         break
                 out.flush()
         except KeyboardInterrupt:
             pass
+        if group is not None:
+            _rewind_unprinted(consumer, records[printed_in_batch:])
+            if consumer.config["enable.auto.commit"]:
+                # Committed here rather than only inside close() so that a failure is
+                # reported, not logged.
+                consumer.commit()
     print(f"Processed a total of {count} messages", file=err)
     return 0

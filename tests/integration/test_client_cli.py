@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -21,6 +24,7 @@ from cluster.client import (
 )
 from cluster.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from tests.integration.nodes import NodeProcess
+from tests.integration.quorum import QuorumCluster
 
 pytestmark = pytest.mark.integration
 
@@ -64,9 +68,11 @@ def _by_partition(records: list[ConsumerRecord]) -> dict[int, list[ConsumerRecor
 
 
 def _cli(
-    node: NodeProcess, *args: str, stdin: bytes | None = None
+    node: NodeProcess | str, *args: str, stdin: bytes | None = None
 ) -> subprocess.CompletedProcess[bytes]:
-    env = dict(os.environ, LOGRAFT_BOOTSTRAP=node.address)
+    bootstrap = node if isinstance(node, str) else node.address
+    env = dict(os.environ, LOGRAFT_BOOTSTRAP=bootstrap)
+    env.pop("LOGRAFT_CONFIG", None)
     return subprocess.run(
         [sys.executable, "-m", "cluster.cli", *args],
         input=stdin,
@@ -276,3 +282,101 @@ def test_cli_perf(node: NodeProcess) -> None:
     consume = _cli(node, "perf", "consume", "--topic", "perf", "--messages", "4000", "--json")
     assert consume.returncode == 0, consume.stderr
     assert b'"records": 4000' in consume.stdout
+
+
+def _json_lines(output: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in output.decode().splitlines()]
+
+
+def test_cli_json_lines_round_trip(node: NodeProcess) -> None:
+    _create(node, "jsonl", 2)
+    sent: list[dict[str, Any]] = [
+        {"key": "user-1", "value": "hello", "headers": {"trace": "t1"}, "partition": 0},
+        {"key": None, "value": "caf\u00e9 \u2603", "partition": 1},
+        {
+            "key": base64.b64encode(b"\xff\x00").decode(),
+            "key_encoding": "base64",
+            "value": base64.b64encode(b"\x80binary").decode(),
+            "value_encoding": "base64",
+            "headers": [
+                {"key": "h", "value": "1"},
+                {"key": "h", "value": "2"},
+                {"key": "raw", "value": "/w==", "value_encoding": "base64"},
+                {"key": "none", "value": None},
+            ],
+            "partition": 0,
+            "timestamp": 1_600_000_000_000,
+        },
+        {"key": "tombstone", "value": None, "partition": 1},
+    ]
+    lines = "\n".join(json.dumps(doc) for doc in sent).encode() + b"\n"
+    produced = _cli(node, "produce", "jsonl", "--format", "json", stdin=lines)
+    assert produced.returncode == 0, produced.stderr
+    consumed = _cli(
+        node, "consume", "jsonl", "--from-beginning", "--format", "json",
+        "--max-messages", "4", "--timeout-ms", "20000",
+    )  # fmt: skip
+    assert consumed.returncode == 0, consumed.stderr
+    got = sorted(_json_lines(consumed.stdout), key=lambda d: (d["partition"], d["offset"]))
+    assert [(d["partition"], d["offset"]) for d in got] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    by_key = {(d["key"], d.get("key_encoding")): d for d in got}
+    hello = by_key[("user-1", None)]
+    assert (hello["topic"], hello["value"]) == ("jsonl", "hello")
+    assert hello["headers"] == [{"key": "trace", "value": "t1"}]
+    assert by_key[(None, None)]["value"] == "caf\u00e9 \u2603"
+    binary = by_key[("/wA=", "base64")]
+    assert base64.b64decode(binary["value"]) == b"\x80binary"
+    assert binary["value_encoding"] == "base64"
+    assert binary["timestamp"] == 1_600_000_000_000
+    assert binary["headers"] == sent[2]["headers"]
+    assert by_key[("tombstone", None)]["value"] is None
+    # What consume printed produces the same records again (topic and offset are ignored).
+    again = _cli(node, "produce", "jsonl", "--format", "json", stdin=consumed.stdout)
+    assert again.returncode == 0, again.stderr
+    copy = _cli(
+        node, "consume", "jsonl", "--partition", "0", "--offset", "2", "--format", "json",
+        "--max-messages", "2", "--timeout-ms", "20000",
+    )  # fmt: skip
+    assert copy.returncode == 0, copy.stderr
+    for original, repeated in zip(got[:2], _json_lines(copy.stdout), strict=True):
+        assert {**repeated, "offset": original["offset"]} == original
+    bad = _cli(node, "produce", "jsonl", "--format", "json", stdin=b'{"value": "ok"}\n{oops}\n')
+    assert bad.returncode == 1
+    assert bad.stderr.decode().startswith("lograft: INVALID_REQUEST: line 2: not JSON")
+
+
+def test_cli_perf_e2e(node: NodeProcess) -> None:
+    run = _cli(node, "perf", "e2e", "--topic", "e2e", "--num-records", "50", "--json")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)  # one clean object: nothing else on stdout
+    assert (summary["records"], summary["acks"], summary["partition"]) == (50, "all", 0)
+    assert 0 < summary["latency_ms_p50"] <= summary["latency_ms_p99"] <= summary["latency_ms_max"]
+    assert b"Created topic e2e" in run.stderr
+
+
+def test_cli_consume_group_continues_where_the_last_run_committed(
+    grouped: QuorumCluster,
+) -> None:
+    assert grouped.create_topic(grouped.nodes[1], "grouped-lines", 2, 3) == 0
+    with Producer({"bootstrap.servers": grouped.bootstrap, "acks": "all"}) as producer:
+        for n in range(30):
+            producer.send("grouped-lines", f"{n}".encode(), partition=n % 2)
+        producer.flush(timeout=30)
+
+    def run(count: int) -> list[dict[str, Any]]:
+        result = _cli(
+            grouped.bootstrap, "consume", "grouped-lines", "--group", "cli-readers",
+            "--from-beginning", "--format", "json", "--max-messages", str(count),
+            "--timeout-ms", "30000",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert f"Processed a total of {count} messages" in result.stderr.decode()
+        return _json_lines(result.stdout)
+
+    first, second = run(12), run(18)
+    for partition in (0, 1):
+        offsets = [d["offset"] for d in first + second if d["partition"] == partition]
+        # Disjoint, in order, and nothing skipped: the second run starts at what the first
+        # one committed, which is exactly what it printed.
+        assert offsets == list(range(15)), (partition, offsets)
+    assert sorted(int(d["value"]) for d in first + second) == list(range(30))

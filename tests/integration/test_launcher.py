@@ -7,9 +7,7 @@ so these tests also show that the nodes outlive the command that started them.
 from __future__ import annotations
 
 import json
-import random
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,33 +16,14 @@ from typing import Any
 
 import pytest
 
-from cluster.client import AdminClient, NewTopic
+from cluster.client import AdminClient, NewTopic, Producer
 from cluster.launcher import CLUSTER_FILE, ClusterSpec, LauncherError, LocalCluster, is_alive
+from tests.integration.nodes import free_consecutive_ports
 
 LAUNCHER_TIMEOUT_S = 120.0
 
 
 pytestmark = pytest.mark.integration
-
-
-def _free_consecutive_ports(count: int) -> int:
-    """A base port such that ``count`` ports from it are free now (below the ephemeral range)."""
-    rng = random.Random()
-    for _ in range(500):
-        base = rng.randrange(20000, 32000 - count)
-        sockets: list[socket.socket] = []
-        try:
-            for port in range(base, base + count):
-                probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sockets.append(probe)
-                probe.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for probe in sockets:
-                probe.close()
-    raise AssertionError(f"no {count} consecutive free ports found")
 
 
 def _launcher(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -87,7 +66,7 @@ def cluster_dir(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_up_status_kill_restart_down(cluster_dir: Path) -> None:
-    base_port = _free_consecutive_ports(3)
+    base_port = free_consecutive_ports(3)
     dir_flag = ("--data-dir", str(cluster_dir))
 
     up = _launcher("up", "--nodes", "3", "--base-port", str(base_port), *dir_flag)
@@ -110,6 +89,33 @@ def test_up_status_kill_restart_down(cluster_dir: Path) -> None:
     assert status["controller_id"] in (1, 2, 3)
     assert sorted(b["node_id"] for b in status["brokers"]) == [1, 2, 3]
     assert all(n["brokers"] == [1, 2, 3] for n in status["nodes"])
+
+    # The quorum, the brokers and each partition with the high watermark its leader reports.
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topics([NewTopic("status-demo", 2, 3)])["status-demo"].result()
+    with Producer({"bootstrap.servers": bootstrap, "acks": "all"}) as producer:
+        for value in (b"a", b"b", b"c"):
+            producer.send("status-demo", value, partition=1).result(timeout=30)
+    status = _status(cluster_dir)
+    assert status["quorum"]["leader_id"] == status["controller_id"]
+    assert status["quorum"]["epoch"] >= 1
+    assert sorted(v["node_id"] for v in status["quorum"]["voters"]) == [1, 2, 3]
+    assert [(b["fenced"], b["in_controlled_shutdown"]) for b in status["brokers"]] == [
+        (False, False)
+    ] * 3
+    rows = {p["partition"]: p for p in status["partitions"] if p["topic"] == "status-demo"}
+    assert [rows[p]["high_watermark"] for p in (0, 1)] == [0, 3]
+    for row in rows.values():
+        assert row["leader"] in row["isr"]
+        assert sorted(row["replicas"]) == [1, 2, 3]
+    text = _launcher("status", *dir_flag).stdout
+    assert f"Quorum: leader {status['quorum']['leader_id']}" in text
+    assert "unfenced" in text
+    leader_1 = rows[1]["leader"]
+    assert any(
+        line.split()[:3] == ["status-demo", "1", str(leader_1)] and line.split()[-1] == "3"
+        for line in text.splitlines()
+    ), text
 
     again = _launcher("up", *dir_flag)
     assert "already running" in again.stdout
@@ -144,7 +150,7 @@ def test_up_status_kill_restart_down(cluster_dir: Path) -> None:
 
 
 def test_up_reports_a_node_that_fails_to_start(cluster_dir: Path) -> None:
-    base_port = _free_consecutive_ports(3)
+    base_port = free_consecutive_ports(3)
     result = _launcher(
         "up",
         "--base-port",
@@ -165,7 +171,7 @@ def test_up_reports_a_node_that_fails_to_start(cluster_dir: Path) -> None:
 def test_library_api_in_process(cluster_dir: Path) -> None:
     """What tests and chaos tools use: LocalCluster in the calling process, nodes as children."""
     cluster = LocalCluster(
-        ClusterSpec(data_dir=cluster_dir, nodes=3, base_port=_free_consecutive_ports(3))
+        ClusterSpec(data_dir=cluster_dir, nodes=3, base_port=free_consecutive_ports(3))
     )
     assert cluster.up(wait=True, timeout_s=60) == [1, 2, 3]
     assert cluster.up(wait=False) == []  # already running: nothing started

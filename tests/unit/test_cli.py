@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import sys
+from pathlib import Path
 
 import pytest
 
 from cluster import cli
 from cluster.cli import build_parser, default_bootstrap, main
+from cluster.cli._args import (
+    MAX_CONFIG_FILE_BYTES,
+    client_properties,
+    load_client_config,
+    parse_properties,
+    progress_bar,
+    resolve_bootstrap,
+)
+from cluster.cli.consume import consumer_config, output_format
+from cluster.cli.perf import e2e_summary, percentile
+from cluster.cli.produce import input_format, producer_config
+from cluster.errors import InvalidConfigError
 
 
 def test_topics_create_flags() -> None:
@@ -71,7 +85,9 @@ def test_produce_flags() -> None:
         ":",
         "lz4",
     )
-    assert build_parser().parse_args(["produce", "t"]).acks == "all"
+    args = build_parser().parse_args(["produce", "t"])
+    assert args.acks is None  # not given: the config file or the default decides
+    assert producer_config(args, [])["acks"] == "all"
 
 
 def test_consume_flags() -> None:
@@ -182,3 +198,273 @@ def test_bad_producer_property_is_invalid_config(capsys: pytest.CaptureFixture[s
     argv = ["produce", "t", "--compression-type", "brotli"]
     assert main(["--bootstrap", "127.0.0.1:1", *argv]) == 1
     assert capsys.readouterr().err.startswith("lograft: INVALID_CONFIG")
+
+
+# ---- the config file and where each config comes from ---------------------------------------
+
+
+def _write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def test_properties_syntax() -> None:
+    text = (
+        "# a comment\n"
+        "! another comment\n"
+        "\n"
+        "   bootstrap.servers = h1:1,\\\n"
+        "       h2:2\n"
+        "client.id: my\\tclient\n"
+        "max.poll.records 42\n"
+        "acks=all   \n"
+        "empty.value=\n"
+    )
+    entries = parse_properties(text, "f.properties")
+    assert [(e.name, e.value, e.line) for e in entries] == [
+        ("bootstrap.servers", "h1:1,h2:2", 4),
+        ("client.id", "my\tclient", 6),
+        ("max.poll.records", "42", 7),
+        ("acks", "all", 8),
+        ("empty.value", "", 9),
+    ]
+    with pytest.raises(InvalidConfigError, match=r"f\.properties:2:"):
+        parse_properties("a=1\n=nameless\n", "f.properties")
+
+
+def test_config_file_unknown_name_and_bad_value_name_the_line(tmp_path: Path) -> None:
+    unknown = _write(tmp_path / "unknown.properties", "acks=all\n\n# c\nno.such.config=1\n")
+    with pytest.raises(InvalidConfigError, match=r"unknown\.properties:4: unknown client config"):
+        load_client_config(unknown)
+    bad = _write(tmp_path / "bad.properties", "max.poll.records=zero\n")
+    with pytest.raises(InvalidConfigError, match=r"bad\.properties:1: max\.poll\.records"):
+        load_client_config(bad)
+    with pytest.raises(InvalidConfigError, match="cannot read config file"):
+        load_client_config(str(tmp_path / "missing.properties"))
+    huge = tmp_path / "huge.properties"
+    huge.write_bytes(b"#" * (MAX_CONFIG_FILE_BYTES + 1))
+    with pytest.raises(InvalidConfigError, match="larger than"):
+        load_client_config(str(huge))
+
+
+def test_bad_config_file_is_one_line_with_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path / "client.properties", "request.timeout.ms=1000\nlinger=5\n")
+    assert main(["--command-config", path, "topics", "list"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("lograft: INVALID_CONFIG")
+    assert f"{path}:2" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_precedence_flag_property_file_environment_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LOGRAFT_CONFIG", raising=False)
+    monkeypatch.setenv("LOGRAFT_BOOTSTRAP", "env:1")
+    parser = build_parser()
+    # Default and environment.
+    plain = parser.parse_args(["produce", "t"])
+    assert resolve_bootstrap(plain) == "env:1"
+    assert producer_config(plain, [])["bootstrap.servers"] == "env:1"
+    monkeypatch.delenv("LOGRAFT_BOOTSTRAP")
+    assert producer_config(plain, [])["bootstrap.servers"] == "127.0.0.1:9092"
+    monkeypatch.setenv("LOGRAFT_BOOTSTRAP", "env:1")
+    # The file beats the environment and the defaults.
+    path = _write(
+        tmp_path / "c.properties",
+        "bootstrap.servers=file:1\nacks=1\nlinger.ms=7\nmax.poll.records=9\n",
+    )
+    args = parser.parse_args(["--config", path, "produce", "t"])
+    assert resolve_bootstrap(args) == "file:1"
+    config = producer_config(args, args.producer_property)
+    assert (config["bootstrap.servers"], config["acks"], config["linger.ms"]) == (
+        "file:1",
+        "1",
+        "7",
+    )
+    assert "max.poll.records" not in config  # a consumer config: not for the producer
+    # --producer-property beats the file; a flag beats both.
+    args = parser.parse_args(
+        ["--config", path, "produce", "t", "--producer-property", "acks=0", "--linger-ms", "3"]
+    )
+    config = producer_config(args, args.producer_property)
+    assert (config["acks"], config["linger.ms"]) == ("0", 3)
+    args = parser.parse_args(
+        ["--config", path, "produce", "t", "--producer-property", "acks=0", "--acks", "all"]
+    )
+    assert producer_config(args, args.producer_property)["acks"] == "all"
+    # --bootstrap beats a bootstrap.servers property.
+    args = parser.parse_args(
+        ["--bootstrap", "flag:1", "--config", path, "consume", "t",
+         "--consumer-property", "bootstrap.servers=prop:1"]
+    )  # fmt: skip
+    consumer = consumer_config(args)
+    assert consumer["bootstrap.servers"] == "flag:1"
+    assert consumer["max.poll.records"] == "9"
+    assert "acks" not in consumer
+    args = parser.parse_args(
+        ["--config", path, "consume", "t", "--consumer-property", "bootstrap.servers=prop:1"]
+    )
+    assert consumer_config(args)["bootstrap.servers"] == "prop:1"
+
+
+def test_config_file_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(tmp_path / "env.properties", "bootstrap.servers=fromenv:1\nclient.id=me\n")
+    monkeypatch.setenv("LOGRAFT_CONFIG", path)
+    args = build_parser().parse_args(["topics", "list"])
+    assert resolve_bootstrap(args) == "fromenv:1"
+    assert client_properties(args)["client.id"] == "me"
+    other = _write(tmp_path / "flag.properties", "client.id=flag\n")
+    args = build_parser().parse_args(["--config", other, "topics", "list"])
+    assert client_properties(args)["client.id"] == "flag"
+
+
+def test_consume_group_flags_and_formats() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["consume", "t", "--group", "g", "--from-beginning"])
+    config = consumer_config(args)
+    assert (config["group.id"], config["auto.offset.reset"]) == ("g", "earliest")
+    assert output_format(args) == "raw"
+    assert output_format(parser.parse_args(["consume", "t", "--print-key"])) == "kv"
+    assert output_format(parser.parse_args(["consume", "t", "--key-separator", ","])) == "kv"
+    assert output_format(parser.parse_args(["consume", "t", "--format", "json"])) == "json"
+    with pytest.raises(InvalidConfigError):
+        output_format(parser.parse_args(["consume", "t", "--format", "json", "--print-key"]))
+    assert input_format(parser.parse_args(["produce", "t"])) == "raw"
+    assert input_format(parser.parse_args(["produce", "t", "--key-separator", ":"])) == "kv"
+    with pytest.raises(InvalidConfigError):
+        input_format(
+            parser.parse_args(["produce", "t", "--format", "json", "--key-separator", ":"])
+        )
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--group", "g", "--partition", "0"], "--group and --partition"),
+        (["--group", "g", "--offset", "5"], "--group and --offset"),
+    ],
+)
+def test_consume_group_excludes_partition_and_offset(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--bootstrap", "127.0.0.1:1", "consume", "t", *extra]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("lograft: INVALID_CONFIG")
+    assert message in err
+
+
+def test_perf_e2e_flags() -> None:
+    args = build_parser().parse_args(
+        ["perf", "e2e", "--topic", "lat", "--num-records", "50", "--acks", "1", "--json"]
+    )
+    assert (args.perf_command, args.topic, args.num_records, args.acks) == ("e2e", "lat", 50, "1")
+    assert (args.partition, args.record_size, args.throughput, args.json) == (0, 100, None, True)
+
+
+def test_e2e_summary() -> None:
+    summary = e2e_summary(
+        [float(n) for n in range(100, 0, -1)],
+        2.0,
+        record_size=10,
+        acks="all",
+        partition=0,
+        target_records_per_sec=None,
+    )
+    assert summary["records"] == 100
+    assert (summary["latency_ms_p50"], summary["latency_ms_p99"]) == (51.0, 100.0)
+    assert (summary["latency_ms_max"], summary["records_per_sec"]) == (100.0, 50.0)
+    assert summary["mode"] == "one-at-a-time"
+    assert percentile([], 0.5) == 0.0
+
+
+# ---- help ------------------------------------------------------------------------------------
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def test_top_level_help_lists_commands_and_points_at_command_help(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("topics", "produce", "consume", "perf", "cluster", "node"):
+        assert f"    {command} " in out
+    assert "lograft COMMAND --help" in out
+    assert "examples:" in out
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("produce",),
+        ("consume",),
+        ("perf",),
+        ("perf", "produce"),
+        ("perf", "consume"),
+        ("perf", "e2e"),
+        ("cluster",),
+        ("cluster", "up"),
+        ("cluster", "down"),
+        ("cluster", "status"),
+        ("cluster", "logs"),
+        ("cluster", "kill"),
+        ("cluster", "restart"),
+    ],
+)
+def test_command_help_teaches(path: tuple[str, ...]) -> None:
+    parser = build_parser()
+    for name in path:
+        parser = _subparsers(parser)[name]
+    assert parser.description and len(parser.description) > 40
+    assert parser.epilog and parser.epilog.startswith("examples:")
+    examples = [line for line in parser.epilog.splitlines()[1:] if line[2:3] not in ("", " ")]
+    assert 1 <= len(examples) <= 3
+    assert " ".join(("lograft", *path)) in parser.epilog
+    assert parser.formatter_class is argparse.RawDescriptionHelpFormatter
+    help_text = parser.format_help()
+    assert parser.epilog in help_text  # line breaks kept
+
+
+def test_consume_help_documents_the_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["consume", "--help"])
+    out = capsys.readouterr().out
+    for field in ('"topic"', '"partition"', '"offset"', '"timestamp"', '"headers"'):
+        assert field in out
+    assert '"value_encoding": "base64"' in out
+
+
+def test_global_config_before_node_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+    monkeypatch.setattr(cli, "_run_node", lambda argv: seen.append(argv) or 0)
+    assert main(["--config", "x.properties", "node", "--node-id", "3"]) == 0
+    assert seen == [["--node-id", "3"]]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_only_on_a_terminal() -> None:
+    terminal, pipe = _Terminal(), io.StringIO()
+    for stream in (terminal, pipe):
+        with progress_bar(stream, total=4, desc="perf e2e t") as bar:
+            bar.update(4)
+            bar.refresh()
+    assert "perf e2e t" in terminal.getvalue()
+    assert "4/4" in terminal.getvalue()
+    assert pipe.getvalue() == ""
+    with progress_bar(terminal, total=None, desc="off", enabled=False) as bar:
+        bar.update(1)
+    assert "off" not in terminal.getvalue()

@@ -36,6 +36,7 @@ from cluster.launcher import (
     signal_node,
     tail_lines,
 )
+from cluster.status import render_status
 
 
 def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
@@ -350,6 +351,97 @@ def test_health_needs_every_broker_and_a_controller(tmp_path: Path) -> None:
     assert health_problems(ids, dead) == ["node 1 is not running"]
 
 
+def test_ready_count_counts_nodes_that_see_everyone(tmp_path: Path) -> None:
+    cluster = LocalCluster(ClusterSpec(data_dir=tmp_path, nodes=3, base_port=19092))
+    ids = [1, 2, 3]
+    nodes = [
+        NodeStatus(cluster.node(1), False, "not running"),
+        _status(cluster, 2, [1, 2]),
+        _status(cluster, 3, ids),
+    ]
+    current = launcher.ClusterStatus(tmp_path, cluster.bootstrap, nodes, False, [])
+    assert current.ready_count == 1
+
+
+def _described(partitions: list[dict[str, object]]) -> dict[str, object]:
+    return {
+        "quorum": {
+            "leader_id": 2,
+            "epoch": 4,
+            "high_watermark": 17,
+            "voters": [
+                {"node_id": 1, "log_end_offset": 17, "lag": 0},
+                {"node_id": 2, "log_end_offset": 17, "lag": 0},
+                {"node_id": 3, "log_end_offset": -1, "lag": -1},
+            ],
+            "observers": [],
+        },
+        "metadata_offset": 17,
+        "brokers": [
+            {
+                "node_id": n,
+                "broker_epoch": n,
+                "fenced": n == 3,
+                "in_controlled_shutdown": False,
+                "address": f"127.0.0.1:{9091 + n}",
+            }
+            for n in (1, 2, 3)
+        ],
+        "offline_partitions": ["orders-1"],
+        "partitions": partitions,
+    }
+
+
+def test_status_text_shows_quorum_brokers_and_partitions() -> None:
+    rows: list[dict[str, object]] = [
+        {"topic": "__consumer_offsets", "partition": p, "leader": 1, "leader_epoch": 0,
+         "replicas": [1, 2, 3], "isr": [1, 2, 3], "high_watermark": 0}
+        for p in range(50)
+    ]  # fmt: skip
+    rows += [
+        {"topic": "orders", "partition": 0, "leader": 2, "leader_epoch": 3,
+         "replicas": [2, 3, 1], "isr": [2, 1], "high_watermark": 1234},
+        {"topic": "orders", "partition": 1, "leader": -1, "leader_epoch": 5,
+         "replicas": [3], "isr": [], "high_watermark": -1},
+    ]  # fmt: skip
+    text = render_status(_described(rows))
+    assert "Quorum: leader 2  epoch 4  high watermark 17" in text
+    assert "voter   3    lag ?" in text
+    assert "3    127.0.0.1:9094        epoch 3    fenced" in text
+    assert "Partitions without a leader: 1" in text
+    assert "Partitions: 52 (2 under-replicated)" in text
+    assert "__consumer_offsets: 50 partitions, 0 without a leader" in text
+    lines = text.splitlines()
+    assert any(line.split() == ["orders", "0", "2", "3", "2,3,1", "2,1", "1234"] for line in lines)
+    assert any(line.split() == ["orders", "1", "none", "5", "3", "?"] for line in lines)
+    assert sum(1 for line in lines if "__consumer_offsets " in line) == 0  # summed up only
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_up_progress_is_drawn_only_on_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = LocalCluster(ClusterSpec(data_dir=tmp_path, nodes=3, base_port=19092))
+    ids = [1, 2, 3]
+    seen = [launcher.ClusterStatus(tmp_path, "", [_status(cluster, i, ids) for i in ids], True, [])]
+
+    def fake_wait(timeout_s: float, on_status: object = None) -> launcher.ClusterStatus:
+        assert callable(on_status)
+        on_status(seen[0])
+        return seen[0]
+
+    monkeypatch.setattr(cluster, "wait_healthy", fake_wait)
+    terminal, pipe = _Terminal(), io.StringIO()
+    assert launcher._wait_with_progress(cluster, 5.0, terminal) is seen[0]
+    assert "3/3" in terminal.getvalue()
+    launcher._wait_with_progress(cluster, 5.0, pipe)
+    assert pipe.getvalue() == ""
+
+
 def test_status_json_shape(tmp_path: Path) -> None:
     cluster = LocalCluster(ClusterSpec(data_dir=tmp_path, nodes=3, base_port=19092))
     ids = [1, 2, 3]
@@ -526,3 +618,35 @@ def test_up_refuses_busy_ports_before_starting_anything(tmp_path: Path) -> None:
         with pytest.raises(LauncherError, match=f"ports in use by other processes: {port}"):
             LocalCluster(spec).up(wait=False)
     assert not (tmp_path / "node-1").exists()
+
+
+def test_restart_waits_for_a_new_unfenced_registration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = LocalCluster(ClusterSpec(data_dir=tmp_path, nodes=3, base_port=19092))
+    cluster.node(2).pid = os.getpid()  # alive, as far as the wait is concerned
+    # The old registration (epoch 5, still unfenced before its session expires), then the
+    # new incarnation fenced while it catches up, then unfenced.
+    answers = iter([{2: (5, False)}, None, {2: (9, True)}, {2: (9, False)}])
+    monkeypatch.setattr(launcher, "broker_registrations", lambda *a, **k: next(answers))
+    monkeypatch.setattr(launcher, "HEALTH_POLL_INTERVAL_S", 0.001)
+    healthy = launcher.ClusterStatus(tmp_path, "", [], True, [])
+    calls: list[float] = []
+
+    def fake_wait_healthy(timeout_s: float, on_status: object = None) -> launcher.ClusterStatus:
+        calls.append(timeout_s)
+        return healthy
+
+    monkeypatch.setattr(cluster, "wait_healthy", fake_wait_healthy)
+    assert cluster.wait_reregistered(2, previous_epoch=5, timeout_s=30) is healthy
+    assert next(answers, "used up") == "used up"  # every answer was needed
+    assert len(calls) == 1
+
+
+def test_restart_wait_fails_when_the_node_dies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = LocalCluster(ClusterSpec(data_dir=tmp_path, nodes=3, base_port=19092))
+    monkeypatch.setattr(launcher, "broker_registrations", lambda *a, **k: None)
+    with pytest.raises(LauncherError, match="node 2 is not running"):
+        cluster.wait_reregistered(2, previous_epoch=None, timeout_s=30)
