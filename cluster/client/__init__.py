@@ -1,4 +1,5 @@
-"""lograft's Python client: ``Producer``, ``Consumer`` and ``AdminClient`` (synchronous).
+"""lograft's Python client: ``Producer``, ``Consumer`` and ``AdminClient`` (synchronous);
+``AsyncProducer`` and ``AsyncConsumer`` for asyncio (:mod:`cluster.client.aio`).
 
 Configuration uses Kafka's names (``bootstrap.servers``, ``acks``, ``linger.ms``,
 ``auto.offset.reset``, ...), given as a mapping or as keyword arguments with underscores::
@@ -21,8 +22,33 @@ Failures are the typed errors of :mod:`cluster.errors`, each with its Kafka name
 ``retriable`` flag.
 """
 
+from ._config_admin import (
+    AlterConfigOp,
+    AlterConfigOpType,
+    ClusterDescription,
+    Config,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    ConfigSource,
+    ConfigSynonym,
+    NewPartitions,
+    Node,
+)
 from ._connection import DEFAULT_BOOTSTRAP_SERVERS, PartitionInfo, TopicPartition
-from .admin import AdminClient, ListOffsetsResult, NewTopic, OffsetSpec, TopicDescription
+from ._group_admin import MemberDescription
+from .admin import (
+    AdminClient,
+    ConsumerGroupDescription,
+    ConsumerGroupListing,
+    GroupPartitionLag,
+    ListOffsetsResult,
+    NewTopic,
+    OffsetAndMetadata,
+    OffsetSpec,
+    TopicDescription,
+)
+from .aio import AsyncConsumer, AsyncConsumerRebalanceListener, AsyncProducer
 from .consumer import Consumer, ConsumerRebalanceListener, ConsumerRecord
 from .partitioner import StickyPartitioner, murmur2, partition_for_key
 from .producer import BulkBatch, BulkResult, Producer, RecordMetadata
@@ -30,13 +56,32 @@ from .producer import BulkBatch, BulkResult, Producer, RecordMetadata
 __all__ = [
     "DEFAULT_BOOTSTRAP_SERVERS",
     "AdminClient",
+    "AlterConfigOp",
+    "AlterConfigOpType",
+    "AsyncConsumer",
+    "AsyncConsumerRebalanceListener",
+    "AsyncProducer",
     "BulkBatch",
     "BulkResult",
+    "ClusterDescription",
+    "Config",
+    "ConfigEntry",
+    "ConfigResource",
+    "ConfigResourceType",
+    "ConfigSource",
+    "ConfigSynonym",
     "Consumer",
+    "ConsumerGroupDescription",
+    "ConsumerGroupListing",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
+    "GroupPartitionLag",
     "ListOffsetsResult",
+    "MemberDescription",
+    "NewPartitions",
     "NewTopic",
+    "Node",
+    "OffsetAndMetadata",
     "OffsetSpec",
     "PartitionInfo",
     "Producer",

@@ -10,6 +10,19 @@ Results, as in Kafka's Python clients:
   reachable, timeout) is raised by the call itself.
 * ``list_topics``, ``describe_topics`` and ``list_offsets`` are queries: they return plain
   values and raise the first typed error they meet.
+* Partitions, configs and the cluster, as Kafka's ``Admin``: ``create_partitions``
+  (``{topic: Future}``; ``InvalidPartitionsError`` when the count does not grow) and
+  ``incremental_alter_configs`` (``{ConfigResource: Future}``; ``InvalidConfigError`` for an
+  unknown name or a bad value) change things through the controller quorum;
+  ``describe_configs`` (``{ConfigResource: Config}``) and ``describe_cluster`` are queries.
+* Consumer groups, as Kafka's ``Admin`` and ``kafka-consumer-groups``:
+  ``list_consumer_groups``, ``describe_consumer_groups`` (``GroupIdNotFoundError`` for an
+  unknown group), ``list_consumer_group_offsets``, ``consumer_group_lag`` (queries), and
+  ``delete_consumer_groups`` (``{group: Future}``, ``GroupNotEmptyError`` while it has
+  members), ``alter_consumer_group_offsets`` (``{partition: Future}``; only while the
+  group has no members, else ``UnknownMemberIdError`` as Kafka answers) and
+  ``delete_consumer_group_offsets`` (``GroupSubscribedToTopicError`` for a topic its members
+  subscribe to). Groups need a controller quorum; the calls go to each group's coordinator.
 
 Retriable errors (no leader, not the leader, network) are retried with ``retry.backoff.ms``
 pauses and a metadata refresh until ``default.api.timeout.ms`` passes. Not thread-safe for
@@ -18,6 +31,7 @@ concurrent ``close``; otherwise the calls may be used from several threads.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -27,6 +41,7 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from cluster.errors import (
+    BrokerNotAvailableError,
     InvalidRequestError,
     LograftError,
     UnknownTopicOrPartitionError,
@@ -34,6 +49,25 @@ from cluster.errors import (
 )
 from cluster.wire import broker_pb2 as pb
 
+from ._config_admin import (
+    AlterConfigOp,
+    AlterConfigOpType,
+    ClusterDescription,
+    Config,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    ConfigSource,
+    ConfigSynonym,
+    NewPartitions,
+    Node,
+    alter_configs_request,
+    alter_results,
+    cluster_description,
+    configs_from_pb,
+    create_partitions_request,
+    describe_configs_request,
+)
 from ._connection import (
     COMMON_CONFIGS,
     ConfigDef,
@@ -43,12 +77,37 @@ from ._connection import (
     int_at_least,
     resolve_config,
 )
+from ._coordinator import GroupCoordinatorCalls
+from ._group_admin import (
+    ConsumerGroupDescription,
+    ConsumerGroupListing,
+    GroupPartitionLag,
+    OffsetAndMetadata,
+    description_from_pb,
+    group_lag,
+    partition_errors,
+)
 
 __all__ = [
     "ADMIN_CONFIGS",
     "AdminClient",
+    "AlterConfigOp",
+    "AlterConfigOpType",
+    "ClusterDescription",
+    "Config",
+    "ConfigEntry",
+    "ConfigResource",
+    "ConfigResourceType",
+    "ConfigSource",
+    "ConfigSynonym",
+    "ConsumerGroupDescription",
+    "ConsumerGroupListing",
+    "GroupPartitionLag",
     "ListOffsetsResult",
+    "NewPartitions",
     "NewTopic",
+    "Node",
+    "OffsetAndMetadata",
     "OffsetSpec",
     "TopicDescription",
 ]
@@ -117,6 +176,20 @@ def _spec_timestamp(spec: OffsetSpec) -> int:
         raise InvalidRequestError(
             f"bad offset spec {spec!r}: expected earliest, latest, max_timestamp or a timestamp"
         ) from None
+
+
+def _topic_futures(answers: Iterable[Any], names: Iterable[str]) -> dict[str, Future[None]]:
+    """``{topic: done Future}`` from per-topic answers (``name``, ``error_code``,
+    ``error_message``); a topic asked for but not answered fails with INVALID_REQUEST."""
+    results = {
+        r.name: _done(
+            error_for_code(r.error_code, r.error_message or r.name) if r.error_code else None
+        )
+        for r in answers
+    }
+    for name in names:
+        results.setdefault(name, _done(InvalidRequestError(f"no result for topic {name!r}")))
+    return results
 
 
 def _done(error: LograftError | None) -> Future[None]:
@@ -216,16 +289,7 @@ class AdminClient:
             validate_only=validate_only,
         )
         response = self._controller_call("CreateTopics", request)
-        results = {
-            r.name: _done(
-                error_for_code(r.error_code, r.error_message or r.name) if r.error_code else None
-            )
-            for r in response.topics
-        }
-        for t in new_topics:
-            results.setdefault(
-                t.name, _done(InvalidRequestError(f"no result for topic {t.name!r}"))
-            )
+        results = _topic_futures(response.topics, [t.name for t in new_topics])
         logger.info(
             "create_topics topics=%s failed=%s",
             ",".join(t.name for t in new_topics),
@@ -242,14 +306,7 @@ class AdminClient:
             timeout_ms=timeout_ms if timeout_ms is not None else self._conn.request_timeout_ms,
         )
         response = self._controller_call("DeleteTopics", request)
-        results = {
-            r.name: _done(
-                error_for_code(r.error_code, r.error_message or r.name) if r.error_code else None
-            )
-            for r in response.topics
-        }
-        for name in names:
-            results.setdefault(name, _done(InvalidRequestError(f"no result for topic {name!r}")))
+        results = _topic_futures(response.topics, names)
         logger.info("delete_topics topics=%s", ",".join(names))
         return results
 
@@ -295,3 +352,378 @@ class AdminClient:
                 if not exc.retriable or time.monotonic() + self._backoff_s >= deadline:
                     raise
             time.sleep(self._backoff_s)
+
+    # -- partitions, configs and the cluster
+
+    def create_partitions(
+        self,
+        new_partitions: Mapping[str, NewPartitions],
+        *,
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
+    ) -> dict[str, Future[None]]:
+        """Grow topics to more partitions: ``{"orders": NewPartitions(6)}``.
+
+        Returns ``{topic: done Future}``: ``None`` once the partitions exist and have
+        leaders (as the controller placed them), else the topic's typed error:
+        ``InvalidPartitionsError`` (the count does not grow), ``UnknownTopicOrPartitionError``,
+        ``InvalidReplicationFactorError`` (too few live brokers),
+        ``InvalidReplicaAssignmentError``. Producers and consumers see the new partitions
+        at their next metadata refresh. Keyed records may then map to other partitions.
+        """
+        request = create_partitions_request(
+            new_partitions,
+            timeout_ms if timeout_ms is not None else self._conn.request_timeout_ms,
+            validate_only,
+        )
+        response = self._controller_call("CreatePartitions", request)
+        results = _topic_futures(response.results, list(new_partitions))
+        logger.info(
+            "create_partitions topics=%s validate_only=%s failed=%s",
+            ",".join(new_partitions),
+            validate_only,
+            ",".join(n for n, f in results.items() if f.exception() is not None) or "-",
+        )
+        return results
+
+    def describe_configs(
+        self,
+        resources: Sequence[ConfigResource],
+        *,
+        include_synonyms: bool = False,
+        include_documentation: bool = False,
+    ) -> dict[ConfigResource, Config]:
+        """Every config of topics and brokers, with value, source and flags.
+
+        ``describe_configs([ConfigResource(ConfigResourceType.TOPIC, "orders")])`` returns
+        ``{resource: Config}``, a mapping of config name to ``ConfigEntry``. A topic lists
+        every topic config: its override (``DYNAMIC_TOPIC_CONFIG``), the node's default
+        (``STATIC_BROKER_CONFIG``) or the built-in one (``DEFAULT_CONFIG``). A broker
+        (``ConfigResource(ConfigResourceType.BROKER, "1")``) is asked itself and lists its
+        settings, all read-only. Raises the first resource's typed error
+        (``UnknownTopicOrPartitionError``, ``BrokerNotAvailableError`` for a broker the
+        cluster does not list, ...). Topics are described by the broker on the active
+        controller's node when there is one: the node ``incremental_alter_configs`` answered
+        from, so a change is seen as soon as it was acknowledged.
+        """
+        topics = [r for r in resources if r.resource_type == ConfigResourceType.TOPIC]
+        by_broker: dict[int | None, list[ConfigResource]] = {}
+        for resource in resources:
+            if resource.resource_type != ConfigResourceType.TOPIC:
+                by_broker.setdefault(self._broker_of(resource), []).append(resource)
+        found: dict[ConfigResource, Config] = {}
+        controller = self._conn.metadata.controller_id
+        topic_node = controller if controller in self._conn.metadata.brokers else None
+        for node_id, wanted in [(topic_node, topics), *by_broker.items()]:
+            if not wanted:
+                continue
+            request = describe_configs_request(wanted, include_synonyms, include_documentation)
+            response = self._with_retry(
+                functools.partial(self._conn.call, "DescribeConfigs", request, node_id=node_id)
+            )
+            answered = {(r.resource_type, r.resource_name): r for r in response.results}
+            for resource in wanted:
+                result = answered.get((int(resource.resource_type), resource.name))
+                if result is None:
+                    raise InvalidRequestError(f"no result for {resource.name!r}")
+                found[resource] = configs_from_pb(result)
+        return {resource: found[resource] for resource in resources}
+
+    def _broker_of(self, resource: ConfigResource) -> int | None:
+        """The broker a BROKER resource is described by: itself (any broker for "")."""
+        if resource.name == "":
+            return None
+        try:
+            broker_id = int(resource.name)
+        except ValueError:
+            raise InvalidRequestError(
+                f"broker resource {resource.name!r} is not a broker id"
+            ) from None
+        if broker_id not in self._conn.metadata.brokers:
+            self._with_retry(lambda: self._conn.refresh_metadata())
+        if broker_id not in self._conn.metadata.brokers:
+            known = ",".join(map(str, sorted(self._conn.metadata.brokers))) or "none"
+            raise BrokerNotAvailableError(f"broker {broker_id} is not live (brokers: {known})")
+        return broker_id
+
+    def incremental_alter_configs(
+        self,
+        configs: Mapping[ConfigResource, Sequence[AlterConfigOp]],
+        *,
+        validate_only: bool = False,
+    ) -> dict[ConfigResource, Future[None]]:
+        """Change configs, e.g. set one and remove another override of a topic::
+
+            orders = ConfigResource(ConfigResourceType.TOPIC, "orders")
+            admin.incremental_alter_configs({orders: [
+                AlterConfigOp("retention.ms", "60000"),
+                AlterConfigOp("min.insync.replicas", op_type=AlterConfigOpType.DELETE),
+            ]})[orders].result()
+
+        Returns ``{resource: done Future}``: ``None`` once the change is committed to the
+        cluster metadata, else the resource's typed error. Brokers apply a committed change
+        without restart, each as its metadata catches up (within moments): until then a
+        partition may still act on the old value (for example refuse ``acks=all`` with a
+        retriable ``NOT_ENOUGH_REPLICAS`` right after ``min.insync.replicas`` was lowered).
+        Errors:
+        ``InvalidConfigError`` (unknown name, bad value, APPEND/SUBTRACT of a config that is
+        not a list, any broker config: they are static), ``UnknownTopicOrPartitionError``,
+        ``InvalidRequestError``. A resource's operations apply all or none.
+        """
+        request = alter_configs_request(configs, validate_only)
+        response = self._controller_call("IncrementalAlterConfigs", request)
+        results = {
+            resource: _done(error) for resource, error in alter_results(configs, response).items()
+        }
+        logger.info(
+            "incremental_alter_configs resources=%s validate_only=%s failed=%s",
+            ",".join(f"{r.resource_type.name}:{r.name}" for r in configs),
+            validate_only,
+            ",".join(r.name for r, f in results.items() if f.exception() is not None) or "-",
+        )
+        return results
+
+    def describe_cluster(self, *, include_fenced_brokers: bool = False) -> ClusterDescription:
+        """The cluster id, the active controller and the brokers (fenced ones too, marked
+        ``is_fenced``, with ``include_fenced_brokers``)."""
+        request = pb.DescribeClusterRequest(include_fenced_brokers=include_fenced_brokers)
+        response = self._with_retry(lambda: self._conn.call("DescribeCluster", request))
+        return cluster_description(response)
+
+    # -- consumer groups
+
+    @functools.cached_property
+    def _group_calls(self) -> GroupCoordinatorCalls:
+        return GroupCoordinatorCalls(self._conn, retry_backoff_ms=self._int("retry.backoff.ms"))
+
+    def list_consumer_groups(self) -> list[ConsumerGroupListing]:
+        """Every consumer group of the cluster, sorted by id (each broker lists the groups
+        it coordinates; all are asked). Retries while a coordinator is loading."""
+        deadline = time.monotonic() + self._api_timeout_ms / 1000.0
+        metadata = self._with_retry(lambda: self._conn.refresh_metadata())
+        found: dict[str, ConsumerGroupListing] = {}
+        for node_id in sorted(metadata.brokers):
+            while True:
+                try:
+                    response = self._conn.call(
+                        "ListGroups", pb.ListGroupsRequest(), node_id=node_id
+                    )
+                    if response.error_code:
+                        raise error_for_code(response.error_code, response.error_message)
+                    break
+                except LograftError as exc:
+                    if not exc.retriable or time.monotonic() + self._backoff_s >= deadline:
+                        raise
+                    logger.debug("list groups retry node=%d error=%s", node_id, exc)
+                time.sleep(self._backoff_s)
+            for g in response.groups:
+                found[g.group_id] = ConsumerGroupListing(g.group_id, g.state)
+        return [found[group_id] for group_id in sorted(found)]
+
+    def describe_consumer_groups(
+        self, group_ids: Sequence[str]
+    ) -> dict[str, ConsumerGroupDescription]:
+        """State, epochs, assignor, coordinator and members (with their assignments) of each
+        group, in the order asked. Raises the first typed error, ``GroupIdNotFoundError``
+        for a group that does not exist."""
+        described: dict[str, ConsumerGroupDescription] = {}
+        for group_id in group_ids:
+
+            def answer(response: Any, coordinator: Any, group_id: str = group_id) -> Any:
+                group = next((g for g in response.groups if g.group_id == group_id), None)
+                if group is None:
+                    raise InvalidRequestError(f"no description of group {group_id!r}")
+                if group.error_code:
+                    raise error_for_code(group.error_code, group.error_message or group_id)
+                return description_from_pb(group, coordinator)
+
+            described[group_id] = self._group_calls.call(
+                group_id,
+                "DescribeGroups",
+                pb.DescribeGroupsRequest(group_ids=[group_id]),
+                answer,
+                timeout_ms=self._api_timeout_ms,
+            )
+        return described
+
+    def delete_consumer_groups(self, group_ids: Sequence[str]) -> dict[str, Future[None]]:
+        """Delete groups and their committed offsets; ``{group: done Future}`` failing with
+        ``GroupIdNotFoundError`` or ``GroupNotEmptyError`` (it has members)."""
+        results: dict[str, Future[None]] = {}
+        for group_id in group_ids:
+
+            def answer(response: Any, _coordinator: Any, group_id: str = group_id) -> None:
+                group = next((g for g in response.groups if g.group_id == group_id), None)
+                if group is None:
+                    raise InvalidRequestError(f"no result for group {group_id!r}")
+                if group.error_code:
+                    raise error_for_code(group.error_code, group.error_message or group_id)
+
+            try:
+                self._group_calls.call(
+                    group_id,
+                    "DeleteGroups",
+                    pb.DeleteGroupsRequest(group_ids=[group_id]),
+                    answer,
+                    timeout_ms=self._api_timeout_ms,
+                )
+                results[group_id] = _done(None)
+            except LograftError as exc:
+                if exc.retriable:
+                    raise
+                results[group_id] = _done(exc)
+        logger.info(
+            "delete_consumer_groups groups=%s failed=%s",
+            ",".join(group_ids),
+            ",".join(g for g, f in results.items() if f.exception() is not None) or "-",
+        )
+        return results
+
+    def list_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offsets: of ``partitions`` (``None`` for one without a
+        committed offset), or of every partition it has committed. A group that does not
+        exist has none."""
+        wanted = sorted(set(partitions)) if partitions is not None else None
+        by_topic: dict[str, list[int]] = {}
+        for tp in wanted or ():
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        request = pb.OffsetFetchRequest(
+            group_id=group_id,
+            topics=[pb.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()],
+        )
+
+        def answer(response: Any, _coordinator: Any) -> dict[TopicPartition, Any]:
+            if response.error_code:
+                raise error_for_code(response.error_code, response.error_message or group_id)
+            found: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(wanted or ())
+            for topic in response.topics:
+                for p in topic.partitions:
+                    tp = TopicPartition(topic.name, p.partition)
+                    if p.error_code:
+                        raise error_for_code(p.error_code, str(tp))
+                    if p.committed_offset >= 0:
+                        epoch = p.committed_leader_epoch
+                        found[tp] = OffsetAndMetadata(
+                            p.committed_offset, epoch if epoch >= 0 else None, p.metadata
+                        )
+            return found
+
+        if wanted == []:
+            return {}
+        result: dict[TopicPartition, OffsetAndMetadata | None] = self._group_calls.call(
+            group_id, "OffsetFetch", request, answer, timeout_ms=self._api_timeout_ms
+        )
+        return result
+
+    def alter_consumer_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
+    ) -> dict[TopicPartition, Future[None]]:
+        """Set the group's committed offsets (the next offset each partition will be read
+        from); creates the group if it does not exist. ``{partition: done Future}``.
+
+        Only while the group has no members: otherwise every future fails with
+        ``UnknownMemberIdError``, as Kafka answers (stop the group's consumers first).
+        """
+        by_topic: dict[str, list[Any]] = {}
+        for tp, value in sorted(offsets.items()):
+            oam = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+            by_topic.setdefault(tp.topic, []).append(
+                pb.OffsetCommitPartition(
+                    partition=tp.partition,
+                    committed_offset=oam.offset,
+                    committed_leader_epoch=-1 if oam.leader_epoch is None else oam.leader_epoch,
+                    metadata=oam.metadata,
+                )
+            )
+        request = pb.OffsetCommitRequest(
+            group_id=group_id,
+            member_id="",
+            member_epoch=-1,
+            topics=[pb.OffsetCommitTopic(name=n, partitions=ps) for n, ps in by_topic.items()],
+        )
+
+        return self._partition_futures(
+            "alter_consumer_group_offsets", group_id, "OffsetCommit", request, offsets
+        )
+
+    def delete_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, Future[None]]:
+        """Delete the group's committed offsets of ``partitions``.
+
+        Returns ``{partition: done Future}``, failing with ``GroupIdNotFoundError`` for an
+        unknown group, and per partition with ``GroupSubscribedToTopicError`` while a member
+        subscribes to its topic.
+        """
+        wanted = sorted(set(partitions))
+        by_topic: dict[str, list[int]] = {}
+        for tp in wanted:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        request = pb.OffsetDeleteRequest(
+            group_id=group_id,
+            topics=[pb.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()],
+        )
+        return self._partition_futures(
+            "delete_consumer_group_offsets", group_id, "OffsetDelete", request, wanted
+        )
+
+    def _partition_futures(
+        self,
+        what: str,
+        group_id: str,
+        method: str,
+        request: Any,
+        partitions: Iterable[TopicPartition],
+    ) -> dict[TopicPartition, Future[None]]:
+        """One call answered per partition; a group-level error fails every future."""
+
+        def answer(response: Any, _coordinator: Any) -> dict[TopicPartition, Future[None]]:
+            if response.error_code:
+                raise error_for_code(response.error_code, response.error_message or group_id)
+            return {tp: _done(e) for tp, e in partition_errors(response.topics).items()}
+
+        try:
+            results: dict[TopicPartition, Future[None]] = self._group_calls.call(
+                group_id, method, request, answer, timeout_ms=self._api_timeout_ms
+            )
+        except LograftError as exc:
+            if exc.retriable:
+                raise
+            results = {tp: _done(exc) for tp in partitions}
+        for tp in partitions:
+            results.setdefault(tp, _done(InvalidRequestError(f"no result for {tp}")))
+        logger.info(
+            "%s group=%s partitions=%d failed=%d",
+            what,
+            group_id,
+            len(results),
+            sum(1 for f in results.values() if f.exception() is not None),
+        )
+        return results
+
+    def consumer_group_lag(
+        self, group_id: str, description: ConsumerGroupDescription | None = None
+    ) -> tuple[GroupPartitionLag, ...]:
+        """Per partition the group owns or has committed: committed offset, log end offset
+        (``list_offsets`` latest), lag and owning member, sorted (what ``lograft groups
+        describe`` prints). ``description`` saves describing the group again;
+        ``GroupIdNotFoundError`` if it does not exist."""
+        if description is None:
+            description = self.describe_consumer_groups([group_id])[group_id]
+        committed = {
+            tp: (oam.offset if oam is not None else None)
+            for tp, oam in self.list_consumer_group_offsets(group_id).items()
+        }
+        partitions = set(committed) | {tp for m in description.members for tp in m.assignment}
+        ends: dict[TopicPartition, int] = {}
+        if partitions:
+            # A committed offset can outlive its topic: ask only for partitions that exist.
+            metadata = self._with_retry(
+                lambda: self._conn.refresh_metadata({tp.topic for tp in partitions})
+            )
+            existing = {tp for tp in partitions if metadata.partition(tp.topic, tp.partition)}
+            found = self.list_offsets(dict.fromkeys(existing, "latest"))
+            ends = {tp: result.offset for tp, result in found.items()}
+        return group_lag(description, committed, ends)
