@@ -502,6 +502,9 @@ class Producer:
         self._completions: queue.SimpleQueue[tuple[_Request, Any, float]] = queue.SimpleQueue()
         self._metadata_wanted = False
         self._metadata_at = 0.0
+        # Every topic sent to: a refresh covers them all, so none keeps an old partition count.
+        self._topics: set[str] = set()
+        self._background_refresh = False
         self._closing = False
         self._closed = False
         self._drain_rotation = 0
@@ -548,7 +551,7 @@ class Producer:
             raise TypeError(f"value must be bytes or None, got {type(value).__name__}")
         if key is not None and not isinstance(key, _BYTES):
             raise TypeError(f"key must be bytes or None, got {type(key).__name__}")
-        num_partitions = self._partition_count(topic)
+        num_partitions = self._partition_count(topic, partition)
         size = (
             (len(value) if value is not None else 0)
             + (len(key) if key is not None else 0)
@@ -635,7 +638,7 @@ class Producer:
             raise IllegalStateError("cannot send after the producer is closed")
         if keys is not None and len(keys) != len(values):
             raise InvalidRequestError(f"{len(keys)} keys for {len(values)} values")
-        num_partitions = self._partition_count(topic)
+        num_partitions = self._partition_count(topic, partition)
         bulk = _Bulk(topic, len(values))
         if not values:
             bulk.sealed = True
@@ -813,15 +816,59 @@ class Producer:
 
     # ---- accumulator (caller threads) ---------------------------------------------------
 
-    def _partition_count(self, topic: str) -> int:
+    def _partition_count(self, topic: str, partition: int | None = None) -> int:
+        """The topic's partition count as last seen.
+
+        Older than ``metadata.max.age.ms``, the metadata of every topic this producer sends
+        to is refreshed on a background thread while this send goes on with what is known
+        (so added partitions are picked up without ever blocking a send or the sender). An
+        unknown topic, or an explicit ``partition`` beyond the known count, is looked up at
+        once, waiting up to ``max.block.ms`` (Kafka's waitOnMetadata); a partition still
+        missing then is for the caller to refuse.
+        """
+        if topic not in self._topics:
+            with self._lock:
+                self._topics.add(topic)
         count = self._conn.metadata.partition_count(topic)
-        if count is not None:
+        if count is not None and (partition is None or partition < count):
+            if self._conn.metadata_is_stale():
+                self._refresh_metadata_in_background()
             return count
+        deadline = time.monotonic() + self._max_block_s
         snapshot = self._conn.wait_for_topic(topic, int(self._max_block_s * 1000))
         count = snapshot.partition_count(topic)
+        while count is not None and partition is not None and partition >= count:
+            if time.monotonic() + self._backoff_s >= deadline:
+                break
+            time.sleep(self._backoff_s)  # retry.backoff.ms between lookups, as Kafka's client
+            try:
+                count = self._conn.refresh_metadata([topic]).partition_count(topic)
+            except LograftError as exc:
+                if not exc.retriable:
+                    raise
         if count is None:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partitions")
         return count
+
+    def _refresh_metadata_in_background(self) -> None:
+        with self._lock:
+            if self._background_refresh or self._closed:
+                return
+            self._background_refresh = True
+        threading.Thread(
+            target=self._refresh_known_topics, name="lograft-producer-metadata", daemon=True
+        ).start()
+
+    def _refresh_known_topics(self) -> None:
+        try:
+            with self._lock:
+                topics = set(self._topics)
+            self._conn.refresh_metadata(topics)
+        except LograftError as exc:
+            logger.info("periodic metadata refresh failed error=%s", exc.error_name)
+        finally:
+            with self._lock:
+                self._background_refresh = False
 
     def _reserve_locked(self, size: int) -> None:
         if self._buffered + size > self._buffer_memory and self._buffered > 0:
@@ -1384,7 +1431,7 @@ class Producer:
             return
         self._metadata_at = now
         with self._lock:
-            topics = {tp.topic for tp, q in self._queues.items() if q}
+            topics = self._topics | {tp.topic for tp, q in self._queues.items() if q}
         try:
             self._conn.refresh_metadata(topics or None)
             self._metadata_wanted = False

@@ -16,11 +16,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cluster.client import Consumer, Producer, TopicPartition
+from cluster.client import AdminClient, Consumer, Producer, TopicPartition
 from cluster.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
     InvalidConfigError,
+    InvalidRequestError,
     InvalidSessionTimeoutError,
     StaleMemberEpochError,
     UnassignedPartitionError,
@@ -28,7 +29,7 @@ from cluster.errors import (
 )
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
-from tests.integration.nodes import wait_until
+from tests.integration.nodes import NodeProcess, wait_until
 from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
 from tests.integration.wire_helpers import TIMEOUT_S
 
@@ -298,3 +299,16 @@ def test_bad_group_input_gets_typed_errors(grouped: QuorumCluster) -> None:
         assert member.committed([TopicPartition("orders", p) for p in range(2)]) == {
             TopicPartition("orders", p): None for p in range(2)
         }
+
+
+def test_groups_on_a_standalone_node_fail_at_once_with_a_clear_error(node: NodeProcess) -> None:
+    config = {"bootstrap.servers": node.address, "group.id": "alone"}
+    with Consumer(config) as consumer:
+        consumer.subscribe(["anything"])
+        with pytest.raises(InvalidRequestError, match="controller quorum"):
+            _poll_for(consumer, CLUSTER_TIMEOUT_S)
+    with (
+        AdminClient({"bootstrap.servers": node.address}) as admin,
+        pytest.raises(InvalidRequestError, match="controller quorum"),
+    ):
+        admin.list_consumer_groups()

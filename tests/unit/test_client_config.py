@@ -616,3 +616,43 @@ def test_consumer_iteration_and_prefetch(fake: FakeBroker) -> None:
     with pytest.raises(IllegalStateError):
         consumer.poll(timeout_ms=0)
     assert list(consumer) == []
+
+
+def test_a_quiet_topic_sees_added_partitions_while_a_busy_one_keeps_the_metadata_young(
+    fake: FakeBroker,
+) -> None:
+    fake.add_topic("busy", 1)
+    fake.add_topic("quiet", 1)
+    config = {"bootstrap.servers": _bootstrap(fake), "metadata.max.age.ms": 200, "linger.ms": 0}
+    with Producer(config) as producer:
+        producer.send("quiet", b"first").result(timeout=10)
+        fake.add_topic("quiet", 2)
+        seen: list[list[int]] = []
+
+        def quiet_grew() -> bool:
+            # The busy topic's sends keep refreshing (only) what has queued batches.
+            producer.send("busy", b"tick").result(timeout=10)
+            seen.append(producer.partitions_for("quiet"))
+            return seen[-1] == [0, 1]
+
+        for _ in range(2000):
+            if quiet_grew():
+                break
+        assert seen[-1] == [0, 1], "the quiet topic kept its old partition count"
+        assert producer.send("quiet", b"new", partition=1).result(timeout=10).partition == 1
+
+
+def test_an_explicit_partition_beyond_the_known_count_waits_for_metadata(
+    fake: FakeBroker,
+) -> None:
+    fake.add_topic("t", 1)
+    with Producer(bootstrap_servers=_bootstrap(fake), linger_ms=0) as producer:
+        producer.send("t", b"first").result(timeout=10)
+        fake.add_topic("t", 2)
+        # metadata.max.age.ms (5 min) has not passed: the send itself looks the topic up.
+        assert producer.send("t", b"new", partition=1).result(timeout=10).partition == 1
+    with (
+        Producer(bootstrap_servers=_bootstrap(fake), max_block_ms=300) as producer,
+        pytest.raises(UnknownTopicOrPartitionError),
+    ):
+        producer.send("t", b"nowhere", partition=5).result(timeout=10)
