@@ -39,7 +39,10 @@ if str(ROOT) not in sys.path:
 import cluster.client  # noqa: E402
 from cluster import cli, errors, node  # noqa: E402
 from cluster.client import _connection, admin, consumer, producer  # noqa: E402
-from cluster.node_config import BROKER_TO_TOPIC_CONFIG, NODE_CONFIGS  # noqa: E402
+from cluster.node_config import (  # noqa: E402
+    BROKER_TO_TOPIC_CONFIG,
+    NODE_CONFIGS,
+)
 from replica.compression import CompressionType  # noqa: E402
 from replica.log.config import TOPIC_CONFIGS, LogConfig  # noqa: E402
 
@@ -343,7 +346,12 @@ def _broker_settings() -> list[str]:
     lines += _table(
         ("name", "default", "valid values", "description"),
         (
-            (_code(name), _show_default(name, default), f"integer >= {minimum}", _inline(doc))
+            (
+                _code(name),
+                _show_default(name, default),
+                "true or false" if isinstance(default, bool) else f"integer >= {minimum}",
+                _inline(doc),
+            )
             for name, (default, minimum, doc) in NODE_CONFIGS.items()
         ),
     )
@@ -623,7 +631,8 @@ def _render_class(name: str, cls: type, heading: str) -> list[str]:
             f"{heading}# `{name}.{member_name}`",
             "",
             "```python",
-            f"def {member_name}{_signature(member, drop_first=drop_first)}",
+            f"{'async def' if inspect.iscoroutinefunction(member) else 'def'} {member_name}"
+            f"{_signature(member, drop_first=drop_first)}",
             "```",
             "",
         ]
