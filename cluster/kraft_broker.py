@@ -21,6 +21,12 @@ from typing import Any
 
 import grpc
 
+from cluster.error_responses import (
+    alter_configs_failed,
+    create_partitions_failed,
+    create_topics_failed,
+    delete_topics_failed,
+)
 from cluster.errors import (
     BrokerIdNotRegisteredError,
     CoordinatorNotAvailableError,
@@ -644,14 +650,7 @@ class KRaftBroker:
                 created = [t.name for t in response.topics if t.error_code == 0]
                 await self._await_image(lambda image: all(image.topic(n) for n in created))
         except (NotControllerError, RequestTimedOutError) as exc:
-            return pb.CreateTopicsResponse(
-                topics=[
-                    pb.CreatableTopicResult(
-                        name=t.name, error_code=exc.code, error_message=exc.message
-                    )
-                    for t in request.topics
-                ]
-            )
+            return create_topics_failed(request, exc)
         return response
 
     async def delete_topics(self, request: pb.DeleteTopicsRequest) -> pb.DeleteTopicsResponse:
@@ -663,12 +662,7 @@ class KRaftBroker:
             deleted = [t.name for t in response.topics if t.error_code == 0]
             await self._await_image(lambda image: not any(image.topic(n) for n in deleted))
         except (NotControllerError, RequestTimedOutError) as exc:
-            return pb.DeleteTopicsResponse(
-                topics=[
-                    pb.DeletableTopicResult(name=n, error_code=exc.code, error_message=exc.message)
-                    for n in request.topic_names
-                ]
-            )
+            return delete_topics_failed(request, exc)
         return response
 
     # ---- partitions, configs and the cluster (admin APIs) -------------------------------
@@ -682,14 +676,7 @@ class KRaftBroker:
                 "CreatePartitions", request
             )
         except (NotControllerError, RequestTimedOutError) as exc:
-            return pb.CreatePartitionsResponse(
-                results=[
-                    pb.CreatePartitionsTopicResult(
-                        name=t.name, error_code=exc.code, error_message=exc.message
-                    )
-                    for t in request.topics
-                ]
-            )
+            return create_partitions_failed(request, exc)
         if not request.validate_only:
             grown = {r.name for r in response.results if r.error_code == 0}
             counts = {t.name: t.count for t in request.topics if t.name in grown}
@@ -710,17 +697,7 @@ class KRaftBroker:
                 "IncrementalAlterConfigs", request
             )
         except (NotControllerError, RequestTimedOutError) as exc:
-            return pb.IncrementalAlterConfigsResponse(
-                responses=[
-                    pb.AlterConfigsResourceResponse(
-                        error_code=exc.code,
-                        error_message=exc.message,
-                        resource_type=r.resource_type,
-                        resource_name=r.resource_name,
-                    )
-                    for r in request.resources
-                ]
-            )
+            return alter_configs_failed(request, exc)
         if not request.validate_only:
             expected = _expected_topic_configs(request, response)
             await self._await_image(

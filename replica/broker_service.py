@@ -19,6 +19,11 @@ from typing import Any, Protocol
 
 import grpc
 
+from cluster.error_responses import (
+    alter_configs_failed,
+    create_partitions_failed,
+    describe_configs_failed,
+)
 from cluster.errors import (
     InvalidGroupIdError,
     InvalidRecordError,
@@ -522,13 +527,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
         """Add partitions to topics, through the active controller."""
         if self._frontend is not None:
             return await self._frontend.create_partitions(request)
-        error = _admin_needs_quorum("CreatePartitions")
-        return pb.CreatePartitionsResponse(
-            results=[
-                pb.CreatePartitionsTopicResult(name=t.name, **_error_fields(error))
-                for t in request.topics
-            ]
-        )
+        return create_partitions_failed(request, _admin_needs_quorum("CreatePartitions"))
 
     async def IncrementalAlterConfigs(
         self, request: pb.IncrementalAlterConfigsRequest, context: grpc.aio.ServicerContext
@@ -536,17 +535,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
         """Alter topic configs, through the active controller."""
         if self._frontend is not None:
             return await self._frontend.incremental_alter_configs(request)
-        error = _admin_needs_quorum("IncrementalAlterConfigs")
-        return pb.IncrementalAlterConfigsResponse(
-            responses=[
-                pb.AlterConfigsResourceResponse(
-                    resource_type=r.resource_type,
-                    resource_name=r.resource_name,
-                    **_error_fields(error),
-                )
-                for r in request.resources
-            ]
-        )
+        return alter_configs_failed(request, _admin_needs_quorum("IncrementalAlterConfigs"))
 
     async def DescribeConfigs(
         self, request: pb.DescribeConfigsRequest, context: grpc.aio.ServicerContext
@@ -554,17 +543,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
         """Every config of topics and of this broker, with value, source and flags."""
         if self._frontend is not None:
             return self._frontend.describe_configs(request)
-        error = _admin_needs_quorum("DescribeConfigs")
-        return pb.DescribeConfigsResponse(
-            results=[
-                pb.DescribeConfigsResult(
-                    resource_type=r.resource_type,
-                    resource_name=r.resource_name,
-                    **_error_fields(error),
-                )
-                for r in request.resources
-            ]
-        )
+        return describe_configs_failed(request, _admin_needs_quorum("DescribeConfigs"))
 
     async def DescribeCluster(
         self, request: pb.DescribeClusterRequest, context: grpc.aio.ServicerContext

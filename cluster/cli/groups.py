@@ -294,6 +294,18 @@ def _offset(text: str) -> int:
     return value
 
 
+def _add_topic_scope(parser: argparse._ActionsContainer, *, required: bool) -> None:
+    parser.add_argument(
+        "--topic",
+        dest="topics",
+        type=parse_topic_scope,
+        action="append",
+        required=required,
+        metavar="TOPIC[:P,P...]",
+        help="a topic, or some of its partitions (repeatable)",
+    )
+
+
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``groups`` and its actions to the ``lograft`` parser."""
     raw = argparse.RawDescriptionHelpFormatter
@@ -350,15 +362,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         formatter_class=raw,
     )
     delete_offsets.add_argument("--group", required=True, help="the group id")
-    delete_offsets.add_argument(
-        "--topic",
-        dest="topics",
-        type=parse_topic_scope,
-        action="append",
-        required=True,
-        metavar="TOPIC[:P,P...]",
-        help="a topic, or some of its partitions (repeatable)",
-    )
+    _add_topic_scope(delete_offsets, required=True)
 
     reset = actions.add_parser(
         "reset-offsets",
@@ -369,14 +373,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     reset.add_argument("--group", required=True, help="the group id")
     scope = reset.add_mutually_exclusive_group(required=True)
-    scope.add_argument(
-        "--topic",
-        dest="topics",
-        type=parse_topic_scope,
-        action="append",
-        metavar="TOPIC[:P,P...]",
-        help="a topic, or some of its partitions (repeatable)",
-    )
+    _add_topic_scope(scope, required=False)  # the group requires it or --all-topics
     scope.add_argument(
         "--all-topics", action="store_true", help="every partition the group has committed"
     )

@@ -201,6 +201,17 @@ def _done(error: LograftError | None) -> Future[None]:
     return future
 
 
+def _group_result(response: Any, group_id: str, what: str) -> Any:
+    """The entry of ``group_id`` in a response answering per group; its typed error if it
+    failed (``what`` names the entry in the error of a response without one)."""
+    group = next((g for g in response.groups if g.group_id == group_id), None)
+    if group is None:
+        raise InvalidRequestError(f"no {what} group {group_id!r}")
+    if group.error_code:
+        raise error_for_code(group.error_code, group.error_message or group_id)
+    return group
+
+
 class AdminClient:
     """Administers topics of a lograft cluster.
 
@@ -455,10 +466,14 @@ class AdminClient:
         """Change configs, e.g. set one and remove another override of a topic::
 
             orders = ConfigResource(ConfigResourceType.TOPIC, "orders")
-            admin.incremental_alter_configs({orders: [
-                AlterConfigOp("retention.ms", "60000"),
-                AlterConfigOp("min.insync.replicas", op_type=AlterConfigOpType.DELETE),
-            ]})[orders].result()
+            admin.incremental_alter_configs(
+                {
+                    orders: [
+                        AlterConfigOp("retention.ms", "60000"),
+                        AlterConfigOp("min.insync.replicas", op_type=AlterConfigOpType.DELETE),
+                    ]
+                }
+            )[orders].result()
 
         Returns ``{resource: done Future}``: ``None`` once the change is committed to the
         cluster metadata, else the resource's typed error. Brokers apply a committed change
@@ -530,11 +545,7 @@ class AdminClient:
         for group_id in group_ids:
 
             def answer(response: Any, coordinator: Any, group_id: str = group_id) -> Any:
-                group = next((g for g in response.groups if g.group_id == group_id), None)
-                if group is None:
-                    raise InvalidRequestError(f"no description of group {group_id!r}")
-                if group.error_code:
-                    raise error_for_code(group.error_code, group.error_message or group_id)
+                group = _group_result(response, group_id, "description of")
                 return description_from_pb(group, coordinator)
 
             described[group_id] = self._group_calls.call(
@@ -553,11 +564,7 @@ class AdminClient:
         for group_id in group_ids:
 
             def answer(response: Any, _coordinator: Any, group_id: str = group_id) -> None:
-                group = next((g for g in response.groups if g.group_id == group_id), None)
-                if group is None:
-                    raise InvalidRequestError(f"no result for group {group_id!r}")
-                if group.error_code:
-                    raise error_for_code(group.error_code, group.error_message or group_id)
+                _group_result(response, group_id, "result for")
 
             try:
                 self._group_calls.call(

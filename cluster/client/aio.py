@@ -14,8 +14,8 @@ Use a client from one event loop.
 
     async with AsyncProducer({"bootstrap.servers": "127.0.0.1:9092"}) as producer:
         future = await producer.send("events", b"hello", key=b"user-1")  # queued
-        metadata = await future                                           # acknowledged
-        metadata = await producer.send_and_wait("events", b"again")       # both at once
+        metadata = await future  # acknowledged
+        metadata = await producer.send_and_wait("events", b"again")  # both at once
 
 ``await send(...)`` returns once the record is queued (waiting, off the loop, for the
 topic's metadata and for room in ``buffer.memory``) with an ``asyncio.Future`` of its
@@ -28,7 +28,7 @@ has not come yet. ``send_bulk`` is the bulk path of ``Producer.send_bulk``; ``fl
 
     async with AsyncConsumer(bootstrap_servers="127.0.0.1:9092", group_id="billing") as c:
         await c.subscribe(["events"], on_assign=on_assign)  # sync or async callbacks
-        async for record in c:                              # or: await c.getmany(timeout_ms)
+        async for record in c:  # or: await c.getmany(timeout_ms)
             ...
             await c.commit()
 

@@ -20,6 +20,12 @@ from typing import Any, TypeVar
 
 import grpc
 
+from cluster.error_responses import (
+    alter_configs_failed,
+    create_partitions_failed,
+    create_topics_failed,
+    delete_topics_failed,
+)
 from cluster.errors import (
     InvalidRequestError,
     LograftError,
@@ -275,14 +281,7 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
                 )
             )
         except LograftError as exc:
-            return broker_pb2.CreateTopicsResponse(
-                topics=[
-                    broker_pb2.CreatableTopicResult(
-                        name=t.name, error_code=exc.code, error_message=exc.message
-                    )
-                    for t in request.topics
-                ]
-            )
+            return create_topics_failed(request, exc)
         return broker_pb2.CreateTopicsResponse(
             topics=[
                 broker_pb2.CreatableTopicResult(
@@ -304,14 +303,7 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
         try:
             results = await self._decide(lambda: delete_topics(self._machine.image, names))
         except LograftError as exc:
-            return broker_pb2.DeleteTopicsResponse(
-                topics=[
-                    broker_pb2.DeletableTopicResult(
-                        name=n, error_code=exc.code, error_message=exc.message
-                    )
-                    for n in names
-                ]
-            )
+            return delete_topics_failed(request, exc)
         return broker_pb2.DeleteTopicsResponse(
             topics=[
                 broker_pb2.DeletableTopicResult(
@@ -342,14 +334,7 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
                 )
             )
         except LograftError as exc:
-            return broker_pb2.CreatePartitionsResponse(
-                results=[
-                    broker_pb2.CreatePartitionsTopicResult(
-                        name=t.name, error_code=exc.code, error_message=exc.message
-                    )
-                    for t in request.topics
-                ]
-            )
+            return create_partitions_failed(request, exc)
         for result, topic in zip(results, topics, strict=True):
             if result.error is None and not request.validate_only:
                 log.info("partitions added topic=%s count=%d", topic.topic, topic.total_count)
@@ -391,17 +376,7 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
                 )
             )
         except LograftError as exc:
-            return broker_pb2.IncrementalAlterConfigsResponse(
-                responses=[
-                    broker_pb2.AlterConfigsResourceResponse(
-                        error_code=exc.code,
-                        error_message=exc.message,
-                        resource_type=r.resource_type,
-                        resource_name=r.resource_name,
-                    )
-                    for r in request.resources
-                ]
-            )
+            return alter_configs_failed(request, exc)
         results = iter(decided)
         response = broker_pb2.IncrementalAlterConfigsResponse()
         for wanted, answer in zip(request.resources, answers, strict=True):

@@ -277,6 +277,10 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def _encode_varint(value: int) -> bytes:
+    # A record's timestamp far from the delete horizon cannot be re-based on it: refuse the
+    # batch (the partition is then left uncleaned, loudly) rather than write a wrong delta.
+    if not -(1 << 63) <= value < (1 << 63):
+        raise CorruptMessageError(f"{value} does not fit a 64-bit varlong")
     raw = ((value << 1) ^ (value >> 63)) & _UINT64
     out = bytearray()
     while raw > 0x7F:

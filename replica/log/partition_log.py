@@ -144,9 +144,12 @@ def delete_files(paths: list[Path]) -> None:
         raise KafkaStorageError("could not delete " + "; ".join(failures))
 
 
-def _read_checkpoint(directory: Path) -> int | None:
-    """The recovery point, or None if the file is missing or not valid (then: recover all)."""
-    path = directory / RECOVERY_POINT_FILE
+def _read_checkpoint_values(
+    directory: Path, name: str, what: str, minimums: tuple[int, ...]
+) -> tuple[int, ...] | None:
+    """The numbers of checkpoint file ``name`` (a version line, then one number a line, each
+    at least its minimum), or None if the file is missing or not valid."""
+    path = directory / name
     try:
         with open(path, "rb") as handle:
             data = handle.read(_MAX_CHECKPOINT_BYTES + 1)
@@ -155,34 +158,36 @@ def _read_checkpoint(directory: Path) -> int | None:
     try:
         if len(data) > _MAX_CHECKPOINT_BYTES:
             raise ValueError(f"{len(data)} bytes")
-        version, offset, trailer = data.decode("ascii").split("\n")
-        if int(version) != _CHECKPOINT_VERSION or trailer or int(offset) < 0:
+        version, *lines, trailer = data.decode("ascii").split("\n")
+        values = tuple(int(line) for line in lines)
+        if (
+            int(version) != _CHECKPOINT_VERSION
+            or trailer
+            or len(values) != len(minimums)
+            or any(value < minimum for value, minimum in zip(values, minimums, strict=True))
+        ):
             raise ValueError(f"unexpected content {data!r}")
-        return int(offset)
+        return values
     except ValueError as exc:
-        log.warning("ignoring invalid recovery checkpoint dir=%s reason=%s", directory, exc)
+        log.warning("ignoring invalid %s checkpoint dir=%s reason=%s", what, directory, exc)
         return None
+
+
+def _encode_checkpoint(*values: int) -> bytes:
+    return "".join(f"{value}\n" for value in (_CHECKPOINT_VERSION, *values)).encode("ascii")
+
+
+def _read_checkpoint(directory: Path) -> int | None:
+    """The recovery point, or None if the file is missing or not valid (then: recover all)."""
+    values = _read_checkpoint_values(directory, RECOVERY_POINT_FILE, "recovery", (0,))
+    return None if values is None else values[0]
 
 
 def _read_cleaner_checkpoint(directory: Path) -> tuple[int, int] | None:
     """``(first dirty offset, tombstone horizon ms)``, or None if missing or not valid (then
     the whole log counts as dirty, which costs work, not data)."""
-    path = directory / CLEANER_CHECKPOINT_FILE
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(_MAX_CHECKPOINT_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    try:
-        if len(data) > _MAX_CHECKPOINT_BYTES:
-            raise ValueError(f"{len(data)} bytes")
-        version, offset, horizon, trailer = data.decode("ascii").split("\n")
-        if int(version) != _CHECKPOINT_VERSION or trailer or int(offset) < 0 or int(horizon) < -1:
-            raise ValueError(f"unexpected content {data!r}")
-        return int(offset), int(horizon)
-    except ValueError as exc:
-        log.warning("ignoring invalid cleaner checkpoint dir=%s reason=%s", directory, exc)
-        return None
+    values = _read_checkpoint_values(directory, CLEANER_CHECKPOINT_FILE, "cleaner", (0, -1))
+    return None if values is None else (values[0], values[1])
 
 
 def _encode_swap(old_bases: list[int], new_bases: list[int]) -> bytes:
@@ -1278,15 +1283,9 @@ class PartitionLog:
                 checkpoint = (self._first_dirty_offset, self._tombstone_horizon_ms)
                 if checkpoint == self._cleaner_checkpoint_persisted:
                     return
-            try:
-                write_file_atomically(
-                    self._directory / CLEANER_CHECKPOINT_FILE,
-                    f"{_CHECKPOINT_VERSION}\n{checkpoint[0]}\n{checkpoint[1]}\n".encode("ascii"),
-                )
-            except OSError as exc:
-                raise KafkaStorageError(
-                    f"writing cleaner checkpoint of dir={self._directory} failed: {exc}"
-                ) from exc
+            self._write_checkpoint(
+                CLEANER_CHECKPOINT_FILE, "cleaner checkpoint", _encode_checkpoint(*checkpoint)
+            )
             self._cleaner_checkpoint_persisted = checkpoint
 
     # ---- durability -----------------------------------------------------------------------
@@ -1369,16 +1368,19 @@ class PartitionLog:
                     and self._segment_index(offset) == self._segment_index(self._checkpoint_offset)
                 ):
                     return
-            try:
-                write_file_atomically(
-                    self._directory / RECOVERY_POINT_FILE,
-                    f"{_CHECKPOINT_VERSION}\n{offset}\n".encode("ascii"),
-                )
-            except OSError as exc:
-                raise KafkaStorageError(
-                    f"writing recovery point of dir={self._directory} failed: {exc}"
-                ) from exc
+            self._write_checkpoint(
+                RECOVERY_POINT_FILE, "recovery point", _encode_checkpoint(offset)
+            )
             self._checkpoint_offset = offset
+
+    def _write_checkpoint(self, name: str, what: str, data: bytes) -> None:
+        """Replace checkpoint file ``name`` atomically; ``KafkaStorageError`` if that fails."""
+        try:
+            write_file_atomically(self._directory / name, data)
+        except OSError as exc:
+            raise KafkaStorageError(
+                f"writing {what} of dir={self._directory} failed: {exc}"
+            ) from exc
 
     def _persist_epoch_checkpoint(self) -> None:
         """Write ``leader-epoch-checkpoint`` if the cache changed since the last write.

@@ -25,6 +25,19 @@ REPO = Path(__file__).resolve().parents[2]
 STEP_TIMEOUT_S = 300
 
 
+def run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` as the user would run it from ``cwd``, its output captured."""
+    return subprocess.run(
+        argv,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=STEP_TIMEOUT_S,
+        check=False,
+    )
+
+
 def next_steps() -> list[str]:
     """The shell block of the README that starts by activating the virtualenv."""
     blocks = re.findall(r"```sh\n(.*?)```", (REPO / "README.md").read_text(), re.DOTALL)
@@ -46,27 +59,14 @@ def demo_cluster(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
         "LOGRAFT_BOOTSTRAP": ",".join(f"127.0.0.1:{base_port + n}" for n in range(3)),
     }
     try:
-        demo = subprocess.run(
-            [sys.executable, "-m", "cluster.demo", "--base-port", str(base_port)],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=STEP_TIMEOUT_S,
-            check=False,
+        demo = run(
+            [sys.executable, "-m", "cluster.demo", "--base-port", str(base_port)], tmp_path, env
         )
         assert demo.returncode == 0, demo.stdout + demo.stderr
         assert "consumed 12 records in group" in demo.stdout, demo.stdout
         yield tmp_path, env
     finally:
-        subprocess.run(
-            [sys.executable, "-m", "cluster.cli", "cluster", "down"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            timeout=STEP_TIMEOUT_S,
-            check=False,
-        )
+        run([sys.executable, "-m", "cluster.cli", "cluster", "down"], tmp_path, env)
 
 
 def python_examples() -> list[str]:
@@ -79,15 +79,7 @@ def test_the_readme_next_steps_work_verbatim(demo_cluster: tuple[Path, dict[str,
     steps = next_steps()
     assert any(step.startswith("lograft cluster down") for step in steps)
     for step in steps:
-        done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", step],
-            cwd=workdir,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=STEP_TIMEOUT_S,
-            check=False,
-        )
+        done = run(["bash", "-euo", "pipefail", "-c", step], workdir, env)
         assert done.returncode == 0, f"README step failed: {step}\n{done.stdout}{done.stderr}"
 
 
@@ -98,13 +90,5 @@ def test_the_readme_python_examples_run(demo_cluster: tuple[Path, dict[str, str]
     for example in examples:
         # Only the address differs: the examples name the default 127.0.0.1:9092.
         source = example.replace("127.0.0.1:9092", env["LOGRAFT_BOOTSTRAP"])
-        done = subprocess.run(
-            [sys.executable, "-c", source],
-            cwd=workdir,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=STEP_TIMEOUT_S,
-            check=False,
-        )
+        done = run([sys.executable, "-c", source], workdir, env)
         assert done.returncode == 0, f"README example failed:\n{example}\n{done.stderr}"

@@ -21,8 +21,10 @@ from controller.logic import (
     AlterConfigOp,
     AlterConfigOpType,
     AlterConfigsResource,
+    AlterConfigsResult,
     ConfigSource,
     ConfigType,
+    Decision,
     NewPartitions,
     NewTopic,
     create_partitions,
@@ -188,12 +190,18 @@ def test_manual_assignment_of_only_fenced_brokers_is_refused() -> None:
 # ---- IncrementalAlterConfigs ----------------------------------------------------------------
 
 
+def _decide_alter(
+    cluster: Cluster, name: str, *ops: AlterConfigOp, validate_only: bool = False
+) -> Decision[list[AlterConfigsResult]]:
+    return incremental_alter_configs(
+        cluster.image, [AlterConfigsResource(_topic(name), ops)], validate_only=validate_only
+    )
+
+
 def _alter(
     cluster: Cluster, name: str, *ops: AlterConfigOp, validate_only: bool = False
 ) -> LograftError | None:
-    decision = incremental_alter_configs(
-        cluster.image, [AlterConfigsResource(_topic(name), ops)], validate_only=validate_only
-    )
+    decision = _decide_alter(cluster, name, *ops, validate_only=validate_only)
     if decision.result[0].error is not None:
         assert decision.records == ()
     cluster.commit(decision)
@@ -203,17 +211,11 @@ def _alter(
 def test_set_and_delete_write_config_records_and_change_the_image() -> None:
     cluster = _cluster()
     cluster.create("orders", 1, 1, {"retention.ms": "1000"})
-    decision = incremental_alter_configs(
-        cluster.image,
-        [
-            AlterConfigsResource(
-                _topic("orders"),
-                (
-                    AlterConfigOp("min.insync.replicas", SET, "3"),
-                    AlterConfigOp("retention.ms", DELETE),
-                ),
-            )
-        ],
+    decision = _decide_alter(
+        cluster,
+        "orders",
+        AlterConfigOp("min.insync.replicas", SET, "3"),
+        AlterConfigOp("retention.ms", DELETE),
     )
     assert decision.records == (
         ConfigRecord(ConfigResourceType.TOPIC, "orders", "min.insync.replicas", "3"),
@@ -226,17 +228,11 @@ def test_set_and_delete_write_config_records_and_change_the_image() -> None:
 def test_operations_that_change_nothing_append_nothing() -> None:
     cluster = _cluster()
     cluster.create("orders", 1, 1, {"retention.ms": "1000"})
-    decision = incremental_alter_configs(
-        cluster.image,
-        [
-            AlterConfigsResource(
-                _topic("orders"),
-                (
-                    AlterConfigOp("retention.ms", SET, "1000"),
-                    AlterConfigOp("segment.bytes", DELETE),
-                ),
-            )
-        ],
+    decision = _decide_alter(
+        cluster,
+        "orders",
+        AlterConfigOp("retention.ms", SET, "1000"),
+        AlterConfigOp("segment.bytes", DELETE),
     )
     assert decision.records == () and decision.result[0].error is None
 

@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -103,22 +103,46 @@ def batches(log: PartitionLog) -> tuple[list[BatchHeader], list[Record]]:
     return headers, records
 
 
+def stage(
+    log: PartitionLog,
+    *,
+    limit: int | None = None,
+    now_ms: int = NOW,
+    producer_last_offsets: Mapping[int, int] | None = None,
+    max_map_keys: int = 10**6,
+) -> CleaningResult | None:
+    """One cleaning below ``limit`` (default: the log end), staged but not committed; None
+    if nothing is due."""
+    cleaning = log.prepare_cleaning(log.log_end_offset if limit is None else limit, now_ms)
+    if cleaning is None:
+        return None
+    try:
+        return clean_log(
+            cleaning,
+            now_ms=now_ms,
+            producer_last_offsets=producer_last_offsets or {},
+            max_map_keys=max_map_keys,
+        )
+    finally:
+        cleaning.close()
+
+
 def clean(
     log: PartitionLog, *, limit: int | None = None, now_ms: int = NOW, max_map_keys: int = 10**6
 ) -> CleaningResult | None:
     """One cleaning below ``limit`` (default: the log end), committed; None if nothing due."""
-    cleaning = log.prepare_cleaning(log.log_end_offset if limit is None else limit, now_ms)
-    if cleaning is None:
-        return None
     state = ProducerStateManager(end_offset=log.log_start_offset)
     state.rebuild_from_batches(log.batch_headers())
     last_offsets = {pid: entry.last_offset for pid, entry in state.entries().items()}
-    try:
-        result = clean_log(
-            cleaning, now_ms=now_ms, producer_last_offsets=last_offsets, max_map_keys=max_map_keys
-        )
-    finally:
-        cleaning.close()
+    result = stage(
+        log,
+        limit=limit,
+        now_ms=now_ms,
+        producer_last_offsets=last_offsets,
+        max_map_keys=max_map_keys,
+    )
+    if result is None:
+        return None
     deleted = log.commit_cleaning(result, now_ms)
     assert deleted is not None
     delete_files(deleted)
@@ -324,6 +348,16 @@ def test_tombstones_get_a_delete_horizon_then_go_after_it() -> None:
     late = filter_batch(first.data, {}, NOW + DAY, DAY, retain_if_empty=False)
     assert late.tombstones_removed == 1 and late.data is not None
     assert [(r.key, r.timestamp) for r in iter_records(late.data)] == [(b"a", 5_000)]
+
+
+def test_a_timestamp_too_far_from_the_horizon_refuses_the_batch_instead_of_mangling_it() -> None:
+    builder = RecordBatchBuilder(0)
+    builder.append(b"x", key=b"a", timestamp_ms=-(1 << 62))  # a producer's odd timestamp
+    builder.append(None, key=b"b", timestamp_ms=-(1 << 62))
+    data = bytearray(builder.build())
+    # Re-basing on a horizon near 2**63 gives a delta beyond a 64-bit varlong.
+    with pytest.raises(CorruptMessageError, match="64-bit varlong"):
+        filter_batch(bytes(data), {}, (1 << 63) - 1 - DAY, DAY, retain_if_empty=False)
 
 
 def test_records_without_a_key_are_dropped() -> None:
@@ -556,12 +590,8 @@ def test_a_crash_at_any_step_of_the_swap_leaves_old_or_new(
         append(log, [(f"k{n % 3}".encode(), f"{n}".encode()), (b"fixed", b"x")])
     log.flush()
     _, old = batches(log)
-    cleaning = log.prepare_cleaning(log.log_end_offset, NOW)
-    assert cleaning is not None
-    try:
-        result = clean_log(cleaning, now_ms=NOW, producer_last_offsets={})
-    finally:
-        cleaning.close()
+    result = stage(log)
+    assert result is not None
     crashes, snap = _snapshots(monkeypatch, tmp_path, directory)
     snap()  # staged files written, nothing committed
     deleted = log.commit_cleaning(result, NOW)
@@ -594,12 +624,8 @@ def test_an_unreadable_swap_file_is_a_storage_error(log: PartitionLog, directory
 def test_a_cleaning_is_abandoned_when_the_log_changed(log: PartitionLog, directory: Path) -> None:
     fill(log, 40)
     _, before = batches(log)
-    cleaning = log.prepare_cleaning(log.log_end_offset, NOW)
-    assert cleaning is not None
-    try:
-        result = clean_log(cleaning, now_ms=NOW, producer_last_offsets={})
-    finally:
-        cleaning.close()
+    result = stage(log)
+    assert result is not None
     log.truncate_to(log.log_end_offset - 3)
     assert log.commit_cleaning(result, NOW) is None
     assert not list(directory.glob(f"*{CLEANED_SUFFIX}"))
