@@ -17,35 +17,16 @@ import argparse
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, run_json, write_report
+from _common import ROOT, free_base_port, run_json, write_report
 
 LOGRAFT = [sys.executable, "-m", "cluster.cli"]
 PARTITIONS = 6
-
-
-def _free_base_port(count: int = 3) -> int:
-    """A port p with p..p+count-1 free on 127.0.0.1 at the time of the call."""
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + count > 65535:
-            continue
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as check:
-                    check.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port range")
 
 
 def _create_topic(bootstrap: str, topic: str) -> None:
@@ -121,7 +102,7 @@ def main() -> int:
             "--nodes",
             "3",
             "--base-port",
-            str(_free_base_port()),
+            str(free_base_port()),
         ]
         for item in args.config:
             up += ["--config", item]
