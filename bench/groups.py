@@ -10,7 +10,8 @@ topic of six partitions (RF 3) and measures, with real consumers:
   partitions the two others gave up (a cooperative rebalance moves only those);
 * ``leave``: a member closes (leaves the group) → the other owns all six;
 * ``coordinator_failover``: the coordinator's node is SIGKILLed → a commit succeeds again;
-* ``e2e``: ``lograft perf e2e`` (acks=all, one partition) for the produce → poll latency.
+* ``e2e``: ``lograft perf e2e`` (acks=all, one partition, RF 3, min.insync.replicas=2) for
+  the produce → poll latency.
 
 Prints one JSON document and writes it to bench/results/groups.json.
 
@@ -174,6 +175,9 @@ def main() -> int:
         try:
             with AdminClient({"bootstrap.servers": bootstrap}) as admin:
                 admin.create_topics([NewTopic("bench", PARTITIONS, 3)])["bench"].result()
+                # perf e2e would create a missing topic with the broker default, RF 1.
+                e2e_topic = NewTopic("bench-e2e", 1, 3, {"min.insync.replicas": "2"})
+                admin.create_topics([e2e_topic])["bench-e2e"].result()
             for number in range(args.rounds):
                 rounds.append(_round(bootstrap, data, f"bench-{number}", args.session_timeout_ms))
                 print(json.dumps(rounds[-1]), file=sys.stderr)
