@@ -29,6 +29,7 @@ import crc32c as _crc32c
 
 from cluster.errors import (
     CorruptMessageError,
+    InvalidRecordError,
     MessageTooLargeError,
     UnsupportedCompressionTypeError,
 )
@@ -36,6 +37,7 @@ from cluster.errors import (
 __all__ = [
     "ATTR_COMPRESSION_MASK",
     "ATTR_CONTROL",
+    "ATTR_DELETE_HORIZON",
     "ATTR_TIMESTAMP_TYPE",
     "ATTR_TRANSACTIONAL",
     "CRC_OFFSET",
@@ -46,6 +48,7 @@ __all__ = [
     "BatchHeader",
     "assign_offsets",
     "batch_crc",
+    "check_produced_attributes",
     "iter_headers",
     "parse_header",
     "validate_batches",
@@ -64,6 +67,8 @@ ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
+ATTR_DELETE_HORIZON = 0x40
+"""Set by the log cleaner (KIP-534): ``baseTimestamp`` is when the batch's tombstones go."""
 MIN_RECORD_SIZE = 7
 """Smallest encoded record: length, attributes, timestamp delta, offset delta, key length,
 value length and header count, one byte each."""
@@ -222,6 +227,23 @@ def validate_batches(
         headers.append(header)
         position += header.size
     return headers
+
+
+def check_produced_attributes(header: BatchHeader) -> None:
+    """Refuse attribute bits only the broker sets: raises ``InvalidRecordError``.
+
+    The delete-horizon bit would let a client make the log cleaner drop its tombstones at
+    once (``baseTimestamp`` read as a horizon long past); the transactional bit claims a
+    transaction the broker does not support. Batches a follower copies keep both: the
+    leader's cleaner set them. Control batches are refused by :func:`validate_batches`.
+    """
+    claimed = header.attributes & (ATTR_TRANSACTIONAL | ATTR_DELETE_HORIZON)
+    if claimed:
+        raise InvalidRecordError(
+            f"batch at {header.position} has attributes 0x{header.attributes:x}: clients may "
+            f"not set the {'transactional' if claimed & ATTR_TRANSACTIONAL else 'delete-horizon'}"
+            " bit"
+        )
 
 
 def check_stored_batch(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:

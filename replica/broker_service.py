@@ -37,7 +37,7 @@ from cluster.errors import (
 )
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.batch_header import iter_headers, validate_batches
+from replica.batch_header import check_produced_attributes, iter_headers, validate_batches
 from replica.group import GroupCoordinator, GroupDescription, GroupRecord, OffsetAndMetadata
 from replica.group_service import GroupService
 from replica.log.config import FlushPolicy
@@ -196,6 +196,7 @@ class BrokerService(pb_grpc.BrokerServicer):  # type: ignore[misc]
         buffer = bytearray(records)
         headers = validate_batches(buffer, config.max_message_bytes)
         for header in headers:
+            check_produced_attributes(header)
             if header.compression:
                 check_compressed_records(buffer, header)
             if config.compact:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from cluster.errors import CorruptMessageError, LograftError
+from cluster.errors import CorruptMessageError, KafkaStorageError, LograftError
 from replica.log.cleaner import (
     DEFAULT_MAX_MAP_KEYS,
     CleanableView,
@@ -77,10 +77,11 @@ def pick_dirtiest(
     skip: frozenset[TopicPartition] | set[TopicPartition] = frozenset(),
 ) -> Partition | None:
     """The compacted partition to clean next, or None: logs past ``max.compaction.lag.ms``
-    first, then the highest dirty ratio at or above ``min.cleanable.dirty.ratio``."""
+    first, then the highest dirty ratio at or above ``min.cleanable.dirty.ratio``. Failed
+    and closed logs are skipped (they cannot be cleaned, and must not starve the others)."""
     best: tuple[bool, float, Partition] | None = None
     for tp, partition in partitions.items():
-        if tp in skip or not partition.log.config.compact:
+        if tp in skip or not partition.log.config.compact or partition.log.failed:
             continue
         try:
             view = partition.log.cleanable_view(partition.high_watermark, now_ms)
@@ -163,43 +164,58 @@ class LogCleaner:
             return None
         tp = partition.topic_partition
         partition_log = partition.log
-        cleaning = partition_log.prepare_cleaning(partition.high_watermark, now_ms)
+        last_offsets = _producer_last_offsets(partition)
+        try:
+            cleaning = partition_log.prepare_cleaning(partition.high_watermark, now_ms)
+        except KafkaStorageError as exc:
+            # Picked again every round otherwise, and no other log would be cleaned.
+            self._uncleanable.add(tp)
+            log.error("log cleaner cannot read log, not cleaning partition=%s error=%s", tp, exc)
+            return None
         if cleaning is None:
             return None
-        loop = asyncio.get_running_loop()
-        started = time.monotonic()
-        self._job = loop.run_in_executor(
-            None, self._work, cleaning, now_ms, _producer_last_offsets(partition)
-        )
+        finished = False
         try:
-            # Shielded: a cancelled round must not forget a thread still using descriptors
-            # (stop() waits for it).
-            result = await asyncio.shield(self._job)
-        except CleaningAbortedError:
-            partition_log.abandon_cleaning()
+            loop = asyncio.get_running_loop()
+            started = time.monotonic()
+            self._job = loop.run_in_executor(None, self._work, cleaning, now_ms, last_offsets)
+            try:
+                # Shielded: a cancelled round must not forget a thread still using descriptors
+                # (stop() waits for it).
+                result = await asyncio.shield(self._job)
+            except CleaningAbortedError:
+                partition_log.abandon_cleaning()
+                self._job = None
+                return None
+            except (CorruptMessageError, LograftError, ValueError) as exc:
+                partition_log.abandon_cleaning()
+                self._job = None
+                # Bytes read while a truncation cut the segment are not corruption.
+                if (
+                    isinstance(exc, CorruptMessageError)
+                    and partition_log.generation == cleaning.generation
+                ):
+                    self._uncleanable.add(tp)
+                    log.error(
+                        "log cleaner found corrupt data, not cleaning partition=%s error=%s",
+                        tp,
+                        exc,
+                    )
+                else:
+                    log.error("log cleaning failed partition=%s error=%s", tp, exc)
+                return None
             self._job = None
-            return None
-        except (CorruptMessageError, LograftError, ValueError) as exc:
-            partition_log.abandon_cleaning()
-            self._job = None
-            # Bytes read while a truncation cut the segment are not corruption.
-            if (
-                isinstance(exc, CorruptMessageError)
-                and partition_log.generation == cleaning.generation
-            ):
-                self._uncleanable.add(tp)
-                log.error(
-                    "log cleaner found corrupt data, not cleaning partition=%s error=%s", tp, exc
-                )
-            else:
-                log.error("log cleaning failed partition=%s error=%s", tp, exc)
-            return None
-        self._job = None
-        if self._logs.partitions.get(tp) is not partition:
-            _discard(result)
-            partition_log.abandon_cleaning()
-            return None
-        deleted = partition_log.commit_cleaning(result, self._now_ms())
+            if self._logs.partitions.get(tp) is not partition:
+                _discard(result)
+                partition_log.abandon_cleaning()
+                return None
+            deleted = partition_log.commit_cleaning(result, self._now_ms())
+            finished = True
+        finally:
+            if not finished:
+                # Whatever escaped (a bug, a cancelled round): the log must not stay marked
+                # as being cleaned, or it would never be cleaned again.
+                partition_log.abandon_cleaning()
         if deleted is None:
             return None
         duration_ms = int((time.monotonic() - started) * 1000)

@@ -61,6 +61,7 @@ from cluster.durable import fsync_directory
 from cluster.errors import CorruptMessageError, KafkaStorageError
 from replica.batch_header import (
     ATTR_COMPRESSION_MASK,
+    ATTR_DELETE_HORIZON,
     ATTR_TRANSACTIONAL,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -101,7 +102,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DELETE_HORIZON_FLAG = 0x40
+DELETE_HORIZON_FLAG = ATTR_DELETE_HORIZON
 """Batch attribute bit 6 (KIP-534): ``baseTimestamp`` holds the batch's delete horizon."""
 DEFAULT_MAX_MAP_KEYS = 1_000_000
 """Keys the offset map of one cleaning may hold (Kafka bounds it by

@@ -44,7 +44,7 @@ import sys
 import threading
 from bisect import bisect_right
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cluster.durable import TMP_SUFFIX, fsync_directory, write_file_atomically
@@ -271,6 +271,31 @@ def _finish_cleaner_swap(directory: Path) -> bool:
     if changed:
         fsync_directory(directory)
     return changed
+
+
+def _segment_runs(
+    records: bytearray, headers: list[BatchHeader]
+) -> Iterator[tuple[bytearray, list[BatchHeader]]]:
+    """Split tiled batches where one segment could not hold them all: each run's offsets lie
+    within ``MAX_RELATIVE_OFFSET`` of its first batch's base offset. Positions are rebased
+    to each run's buffer; a single run is the input itself."""
+    start = 0
+    for index in range(1, len(headers) + 1):
+        if (
+            index < len(headers)
+            and headers[index].last_offset - headers[start].base_offset <= MAX_RELATIVE_OFFSET
+        ):
+            continue
+        if start == 0 and index == len(headers):
+            yield records, headers
+            return
+        first = headers[start].position
+        end = headers[index - 1].position + headers[index - 1].size
+        yield (
+            records[first:end],
+            [replace(header, position=header.position - first) for header in headers[start:index]],
+        )
+        start = index
 
 
 def _scan_directory(directory: Path) -> list[int]:
@@ -560,6 +585,19 @@ class PartitionLog:
             # Data below the old recovery point is gone; a stale, higher recovery point
             # would let the next recovery skip segments written from now on.
             partition_log._persist_recovery_point(force=True)
+        if partition_log._first_dirty_offset > log_end_offset:
+            # Records the cleaner had seen are gone (a lost tail): what is written from now
+            # on must count as dirty, so start over rather than trust the stale value.
+            log.warning(
+                "cleaner checkpoint above the log end, resetting dir=%s first_dirty_offset=%d "
+                "log_end_offset=%d",
+                directory,
+                partition_log._first_dirty_offset,
+                log_end_offset,
+            )
+            partition_log._first_dirty_offset = kept[0].base_offset
+            partition_log._tombstone_horizon_ms = -1
+            partition_log.persist_cleaner_checkpoint()
         log.info(
             "opened log dir=%s clean=%s segments=%d log_start_offset=%d log_end_offset=%d "
             "recovered_segments=%d latest_leader_epoch=%d",
@@ -717,6 +755,12 @@ class PartitionLog:
         stamping: the leader did it), so ``log_append_time_ms`` is -1. Rolling, indexing,
         size accounting and durability (no fsync) are those of :meth:`append`; each batch
         whose epoch is new starts a leader-epoch cache entry at its base offset.
+
+        A batch whose offsets lie more than 2**31 - 1 past the active segment's base offset
+        (a hole a compacted leader left) starts a new segment at its own base offset
+        (Kafka's KAFKA-6264); batches of one call that such a hole separates are written as
+        separate appends, so a failed write may leave the earlier ones appended (a valid
+        prefix: the fetcher goes on from the log end).
         """
         _check_tiling(records, headers)
         with self._lock:
@@ -740,9 +784,10 @@ class PartitionLog:
                     )
                 expected_offset = header.next_offset
                 previous_epoch = epoch
-            self._write_locked(records, headers, now_ms)
-            for header in headers:
-                self._assign_epoch_locked(header.partition_leader_epoch, header.base_offset)
+            for run_records, run_headers in _segment_runs(records, headers):
+                self._write_locked(run_records, run_headers, now_ms)
+                for header in run_headers:
+                    self._assign_epoch_locked(header.partition_leader_epoch, header.base_offset)
         return AppendResult(first_offset, headers[-1].last_offset, -1, tuple(headers))
 
     def _write_locked(self, records: bytearray, headers: list[BatchHeader], now_ms: int) -> None:
@@ -775,6 +820,10 @@ class PartitionLog:
             )
 
     def _should_roll(self, active: LogSegment, size: int, last_offset: int, now_ms: int) -> bool:
+        # Even an empty segment: its indexes cannot hold offsets that far from its base (a
+        # new follower of a compacted log may get such a batch first).
+        if last_offset - active.base_offset > MAX_RELATIVE_OFFSET:
+            return True
         if active.is_empty:
             return False
         config = self._config
@@ -782,7 +831,6 @@ class PartitionLog:
             active.size + size > min(config.segment_bytes, MAX_SEGMENT_BYTES)
             or active.is_index_full(config.segment_index_bytes)
             or self._segment_ms_elapsed(active, now_ms)
-            or last_offset - active.base_offset > MAX_RELATIVE_OFFSET
         )
 
     def _segment_ms_elapsed(self, active: LogSegment, now_ms: int) -> bool:
@@ -836,7 +884,8 @@ class PartitionLog:
         before the hole ends. An offset below the log start empties the log, which restarts at
         ``offset``. If the persisted recovery point lies above the new end, it is lowered
         (synchronously) before returning, so the next recovery re-checks what is written
-        from now on.
+        from now on; so is the first dirty offset in ``cleaner-offset-checkpoint``, so that
+        records written from now on are never taken for cleaned ones after a restart.
         """
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
@@ -854,6 +903,7 @@ class PartitionLog:
                 ) from exc
             log_end_offset = self.log_end_offset
             self._generation += 1
+            first_dirty_lowered = self._first_dirty_offset > log_end_offset
             self._first_dirty_offset = min(self._first_dirty_offset, log_end_offset)
             # The end, not ``offset``: it may lie below ``offset`` (whole batches go). An
             # emptied log restarting at ``offset`` keeps no history (Kafka clears the cache).
@@ -878,6 +928,10 @@ class PartitionLog:
             [(entry.epoch, entry.start_offset) for entry in removed_epochs],
         )
         self._persist_recovery_point(force=False)
+        if first_dirty_lowered:
+            # A stale, higher value on disk would, once the log grows past it again, make
+            # the next open treat the new records (a tombstone, say) as already cleaned.
+            self.persist_cleaner_checkpoint()
 
     def _truncate_locked(self, offset: int) -> tuple[int, int]:
         segments = self._segments
@@ -1046,6 +1100,12 @@ class PartitionLog:
     # ---- compaction -----------------------------------------------------------------------
 
     @property
+    def failed(self) -> bool:
+        """True once an I/O error left the files in doubt, or the log was closed or deleted:
+        writes, flushes and cleanings raise ``KafkaStorageError`` from then on."""
+        return self._failed or self._closed
+
+    @property
     def generation(self) -> int:
         """Bumped by every truncation and retention deletion (a prepared cleaning compares
         it: what it read may have changed underneath)."""
@@ -1201,6 +1261,21 @@ class PartitionLog:
                 )
                 self._remove_staged(new_bases)
                 return None
+            missing = [
+                base_offset
+                for base_offset in new_bases
+                if not segment_file(
+                    self._directory, base_offset, LOG_SUFFIX + CLEANED_SUFFIX
+                ).exists()
+            ]
+            if missing:
+                # Committing would make the open after a crash drop these ranges for good;
+                # before the commit nothing is lost (the old segments stay).
+                self._remove_staged(new_bases)
+                raise KafkaStorageError(
+                    f"cleaner swap of dir={self._directory} not committed: staged segments "
+                    f"{missing} are missing"
+                )
             swap_path = self._directory / CLEANER_SWAP_FILE
             try:
                 write_file_atomically(
@@ -1219,8 +1294,22 @@ class PartitionLog:
                 for base_offset in new_bases:
                     _install_cleaned(self._directory, base_offset)
                 fsync_directory(self._directory)
-                for base_offset in new_bases:
-                    fresh.append(self._open_cleaned(base_offset, now_ms))
+                old_by_base = {segment.base_offset: segment for segment in replaced}
+                for group in result.groups:
+                    if group.new_base is None:
+                        continue
+                    segment = self._open_cleaned(group.new_base, now_ms)
+                    fresh.append(segment)
+                    # Kafka keeps the replaced segments' last-modified time: retention of
+                    # records without timestamps must not restart at the cleaning.
+                    modified = [
+                        old.last_modified_ms
+                        for base_offset in group.old_bases
+                        if (old := old_by_base.get(base_offset)) is not None
+                        and old.last_modified_ms is not None
+                    ]
+                    if modified:
+                        segment.last_modified_ms = max(modified)
                 swap_path.unlink()
                 fsync_directory(self._directory)
             except (OSError, KafkaStorageError) as exc:
@@ -1403,7 +1492,8 @@ class PartitionLog:
             self._epoch_written_version = version
 
     def close(self) -> None:
-        """Flush, persist the exact recovery point, write the clean-shutdown marker, close.
+        """Flush, persist the exact recovery point and the cleaner checkpoint, write the
+        clean-shutdown marker, close.
 
         Idempotent. A failed log is closed without the marker, so the next open recovers.
         """
@@ -1425,6 +1515,7 @@ class PartitionLog:
                 if not failed:
                     self._flush_locked()
                     self._persist_recovery_point(force=True)
+                    self.persist_cleaner_checkpoint()
                     write_file_atomically(self._directory / CLEAN_SHUTDOWN_FILE, b"")
             finally:
                 with self._lock:

@@ -230,3 +230,54 @@ def test_cache_property_is_a_copy(log: PartitionLog) -> None:
     copy = log.leader_epoch_cache
     copy.truncate_from_end(0)
     assert log.leader_epoch_cache.entries == [EpochEntry(0, 0), EpochEntry(1, 2)]
+
+
+# ---- offsets beyond a segment's relative range (KAFKA-6264) -------------------------------
+
+
+@pytest.mark.parametrize("first_offset", [0, 10])
+def test_a_batch_beyond_the_relative_offset_range_starts_a_new_segment(
+    directory: Path, first_offset: int
+) -> None:
+    far = 3_000_000_000  # more than 2**31 past the empty active segment's base
+    log = PartitionLog.open(directory, SMALL, now_ms=0)
+    data = leader_batches(0, [0] * (first_offset // 2))
+    if data:
+        follow(log, data)
+        log.truncate_to(first_offset)  # the active segment holds data; a new one is empty
+    # One fetch response: a batch just past the log end, then one past a hole > 2**31.
+    near = leader_batches(first_offset, [1])
+    data += near
+    far_batch = leader_batches(far, [1])
+    follow(log, near + far_batch)
+    follow(log, leader_batches(far + 2, [2]))
+    expected = bytes(data + far_batch + leader_batches(far + 2, [2]))
+    assert log.log_end_offset == far + 4
+    assert read_all(log) == expected
+    log.close()
+    reopened = PartitionLog.open(directory, SMALL, now_ms=0)
+    try:
+        assert reopened.log_start_offset == 0
+        assert reopened.log_end_offset == far + 4
+        assert read_all(reopened) == expected
+        assert headers_of(reopened.read(far, 1))[0].base_offset == far
+        assert headers_of(reopened.read(first_offset + 2, 1))[0].base_offset == far  # the hole
+    finally:
+        reopened.close()
+
+
+def test_an_empty_log_takes_a_first_batch_beyond_the_relative_offset_range(
+    directory: Path,
+) -> None:
+    far = 3_000_000_000
+    log = PartitionLog.open(directory, SMALL, now_ms=0)
+    batch = leader_batches(far, [0])
+    follow(log, batch)
+    log.close()
+    reopened = PartitionLog.open(directory, SMALL, now_ms=0)
+    try:
+        assert reopened.log_end_offset == far + 2
+        assert read_all(reopened) == bytes(batch)
+        assert reopened.read(0, 1 << 20) == bytes(batch)  # the hole reads as the next batch
+    finally:
+        reopened.close()

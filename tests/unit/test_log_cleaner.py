@@ -15,8 +15,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster.errors import CorruptMessageError, KafkaStorageError
-from replica.batch_header import BatchHeader, iter_headers, parse_header, validate_batches
+from cluster.errors import CorruptMessageError, InvalidRecordError, KafkaStorageError
+from cluster.wire import broker_pb2 as pb
+from replica.batch_header import (
+    ATTR_TRANSACTIONAL,
+    BatchHeader,
+    assign_offsets,
+    batch_crc,
+    iter_headers,
+    parse_header,
+    validate_batches,
+)
+from replica.broker_service import BrokerEndpoint, BrokerService
 from replica.log.cleaner import (
     DELETE_HORIZON_FLAG,
     CleaningResult,
@@ -706,5 +716,201 @@ def test_a_compacted_log_rolls_within_max_compaction_lag(directory: Path) -> Non
         log.update_config(replace(COMPACT, cleanup_policy="delete", max_compaction_lag_ms=1_000))
         append(log, [(b"k", b"w")])
         assert not log.roll_if_due(5_000)  # segment.ms (a week) alone decides
+    finally:
+        log.close()
+
+
+# ---- the first dirty offset across truncation and restart ------------------------------------
+
+
+def test_a_tombstone_appended_after_a_truncation_survives_a_restart(
+    log: PartitionLog, directory: Path
+) -> None:
+    append(log, [(b"K", b"v1")])
+    fill(log, 30)
+    first = clean(log)
+    assert first is not None and first.next_dirty_offset > 1
+    # A follower's divergent tail goes; the new leader's history deletes K.
+    log.truncate_to(1)
+    assert log.first_dirty_offset == 1
+    assert (directory / CLEANER_CHECKPOINT_FILE).read_text().split()[1] == "1"
+    append(log, [(b"K", None)])
+    fill(log, 40)
+    assert log.log_end_offset > first.next_dirty_offset
+    log.close()
+    log = PartitionLog.open(directory, COMPACT, now_ms=0)
+    try:
+        assert log.first_dirty_offset == 1
+        for now_ms in (NOW, NOW + 2 * DAY, NOW + 4 * DAY):
+            clean(log, now_ms=now_ms)
+        assert [r for r in batches(log)[1] if r.key == b"K"] == []
+    finally:
+        log.close()
+
+
+def test_a_first_dirty_offset_above_the_recovered_log_is_reset(directory: Path) -> None:
+    log = PartitionLog.open(directory, COMPACT, now_ms=0)
+    fill(log, 30)
+    log.close()
+    # As after a crash that lost the tail the checkpoint still covers.
+    (directory / CLEANER_CHECKPOINT_FILE).write_text("0\n1000\n-1\n")
+    log = PartitionLog.open(directory, COMPACT, now_ms=0)
+    try:
+        assert log.first_dirty_offset == log.log_start_offset == 0
+        assert (directory / CLEANER_CHECKPOINT_FILE).read_text() == "0\n0\n-1\n"
+        fill(log, 500)  # past the stale value: still all dirty
+        assert log.first_dirty_offset == 0
+    finally:
+        log.close()
+
+
+def test_a_failed_log_does_not_stop_the_cleaning_of_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = LogManager(tmp_path, LogConfig(), lambda: NOW)
+    logs.open()
+    small = {"segment.bytes": "700", "index.interval.bytes": "150", "cleanup.policy": "compact"}
+    # "broken" is the dirtier one: without the fix it is picked every round.
+    logs.create_topic("broken", 1, 1, {**small, "min.cleanable.dirty.ratio": "0.01"})
+    logs.create_topic("table", 1, 1, small)
+    try:
+        for name, updates in (("broken", 40), ("table", 30)):
+            partition = logs.partition(name, 0)
+            for n in range(updates):
+                batch = bytearray(
+                    encode_batch([f"{n}".encode()] * 2, [b"k1", f"k{n % 3}".encode()])
+                )
+                partition.append_as_leader(batch, validate_batches(batch, 1 << 20), 1, 0)
+            partition.log.flush()
+            partition.on_local_flush()
+        broken = logs.partition("broken", 0).log
+        monkeypatch.setattr(broken, "_failed", True)  # as after a failed fdatasync
+        assert broken.failed
+        cleaner = LogCleaner(logs, lambda: NOW, backoff_ms=10)
+
+        async def rounds() -> list[str]:
+            done = []
+            for _ in range(3):
+                cleaned = await cleaner.clean_once()
+                if cleaned is not None:
+                    done.append(cleaned.topic_partition.topic)
+            return done
+
+        assert asyncio.run(rounds()) == ["table"]
+    finally:
+        logs.close()
+
+
+def test_a_storage_error_while_preparing_marks_the_partition_uncleanable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = LogManager(tmp_path, LogConfig(), lambda: NOW)
+    logs.open()
+    small = {"segment.bytes": "700", "index.interval.bytes": "150", "cleanup.policy": "compact"}
+    logs.create_topic("table", 1, 1, small)
+    try:
+        partition = logs.partition("table", 0)
+        for n in range(30):
+            batch = bytearray(encode_batch([f"{n}".encode()] * 2, [b"k1", f"k{n % 3}".encode()]))
+            partition.append_as_leader(batch, validate_batches(batch, 1 << 20), 1, 0)
+        partition.log.flush()
+        partition.on_local_flush()
+
+        def unreadable(limit_offset: int, now_ms: int) -> None:
+            raise KafkaStorageError("cannot read log")
+
+        monkeypatch.setattr(partition.log, "prepare_cleaning", unreadable)
+        cleaner = LogCleaner(logs, lambda: NOW, backoff_ms=10)
+        assert asyncio.run(cleaner.clean_once()) is None
+        monkeypatch.undo()
+        # Not retried (until a restart), like a log with corrupt segments.
+        assert asyncio.run(cleaner.clean_once()) is None
+    finally:
+        logs.close()
+
+
+# ---- attributes a producer may not set ---------------------------------------------------------
+
+
+def _with_attributes(batch: bytes, extra: int) -> bytearray:
+    """``batch`` with ``extra`` attribute bits set and its CRC recomputed (a well-formed
+    batch a misbehaving client could send)."""
+    out = bytearray(batch)
+    header = parse_header(out)
+    out[21:23] = (header.attributes | extra).to_bytes(2, "big")
+    out[17:21] = batch_crc(out, parse_header(out)).to_bytes(4, "big")
+    return out
+
+
+@pytest.mark.parametrize("bit", [DELETE_HORIZON_FLAG, ATTR_TRANSACTIONAL])
+def test_a_produced_batch_may_not_claim_a_delete_horizon_or_a_transaction(
+    tmp_path: Path, bit: int
+) -> None:
+    logs = LogManager(tmp_path, LogConfig(), lambda: NOW)
+    logs.open()
+    logs.create_topic("table", 1, 1, {"cleanup.policy": "compact"})
+    service = BrokerService(logs, BrokerEndpoint(1, "127.0.0.1", 9092), "cluster", lambda: NOW)
+    try:
+        partition = logs.partition("table", 0)
+        # baseTimestamp 0: a horizon long past, so the first cleaning would drop the tombstone.
+        batch = encode_batch([None], [b"k"], timestamp_ms=0)
+        result = pb.PartitionProduceResponse()
+        with pytest.raises(InvalidRecordError, match="attributes"):
+            service._append(partition, bytes(_with_attributes(batch, bit)), 1, result)
+        assert partition.log.log_end_offset == 0
+        # The same batch without the bit is fine, and a follower still copies stored
+        # batches that carry a horizon (the cleaner set it on the leader).
+        service._append(partition, bytes(batch), 1, result)
+        assert partition.log.log_end_offset == 1
+        stored = _with_attributes(encode_batch([None], [b"k"], timestamp_ms=0), bit)
+        assign_offsets(stored, list(iter_headers(stored)), 1, 0)
+        partition.log.append_as_follower(stored, list(iter_headers(stored)), 0)
+        assert partition.log.log_end_offset == 2
+    finally:
+        logs.close()
+
+
+# ---- the swap's preconditions and what a cleaned segment keeps ---------------------------------
+
+
+def test_a_missing_staged_segment_stops_the_swap_before_its_commit(
+    log: PartitionLog, directory: Path
+) -> None:
+    fill(log, 30)
+    before = batches(log)
+    result = stage(log)
+    assert result is not None
+    new_bases = [group.new_base for group in result.groups if group.new_base is not None]
+    (directory / f"{new_bases[-1]:020d}.log{CLEANED_SUFFIX}").unlink()
+    with pytest.raises(KafkaStorageError, match="staged"):
+        log.commit_cleaning(result, NOW)
+    assert not log.failed
+    assert not (directory / CLEANER_SWAP_FILE).exists()
+    assert list(directory.glob(f"*{CLEANED_SUFFIX}")) == []
+    assert batches(log) == before
+    assert clean(log) is not None  # the next cleaning works
+    log.close()
+    reopened = PartitionLog.open(directory, COMPACT, now_ms=0)
+    try:
+        assert {r.key for r in batches(reopened)[1]} == {r.key for r in before[1]}
+    finally:
+        reopened.close()
+
+
+def test_a_cleaned_segment_keeps_the_last_modified_time_retention_uses(directory: Path) -> None:
+    # Records without timestamps: retention.ms falls back to the segment's last append.
+    config = replace(COMPACT, cleanup_policy="compact,delete", retention_ms=DAY)
+    log = PartitionLog.open(directory, config, now_ms=0)
+    try:
+        for n in range(30):
+            batch = bytearray(
+                encode_batch([b"v"] * 2, [f"k{n % 3}".encode(), b"x"], timestamp_ms=-1)
+            )
+            log.append(batch, validate_batches(batch, 1 << 20), 0, 0)  # appended at time 0
+        log.flush()
+        assert clean(log, now_ms=NOW) is not None
+        # Everything but the active segment was last written at 0: a day later it all goes.
+        assert log.enforce_retention(DAY + 1) != []
+        assert len(list(directory.glob("*.log"))) == 1
     finally:
         log.close()
