@@ -61,6 +61,12 @@ _GLOBAL_OPTIONS_WITH_VALUE = (
     "--api-timeout-ms",
 )
 
+_COMMANDS_WITHOUT_CLIENT_CONFIG = frozenset({"cluster", "node"})
+"""Commands that run or inspect local node processes: no client config file is read, so a
+bad $LOGRAFT_CONFIG cannot stop `lograft cluster down`."""
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
 DESCRIPTION = """\
 lograft: a replicated, partitioned commit log built the way Apache Kafka works in KRaft
 mode. These commands mirror Kafka's tools: kafka-topics, kafka-console-producer,
@@ -125,7 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a command may wait for the cluster (default %(default)s)",
     )
     parser.add_argument(
-        "--log-level", default="ERROR", help="client log level on stderr (default ERROR)"
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="ERROR",
+        help="client log level on stderr: " + ", ".join(LOG_LEVELS) + " (default ERROR)",
     )
     # Every command's parser (and theirs) is a _HelpParser, typed as the plain parser it is.
     commands = cast(
@@ -198,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         # The flag as given, then the address every command uses (which may come from the
         # config file, read here so that a bad file fails before anything else happens).
         args.bootstrap_flag = args.bootstrap
-        args.bootstrap = resolve_bootstrap(args)
+        if args.command not in _COMMANDS_WITHOUT_CLIENT_CONFIG:
+            args.bootstrap = resolve_bootstrap(args)
         return handler(args, streams)
     except LograftError as exc:
         print(f"lograft: {exc}", file=sys.stderr)

@@ -51,6 +51,7 @@ __all__ = [
     "positive",
     "progress_bar",
     "resolve_bootstrap",
+    "separator",
 ]
 
 BOOTSTRAP_ENV = "LOGRAFT_BOOTSTRAP"
@@ -109,6 +110,13 @@ def non_negative(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
+
+
+def separator(text: str) -> str:
+    """A key separator: any text but the empty string (nothing to split at)."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
 
 
 def acks(text: str) -> str:

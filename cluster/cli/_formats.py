@@ -54,7 +54,8 @@ JSON lines (--format json), one object per record:
 produce --format json reads the same objects: "value" is required (null: a tombstone);
 "key", "headers", "partition" and "timestamp" are optional; "topic" and "offset" are
 ignored, so consume's output can be produced again. "headers" may also be a plain object
-{"trace": "abc"}. A "partition" in the line wins over --partition."""
+{"trace": "abc"}. "partition" is used only with produce --keep-partition (then it wins over
+--partition); without it records are partitioned by key, as any other input."""
 
 _ENCODINGS = ("utf-8", "utf8", "base64")
 _JSON_INPUT_FIELDS = frozenset(
@@ -181,12 +182,15 @@ def _headers_from_json(raw: object) -> tuple[tuple[str, bytes | None], ...]:
     return tuple(headers)
 
 
-def _optional_int(doc: Mapping[str, object], name: str) -> int | None:
+def _optional_int(doc: Mapping[str, object], name: str, limit: int) -> int | None:
+    """``doc[name]``: null, or an integer in ``[0, limit)`` (what the wire field holds)."""
     value = doc.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f'"{name}" must be an integer >= 0 or null, got {value!r}')
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
+        raise ValueError(
+            f'"{name}" must be null or an integer from 0 to {limit - 1}, got {value!r}'
+        )
     return value
 
 
@@ -206,8 +210,8 @@ def _json_record(line: bytes) -> InputRecord:
         value=decode_bytes(doc["value"], doc.get("value_encoding"), "value"),
         key=decode_bytes(doc.get("key"), doc.get("key_encoding"), "key"),
         headers=_headers_from_json(doc.get("headers")),
-        partition=_optional_int(doc, "partition"),
-        timestamp_ms=_optional_int(doc, "timestamp"),
+        partition=_optional_int(doc, "partition", 2**31),
+        timestamp_ms=_optional_int(doc, "timestamp", 2**63),
     )
 
 

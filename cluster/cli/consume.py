@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import FrameType
 
 from cluster.client import Consumer, ConsumerRecord, TopicPartition
 from cluster.errors import InvalidConfigError
 
-from ._args import Streams, client_properties, config_pair, non_negative, offset, positive
+from ._args import (
+    Streams,
+    client_properties,
+    config_pair,
+    non_negative,
+    offset,
+    positive,
+    separator,
+)
 from ._formats import FORMATS, JSON_SCHEMA, RecordFormat, format_record
 
 __all__ = ["register", "run"]
@@ -24,8 +35,11 @@ the start with --from-beginning, and commits nothing. With --group G it joins co
 group G (Kafka's subscribe): the group's members share the partitions, reading starts at
 the group's committed offsets (--from-beginning: from the start where the group has none),
 offsets are committed as records are printed, and on exit (--max-messages, --timeout-ms,
-Ctrl-C) exactly what was printed is committed, so the next run in the group continues there.
-A group.id from the config file or --consumer-property works the same as --group.
+Ctrl-C, or the reader closing the pipe) exactly what was printed is committed, so the next
+run in the group continues there. "Printed" means written to stdout: a line still in a pipe
+that the reader never reads counts as printed. With enable.auto.commit=false nothing is
+committed. A group.id from the config file or --consumer-property works the same as --group
+(and likewise excludes --partition and --offset).
 
 Formats (--format):
   raw   the value (default)
@@ -89,6 +103,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     consume.add_argument(
         "--key-separator",
+        type=separator,
         default=None,
         metavar="SEP",
         help="between key and value in kv (default a tab); implies --format kv",
@@ -132,16 +147,19 @@ def consumer_config(args: argparse.Namespace) -> dict[str, object]:
     return config
 
 
-def _check_flags(args: argparse.Namespace) -> None:
-    if args.group is not None and args.partition is not None:
+def _check_flags(args: argparse.Namespace, group: object) -> None:
+    """Flags that exclude each other; ``group`` is the effective ``group.id``, which may come
+    from the config file or ``--consumer-property`` as well as ``--group``."""
+    source = "--group" if args.group is not None else f"group.id={group}"
+    if group is not None and args.partition is not None:
         raise InvalidConfigError(
-            "--group and --partition exclude each other: a group assigns the partitions "
-            "(drop --group to read one partition without committing)"
+            f"{source} and --partition exclude each other: a group assigns the partitions "
+            "(drop the group to read one partition without committing)"
         )
-    if args.group is not None and args.offset is not None:
+    if group is not None and args.offset is not None:
         raise InvalidConfigError(
-            "--group and --offset exclude each other: a group starts at its committed offsets "
-            "(reset them with the groups tool, or drop --group)"
+            f"{source} and --offset exclude each other: a group starts at its committed "
+            "offsets (reset them with the groups tool, or drop the group)"
         )
     if args.offset is not None and args.partition is None:
         raise InvalidConfigError("--offset needs --partition")
@@ -162,18 +180,32 @@ def _rewind_unprinted(consumer: Consumer, unprinted: Sequence[ConsumerRecord]) -
             consumer.seek(tp, first_offset)
 
 
+def _stop_on_sigint(stop: threading.Event) -> signal.Handlers | Callable[..., object] | int | None:
+    """Make Ctrl-C set ``stop`` instead of raising inside the client; returns the handler to
+    restore, or ``None`` off the main thread (where signal handlers cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    # None: a handler not set from Python, which cannot be put back; the default will do.
+    return signal.SIG_DFL if previous is None else previous
+
+
 def run(args: argparse.Namespace, streams: Streams) -> int:
     """Print records of a topic until ``--max-messages``, ``--timeout-ms`` or Ctrl-C."""
     out = streams.stdout_bytes
     err = streams.stderr
-    _check_flags(args)
-    fmt = output_format(args)
-    separator = (args.key_separator if args.key_separator is not None else "\t").encode()
     config = consumer_config(args)
     group = config.get("group.id")
+    _check_flags(args, group)
+    fmt = output_format(args)
+    separator = (args.key_separator if args.key_separator is not None else "\t").encode()
     count = 0
     with Consumer(config) as consumer:
-        if group is not None and args.partition is None:
+        if group is not None:
             consumer.partitions_for_topic(args.topic)  # an unknown topic fails here, typed
             consumer.subscribe([args.topic])
         else:
@@ -196,9 +228,15 @@ def run(args: argparse.Namespace, streams: Streams) -> int:
                 consumer.seek(partitions[0], args.offset)
         last_record = time.monotonic()
         records: list[ConsumerRecord] = []
+        # Records of `records` that reached the reader: counted only once the flush after
+        # them succeeded, so a broken pipe or Ctrl-C never commits what was not printed.
         printed_in_batch = 0
+        stop = threading.Event()
+        previous_handler = _stop_on_sigint(stop)
         try:
             while args.max_messages is None or count < args.max_messages:
+                if stop.is_set():
+                    break
                 poll_ms = POLL_MS
                 if args.timeout_ms is not None:
                     left_ms = args.timeout_ms - (time.monotonic() - last_record) * 1000.0
@@ -209,15 +247,28 @@ def run(args: argparse.Namespace, streams: Streams) -> int:
                 records = consumer.poll(poll_ms)
                 if records:
                     last_record = time.monotonic()
+                written = 0
                 for record in records:
+                    if stop.is_set():
+                        break
                     out.write(format_record(record, fmt, separator))
-                    printed_in_batch += 1
-                    count += 1
-                    if args.max_messages is not None and count >= args.max_messages:
+                    written += 1
+                    if args.max_messages is not None and count + written >= args.max_messages:
                         break
                 out.flush()
+                printed_in_batch = written
+                count += written
         except KeyboardInterrupt:
+            # Only off the main thread (no handler installed); the main thread's Ctrl-C
+            # sets `stop` instead, so that it never interrupts the client mid-poll.
             pass
+        except BrokenPipeError:
+            if group is not None:
+                _rewind_unprinted(consumer, records[printed_in_batch:])
+            raise
+        finally:
+            if previous_handler is not None:
+                signal.signal(signal.SIGINT, previous_handler)
         if group is not None:
             _rewind_unprinted(consumer, records[printed_in_batch:])
             if consumer.config["enable.auto.commit"]:

@@ -103,7 +103,7 @@ def parse_topic_scope(text: str) -> TopicScope:
 def parse_datetime_ms(text: str) -> int:
     """An ISO-8601 date-time (``2024-05-01T12:00:00``, ``...:00.000``, ``...Z``,
     ``...+02:00``, or a date alone) as ms since the epoch. Without a zone it is local time,
-    as Kafka's tool reads it."""
+    as Kafka's tool reads it. A moment before the epoch is 0 (before every record)."""
     raw = text.strip()
     try:
         moment = datetime.fromisoformat(raw)
@@ -113,8 +113,14 @@ def parse_datetime_ms(text: str) -> int:
             f"2024-05-01T12:00:00.000+02:00, got {text!r}"
         ) from None
     if moment.tzinfo is None:
-        moment = moment.astimezone()  # local time, as Kafka's tool
-    return int(moment.timestamp() * 1000)
+        try:
+            moment = moment.astimezone()  # local time, as Kafka's tool
+        except (ValueError, OverflowError, OSError):
+            # Too close to year 1 for the local zone: long before any record.
+            return 0
+    # A moment before the epoch would be a negative timestamp, which the offsets-by-time
+    # lookup reads as a sentinel (-1 latest, -2 earliest); before every record means 0.
+    return max(int(moment.timestamp() * 1000), 0)
 
 
 _DURATION = re.compile(

@@ -14,7 +14,15 @@ from typing import BinaryIO
 from cluster.client import Producer, RecordMetadata
 from cluster.errors import InvalidConfigError
 
-from ._args import Streams, acks, client_properties, config_pair, non_negative, progress_bar
+from ._args import (
+    Streams,
+    acks,
+    client_properties,
+    config_pair,
+    non_negative,
+    progress_bar,
+    separator,
+)
 from ._formats import FORMATS, JSON_SCHEMA, RecordFormat, parse_line
 
 __all__ = ["ErrorTracker", "input_format", "producer_config", "register", "run"]
@@ -38,7 +46,10 @@ Formats (--format):
 {JSON_SCHEMA}
 
 Records without a key and partition are spread by the sticky partitioner; keyed records go
-to the partition of their key (murmur2, as Kafka's clients). When stderr is a terminal and
+to the partition of their key (murmur2, as Kafka's clients). A json line's "partition" is
+ignored unless --keep-partition is given, so that a topic can be copied to one with a
+different number of partitions; with --keep-partition, a partition the topic lacks fails
+after max.block.ms. When stderr is a terminal and
 stdin is not, a progress bar shows after a second."""
 
 EPILOG = """\
@@ -46,7 +57,7 @@ examples:
   seq 1000 | lograft produce orders --acks all
   printf 'user-1:hello\\nuser-2:bye\\n' | lograft produce orders --key-separator :
   lograft consume orders --from-beginning --format json --timeout-ms 2000 \\
-      | lograft produce orders-copy --format json"""
+      | lograft produce orders-copy --format json   # by key; --keep-partition: as read"""
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,6 +80,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     produce.add_argument(
         "--key-separator",
+        type=separator,
         default=None,
         metavar="SEP",
         help="split each line at the first SEP into key and value (default a tab with --format kv)",
@@ -94,7 +106,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--partition",
         type=non_negative,
         default=None,
-        help="send every record to this partition (a json line's partition wins)",
+        help="send every record to this partition (with --keep-partition, a json line's "
+        "partition wins)",
+    )
+    produce.add_argument(
+        "--keep-partition",
+        action="store_true",
+        help='with --format json: send each record to the "partition" of its line (by '
+        "default that field is ignored and records are partitioned by key)",
     )
     produce.add_argument("--linger-ms", type=non_negative, default=None, help="producer linger.ms")
     produce.add_argument(
@@ -137,9 +156,14 @@ def input_format(args: argparse.Namespace) -> RecordFormat:
     """``--format``, else kv when ``--key-separator`` is given."""
     chosen: RecordFormat | None = args.format
     if chosen is None:
-        return "kv" if args.key_separator is not None else "raw"
-    if args.key_separator is not None and chosen != "kv":
+        chosen = "kv" if args.key_separator is not None else "raw"
+    elif args.key_separator is not None and chosen != "kv":
         raise InvalidConfigError(f"--key-separator means --format kv, not --format {chosen}")
+    if getattr(args, "keep_partition", False) and chosen != "json":
+        raise InvalidConfigError(
+            f"--keep-partition needs --format json (only json lines carry a partition), "
+            f"not --format {chosen}"
+        )
     return chosen
 
 
@@ -206,7 +230,9 @@ def run(args: argparse.Namespace, streams: Streams) -> int:
             if fmt == "json" and not line.strip():
                 continue  # blank lines between JSON objects carry no record
             record = parse_line(line, fmt, number, separator, null_marker)
-            partition = record.partition if record.partition is not None else args.partition
+            partition = args.partition
+            if args.keep_partition and record.partition is not None:
+                partition = record.partition
             producer.send(
                 args.topic,
                 record.value,

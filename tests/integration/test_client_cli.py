@@ -310,7 +310,7 @@ def test_cli_json_lines_round_trip(node: NodeProcess) -> None:
         {"key": "tombstone", "value": None, "partition": 1},
     ]
     lines = "\n".join(json.dumps(doc) for doc in sent).encode() + b"\n"
-    produced = _cli(node, "produce", "jsonl", "--format", "json", stdin=lines)
+    produced = _cli(node, "produce", "jsonl", "--format", "json", "--keep-partition", stdin=lines)
     assert produced.returncode == 0, produced.stderr
     consumed = _cli(
         node, "consume", "jsonl", "--from-beginning", "--format", "json",
@@ -331,7 +331,9 @@ def test_cli_json_lines_round_trip(node: NodeProcess) -> None:
     assert binary["headers"] == sent[2]["headers"]
     assert by_key[("tombstone", None)]["value"] is None
     # What consume printed produces the same records again (topic and offset are ignored).
-    again = _cli(node, "produce", "jsonl", "--format", "json", stdin=consumed.stdout)
+    again = _cli(
+        node, "produce", "jsonl", "--format", "json", "--keep-partition", stdin=consumed.stdout
+    )
     assert again.returncode == 0, again.stderr
     copy = _cli(
         node, "consume", "jsonl", "--partition", "0", "--offset", "2", "--format", "json",
@@ -340,6 +342,19 @@ def test_cli_json_lines_round_trip(node: NodeProcess) -> None:
     assert copy.returncode == 0, copy.stderr
     for original, repeated in zip(got[:2], _json_lines(copy.stdout), strict=True):
         assert {**repeated, "offset": original["offset"]} == original
+    # Without --keep-partition the line's partition (here one the topic lacks) is ignored:
+    # the record goes where its key hashes, at once.
+    moved = _cli(
+        node, "produce", "jsonl", "--format", "json",
+        stdin=b'{"key": "user-1", "value": "moved", "partition": 7}\n',
+    )  # fmt: skip
+    assert moved.returncode == 0, moved.stderr
+    home = partition_for_key(b"user-1", 2)
+    landed = _cli(
+        node, "consume", "jsonl", "--partition", str(home), "--offset", "4", "--format", "json",
+        "--max-messages", "1", "--timeout-ms", "20000",
+    )  # fmt: skip
+    assert [d["value"] for d in _json_lines(landed.stdout)] == ["moved"], landed.stderr
     bad = _cli(node, "produce", "jsonl", "--format", "json", stdin=b'{"value": "ok"}\n{oops}\n')
     assert bad.returncode == 1
     assert bad.stderr.decode().startswith("lograft: INVALID_REQUEST: line 2: not JSON")

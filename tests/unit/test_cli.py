@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
+import signal
 import sys
 from pathlib import Path
 
 import pytest
 
 from cluster import cli
-from cluster.cli import build_parser, default_bootstrap, main
+from cluster.cli import build_parser, consume, default_bootstrap, main
 from cluster.cli._args import (
     MAX_CONFIG_FILE_BYTES,
     client_properties,
@@ -22,6 +24,7 @@ from cluster.cli._args import (
 from cluster.cli.consume import consumer_config, output_format
 from cluster.cli.perf import e2e_summary, percentile
 from cluster.cli.produce import input_format, producer_config
+from cluster.client import ConsumerRecord, TopicPartition
 from cluster.errors import InvalidConfigError
 
 
@@ -56,6 +59,9 @@ def test_topics_create_flags() -> None:
         ["produce", "t", "--acks", "2"],
         ["consume", "t", "--max-messages", "0"],
         ["consume", "t", "--offset", "-3"],
+        ["consume", "t", "--key-separator", ""],
+        ["produce", "t", "--key-separator", ""],
+        ["--log-level", "bogus", "topics", "list"],
         ["perf", "produce", "--topic", "t", "--num-records", "10"],
         ["perf", "consume", "--topic", "t"],
         [],
@@ -338,6 +344,11 @@ def test_consume_group_flags_and_formats() -> None:
         input_format(
             parser.parse_args(["produce", "t", "--format", "json", "--key-separator", ":"])
         )
+    keep = parser.parse_args(["produce", "t", "--format", "json", "--keep-partition"])
+    assert (input_format(keep), keep.keep_partition) == ("json", True)
+    assert parser.parse_args(["produce", "t", "--format", "json"]).keep_partition is False
+    with pytest.raises(InvalidConfigError, match="--keep-partition needs --format json"):
+        input_format(parser.parse_args(["produce", "t", "--keep-partition"]))
 
 
 @pytest.mark.parametrize(
@@ -345,6 +356,11 @@ def test_consume_group_flags_and_formats() -> None:
     [
         (["--group", "g", "--partition", "0"], "--group and --partition"),
         (["--group", "g", "--offset", "5"], "--group and --offset"),
+        (["--consumer-property", "group.id=g", "--partition", "0"], "group.id=g and --partition"),
+        (
+            ["--consumer-property", "group.id=g", "--partition", "0", "--offset", "5"],
+            "group.id=g and --partition",
+        ),
     ],
 )
 def test_consume_group_excludes_partition_and_offset(
@@ -468,3 +484,150 @@ def test_progress_bar_only_on_a_terminal() -> None:
     with progress_bar(terminal, total=None, desc="off", enabled=False) as bar:
         bar.update(1)
     assert "off" not in terminal.getvalue()
+
+
+# ---- consume with a group: what is committed is what was printed ------------------------------
+
+
+class _FakeGroupConsumer:
+    """A group member over one partition of ``TOTAL`` records: positions move as ``poll``
+    returns batches, ``commit`` (and closing, as with enable.auto.commit) saves them."""
+
+    TOTAL = 1000
+    BATCH = 50
+    last: _FakeGroupConsumer | None = None
+    interrupt_at_poll: int | None = None
+    """Send this process a SIGINT (Ctrl-C) inside that poll, after positions moved."""
+
+    def __init__(self, config: dict[str, object]) -> None:
+        self.config: dict[str, object] = {"enable.auto.commit": True, **config}
+        self.tp = TopicPartition("t", 0)
+        self.position = 0
+        self.committed: int | None = None
+        self.polls = 0
+        _FakeGroupConsumer.last = self
+
+    def __enter__(self) -> _FakeGroupConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.config["enable.auto.commit"]:
+            self.commit()
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return {0}
+
+    def subscribe(self, topics: list[str]) -> None:
+        pass
+
+    def assignment(self) -> set[TopicPartition]:
+        return {self.tp}
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.position = offset
+
+    def commit(self) -> None:
+        self.committed = self.position
+
+    def poll(self, timeout_ms: int) -> list[ConsumerRecord]:
+        end = min(self.position + self.BATCH, self.TOTAL)
+        batch = [
+            ConsumerRecord("t", 0, offset, 0, None, str(offset).encode(), ())
+            for offset in range(self.position, end)
+        ]
+        self.position = end
+        self.polls += 1
+        if self.polls == self.interrupt_at_poll:
+            os.kill(os.getpid(), signal.SIGINT)
+        return batch
+
+
+class _ClosingPipe(io.BytesIO):
+    """stdout of ``| head``: flushes fail with EPIPE from the ``fail_at``-th on."""
+
+    def __init__(self, fail_at: int) -> None:
+        super().__init__()
+        self.fail_at = fail_at
+        self.flushes = 0
+        self.delivered = b""
+
+    def flush(self) -> None:
+        self.flushes += 1
+        if self.flushes >= self.fail_at:
+            raise BrokenPipeError(32, "Broken pipe")
+        self.delivered = self.getvalue()
+
+
+def _run_consume(
+    monkeypatch: pytest.MonkeyPatch, out: io.BytesIO, *extra: str
+) -> tuple[int | None, BaseException | None]:
+    monkeypatch.setattr(consume, "Consumer", _FakeGroupConsumer)
+    args = build_parser().parse_args(["consume", "t", "--group", "g", *extra])
+    args.bootstrap_flag = "127.0.0.1:1"
+    streams = cli._args.Streams(io.BytesIO(), io.StringIO(), out, io.StringIO())
+    try:
+        return consume.run(args, streams), None
+    except BaseException as exc:
+        return None, exc
+
+
+def test_consume_broken_pipe_commits_only_what_reached_the_reader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = _ClosingPipe(fail_at=3)
+    _, escaped = _run_consume(monkeypatch, out)
+    assert isinstance(escaped, BrokenPipeError)  # main() turns it into exit 0
+    consumer = _FakeGroupConsumer.last
+    assert consumer is not None
+    delivered = out.delivered.decode().split()
+    assert delivered == [str(n) for n in range(2 * _FakeGroupConsumer.BATCH)]
+    assert consumer.committed == len(delivered)
+
+
+def test_consume_ctrl_c_commits_only_what_was_printed(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = io.BytesIO()
+    # Ctrl-C arrives after the client moved its positions past a batch it has not handed
+    # over yet.
+    monkeypatch.setattr(_FakeGroupConsumer, "interrupt_at_poll", 3)
+    handler_before = signal.getsignal(signal.SIGINT)
+    code, escaped = _run_consume(monkeypatch, out)
+    assert (code, escaped) == (0, None)
+    consumer = _FakeGroupConsumer.last
+    assert consumer is not None
+    printed = out.getvalue().decode().split()
+    assert printed == [str(n) for n in range(len(printed))]
+    assert consumer.committed == len(printed)
+    assert signal.getsignal(signal.SIGINT) is handler_before
+
+
+def test_log_level_is_case_insensitive() -> None:
+    args = build_parser().parse_args(["--log-level", "debug", "topics", "list"])
+    assert args.log_level == "DEBUG"
+
+
+def test_cluster_commands_do_not_read_the_client_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LOGRAFT_CONFIG", str(tmp_path / "missing.properties"))
+    ran: list[str] = []
+
+    def fake_cluster(args: argparse.Namespace, out: object, err: object) -> int:
+        ran.append(args.command)
+        return 0
+
+    monkeypatch.setattr(cli, "run_cluster_command", fake_cluster)
+    assert main(["cluster", "status"]) == 0
+    assert ran == ["cluster"]
+    # A client command still fails on the same file, in one line.
+    assert main(["topics", "list"]) == 1
+    assert "cannot read config file" in capsys.readouterr().err
+
+
+def test_group_id_from_the_config_file_excludes_partition(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path / "client.properties", "group.id=from-file\n")
+    argv = ["--bootstrap", "127.0.0.1:1", "--config", path, "consume", "t", "--partition", "0"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("lograft: INVALID_CONFIG: group.id=from-file and --partition")

@@ -105,6 +105,20 @@ def test_datetimes_with_and_without_a_zone() -> None:
 
 
 @pytest.mark.parametrize(
+    "text",
+    [
+        "1969-12-31T23:59:59.998Z",
+        "1969-12-31T23:59:59.999Z",
+        "0001-01-01",
+        "1900-01-01T00:00:00+00:00",
+    ],
+)
+def test_datetimes_before_the_epoch_are_zero_not_a_sentinel(text: str) -> None:
+    # -1 and -2 mean latest and earliest to the offsets-by-time lookup.
+    assert parse_datetime_ms(text) == 0
+
+
+@pytest.mark.parametrize(
     ("text", "ms"),
     [("P1D", 86_400_000), ("PT1H30M", 5_400_000), ("PT0.5S", 500), ("p2dt1s", 172_801_000)],
 )
