@@ -34,13 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from _common import ROOT, free_base_port, run_json, write_report
+from _common import LOGRAFT, ROOT, local_cluster, run_json, write_report
 
 from cluster.client import AdminClient, Consumer, NewTopic, TopicPartition
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
 
-LOGRAFT = [sys.executable, "-m", "cluster.cli"]
 PARTITIONS = 6
 POLL_MS = 50
 LIMIT_S = 120.0
@@ -159,51 +158,34 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=ROOT / "bench/results/groups.json")
     args = parser.parse_args()
     rounds: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="lograft-bench-") as data:
-        started = subprocess.run(
-            [*LOGRAFT, "cluster", "up", "--data-dir", data, "--base-port", str(free_base_port())],
-            check=True,
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
+    with (
+        tempfile.TemporaryDirectory(prefix="lograft-bench-") as data,
+        local_cluster(data) as bootstrap,
+    ):
+        with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+            admin.create_topics([NewTopic("bench", PARTITIONS, 3)])["bench"].result()
+            # perf e2e would create a missing topic with the broker default, RF 1.
+            e2e_topic = NewTopic("bench-e2e", 1, 3, {"min.insync.replicas": "2"})
+            admin.create_topics([e2e_topic])["bench-e2e"].result()
+        for number in range(args.rounds):
+            rounds.append(_round(bootstrap, data, f"bench-{number}", args.session_timeout_ms))
+            print(json.dumps(rounds[-1]), file=sys.stderr)
+        e2e = run_json(
+            [
+                *LOGRAFT,
+                "--bootstrap",
+                bootstrap,
+                "perf",
+                "e2e",
+                "--topic",
+                "bench-e2e",
+                "--num-records",
+                "2000",
+                "--acks",
+                "all",
+                "--json",
+            ]
         )
-        bootstrap = next(
-            line.split(":", 1)[1].strip()
-            for line in started.stdout.splitlines()
-            if line.startswith("Bootstrap:")
-        )
-        try:
-            with AdminClient({"bootstrap.servers": bootstrap}) as admin:
-                admin.create_topics([NewTopic("bench", PARTITIONS, 3)])["bench"].result()
-                # perf e2e would create a missing topic with the broker default, RF 1.
-                e2e_topic = NewTopic("bench-e2e", 1, 3, {"min.insync.replicas": "2"})
-                admin.create_topics([e2e_topic])["bench-e2e"].result()
-            for number in range(args.rounds):
-                rounds.append(_round(bootstrap, data, f"bench-{number}", args.session_timeout_ms))
-                print(json.dumps(rounds[-1]), file=sys.stderr)
-            e2e = run_json(
-                [
-                    *LOGRAFT,
-                    "--bootstrap",
-                    bootstrap,
-                    "perf",
-                    "e2e",
-                    "--topic",
-                    "bench-e2e",
-                    "--num-records",
-                    "2000",
-                    "--acks",
-                    "all",
-                    "--json",
-                ]
-            )
-        finally:
-            subprocess.run(
-                [*LOGRAFT, "cluster", "down", "--data-dir", data],
-                cwd=ROOT,
-                capture_output=True,
-                check=False,
-            )
     report = {
         "benchmark": "groups",
         "nodes": 3,

@@ -23,9 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, free_base_port, run_json, write_report
+from _common import LOGRAFT, ROOT, local_cluster, run_json, write_report
 
-LOGRAFT = [sys.executable, "-m", "cluster.cli"]
 PARTITIONS = 6
 
 
@@ -92,55 +91,31 @@ def main() -> int:
     paced_rates = args.paced_rate or [250_000]
 
     runs: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="lograft-bench-") as data:
-        up = [
-            *LOGRAFT,
-            "cluster",
-            "up",
-            "--data-dir",
-            data,
-            "--nodes",
-            "3",
-            "--base-port",
-            str(free_base_port()),
+    with (
+        tempfile.TemporaryDirectory(prefix="lograft-bench-") as data,
+        local_cluster(data, args.config) as bootstrap,
+    ):
+        cases = [
+            ("1", 100, int(2_000_000 * args.scale)),
+            ("all", 100, int(2_000_000 * args.scale)),
+            ("1", 1024, int(300_000 * args.scale)),
+            ("all", 1024, int(300_000 * args.scale)),
         ]
-        for item in args.config:
-            up += ["--config", item]
-        started = subprocess.run(up, check=True, capture_output=True, text=True, cwd=ROOT)
-        bootstrap = next(
-            line.split(":", 1)[1].strip()
-            for line in started.stdout.splitlines()
-            if line.startswith("Bootstrap:")
-        )
-        try:
-            cases = [
-                ("1", 100, int(2_000_000 * args.scale)),
-                ("all", 100, int(2_000_000 * args.scale)),
-                ("1", 1024, int(300_000 * args.scale)),
-                ("all", 1024, int(300_000 * args.scale)),
-            ]
-            for acks, size, count in cases:
-                topic = f"bench-acks{acks}-{size}"
-                _create_topic(bootstrap, topic)
-                result = _produce(bootstrap, topic, acks, size, count, None)
-                runs.append({"case": "bulk", "acks": acks, "record_size": size, **result})
-                print(json.dumps(runs[-1]), file=sys.stderr)
-            for rate in paced_rates:
-                topic = f"bench-paced-{rate}"
-                _create_topic(bootstrap, topic)
-                count = max(int(rate * 10 * min(args.scale, 1.0)), 1)
-                # A first, unmeasured run warms the new topic (leaders, ISRs, producer ids).
-                _produce(bootstrap, topic, "all", 100, max(rate * 2, 1), rate)
-                result = _produce(bootstrap, topic, "all", 100, count, rate)
-                runs.append({"case": "paced", "acks": "all", "record_size": 100, **result})
-                print(json.dumps(runs[-1]), file=sys.stderr)
-        finally:
-            subprocess.run(
-                [*LOGRAFT, "cluster", "down", "--data-dir", data],
-                cwd=ROOT,
-                capture_output=True,
-                check=False,
-            )
+        for acks, size, count in cases:
+            topic = f"bench-acks{acks}-{size}"
+            _create_topic(bootstrap, topic)
+            result = _produce(bootstrap, topic, acks, size, count, None)
+            runs.append({"case": "bulk", "acks": acks, "record_size": size, **result})
+            print(json.dumps(runs[-1]), file=sys.stderr)
+        for rate in paced_rates:
+            topic = f"bench-paced-{rate}"
+            _create_topic(bootstrap, topic)
+            count = max(int(rate * 10 * min(args.scale, 1.0)), 1)
+            # A first, unmeasured run warms the new topic (leaders, ISRs, producer ids).
+            _produce(bootstrap, topic, "all", 100, max(rate * 2, 1), rate)
+            result = _produce(bootstrap, topic, "all", 100, count, rate)
+            runs.append({"case": "paced", "acks": "all", "record_size": 100, **result})
+            print(json.dumps(runs[-1]), file=sys.stderr)
     report = {
         "benchmark": "replicated",
         "nodes": 3,

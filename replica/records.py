@@ -57,7 +57,9 @@ __all__ = [
     "check_compressed_records",
     "decode_records",
     "encode_batch",
+    "encode_varlong",
     "iter_records",
+    "read_varlong",
 ]
 
 logger = logging.getLogger(__name__)
@@ -140,6 +142,23 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
         if shift >= 7 * _MAX_VARINT_BYTES:
             raise CorruptMessageError(f"varint longer than {_MAX_VARINT_BYTES} bytes")
+
+
+def encode_varlong(value: int) -> bytes:
+    """Zigzag varint of a signed 64-bit integer; ``ValueError`` outside that range."""
+    return _varint(value)
+
+
+def read_varlong(data: bytes, pos: int) -> tuple[int, int]:
+    """The signed zigzag varint at ``pos`` and the position after it.
+
+    ``CorruptMessageError`` if it runs past ``data`` or is longer than 10 bytes.
+    """
+    try:
+        raw, pos = _read_varint(data, pos)
+    except IndexError:
+        raise CorruptMessageError("varint runs past the record data") from None
+    return (raw >> 1) ^ -(raw & 1), pos
 
 
 def _nullable_bytes(value: bytes | None) -> bytes:

@@ -83,6 +83,7 @@ from replica.log.segment import (
     segment_file,
 )
 from replica.log.time_index import TimeIndex
+from replica.records import encode_varlong, read_varlong
 
 __all__ = [
     "DEFAULT_MAX_MAP_KEYS",
@@ -113,7 +114,6 @@ _WRITE_CHUNK = 1024 * 1024
 _HEAD = struct.Struct(">qiib")  # baseOffset, batchLength, partitionLeaderEpoch, magic
 _CRC = struct.Struct(">I")
 _TAIL = struct.Struct(">hiqqqhii")  # attributes .. recordsCount
-_UINT64 = 0xFFFF_FFFF_FFFF_FFFF
 
 
 class CleaningAbortedError(Exception):
@@ -260,35 +260,13 @@ class _RawRecord:
     tombstone: bool
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint (up to 64 bits) at ``pos``; ``CorruptMessageError`` if it runs out."""
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(data):
-            raise CorruptMessageError("varint runs past the record data")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptMessageError("varint longer than 10 bytes")
-
-
 def _encode_varint(value: int) -> bytes:
     # A record's timestamp far from the delete horizon cannot be re-based on it: refuse the
     # batch (the partition is then left uncleaned, loudly) rather than write a wrong delta.
-    if not -(1 << 63) <= value < (1 << 63):
-        raise CorruptMessageError(f"{value} does not fit a 64-bit varlong")
-    raw = ((value << 1) ^ (value >> 63)) & _UINT64
-    out = bytearray()
-    while raw > 0x7F:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
+    try:
+        return encode_varlong(value)
+    except ValueError as exc:
+        raise CorruptMessageError(str(exc)) from None
 
 
 def _parse_records(data: bytes, header: BatchHeader) -> list[_RawRecord]:
@@ -296,20 +274,20 @@ def _parse_records(data: bytes, header: BatchHeader) -> list[_RawRecord]:
     records: list[_RawRecord] = []
     pos = 0
     for _ in range(header.records_count):
-        length, body = _read_varint(data, pos)
+        length, body = read_varlong(data, pos)
         end = body + length
         if length < 1 or end > len(data):
             raise CorruptMessageError(f"record length {length} does not fit the batch")
-        timestamp_delta, ts_end = _read_varint(data, body + 1)  # after the attributes byte
-        offset_delta, cursor = _read_varint(data, ts_end)
+        timestamp_delta, ts_end = read_varlong(data, body + 1)  # after the attributes byte
+        offset_delta, cursor = read_varlong(data, ts_end)
         if not 0 <= offset_delta <= header.last_offset_delta:
             raise CorruptMessageError(f"offset delta {offset_delta} out of the batch")
-        key_length, cursor = _read_varint(data, cursor)
+        key_length, cursor = read_varlong(data, cursor)
         if key_length < -1 or cursor + max(key_length, 0) > end:
             raise CorruptMessageError(f"key length {key_length} does not fit the record")
         key = None if key_length < 0 else bytes(data[cursor : cursor + key_length])
         cursor += max(key_length, 0)
-        value_length, cursor = _read_varint(data, cursor)
+        value_length, cursor = read_varlong(data, cursor)
         if value_length < -1 or cursor + max(value_length, 0) > end:
             raise CorruptMessageError(f"value length {value_length} does not fit the record")
         records.append(
