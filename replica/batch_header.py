@@ -45,6 +45,8 @@ __all__ = [
     "LOG_OVERHEAD",
     "MAGIC",
     "MIN_RECORD_SIZE",
+    "PRODUCER_ID_OFFSET",
+    "RECORDS_COUNT_OFFSET",
     "BatchHeader",
     "assign_offsets",
     "batch_crc",
@@ -52,6 +54,7 @@ __all__ = [
     "iter_headers",
     "parse_header",
     "validate_batches",
+    "with_producer_fields",
 ]
 
 HEADER_SIZE = 61
@@ -63,6 +66,9 @@ CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 LEADER_EPOCH_OFFSET = 12
 MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+"""Where ``producerId``, ``producerEpoch`` and ``baseSequence`` start (in that order)."""
+RECORDS_COUNT_OFFSET = 57
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08
 ATTR_TRANSACTIONAL = 0x10
@@ -78,6 +84,8 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _PREFIX = struct.Struct(">qi")
 _BASE_AND_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength (unchanged), leaderEpoch
 _LAST_OFFSET_DELTA = struct.Struct(">i")
+_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
+_CRC = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,3 +294,29 @@ def set_log_append_time(buf: bytearray, header: BatchHeader, timestamp_ms: int) 
         )
     )
     struct.pack_into(">I", buf, header.position + CRC_OFFSET, crc)
+
+
+def with_producer_fields(
+    batch: bytes | bytearray | memoryview, producer_id: int, producer_epoch: int, base_sequence: int
+) -> bytes:
+    """A copy of one RecordBatch v2 with its producer fields set and its CRC-32C redone.
+
+    This is how an idempotent producer stamps a batch it encoded before it knew its producer
+    id and sequence. One copy of the batch: the CRC covers ``attributes`` to the end, so it
+    is computed over the unchanged bytes around the new fields without building them first.
+    ``base_sequence`` is written as given (the caller wraps it at 2**31).
+    """
+    view = memoryview(batch)
+    fields = _PRODUCER_FIELDS.pack(producer_id, producer_epoch, base_sequence)
+    crc = _crc32c.crc32c(view[ATTRIBUTES_OFFSET:PRODUCER_ID_OFFSET])
+    crc = _crc32c.crc32c(fields, crc)
+    crc = _crc32c.crc32c(view[RECORDS_COUNT_OFFSET:], crc)
+    return b"".join(
+        (
+            view[:CRC_OFFSET],
+            _CRC.pack(crc),
+            view[ATTRIBUTES_OFFSET:PRODUCER_ID_OFFSET],
+            fields,
+            view[RECORDS_COUNT_OFFSET:],
+        )
+    )

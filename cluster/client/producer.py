@@ -56,7 +56,6 @@ import itertools
 import logging
 import queue
 import random
-import struct
 import threading
 import time
 from collections import deque
@@ -65,8 +64,6 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
-
-import crc32c as _crc32c
 
 from cluster.errors import (
     FencedLeaderEpochError,
@@ -86,7 +83,7 @@ from cluster.errors import (
     error_for_code,
 )
 from cluster.wire import broker_pb2 as pb
-from replica.batch_header import ATTRIBUTES_OFFSET, CRC_OFFSET
+from replica.batch_header import with_producer_fields
 from replica.compression import CompressionType
 from replica.records import RecordBatchBuilder, encode_batch
 
@@ -188,11 +185,6 @@ it. Kafka gets that from in-order responses; gRPC may answer a later request fir
 _SEQUENCE_MODULUS = 2**31
 """Batch sequences are int32 and wrap from 2**31 - 1 to 0."""
 _MAX_PRODUCER_EPOCH = 2**15 - 1
-_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
-_PRODUCER_FIELDS_OFFSET = 43
-"""Where ``producerId`` starts in a RecordBatch v2 header (see ``replica.batch_header``)."""
-_RECORDS_COUNT_OFFSET = _PRODUCER_FIELDS_OFFSET + _PRODUCER_FIELDS.size
-_CRC = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,28 +364,6 @@ class _PartitionSequences:
     def trim(self) -> None:
         while self.window and self.window[0].resolved:
             self.window.popleft()
-
-
-def _stamp(data: bytes, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
-    """``data`` (one RecordBatch v2) with its producer fields set and its CRC-32C redone.
-
-    One copy of the batch; the CRC covers ``attributes`` to the end, so it is computed over
-    the unchanged bytes around the new fields without building them first.
-    """
-    view = memoryview(data)
-    fields = _PRODUCER_FIELDS.pack(producer_id, producer_epoch, base_sequence)
-    crc = _crc32c.crc32c(view[ATTRIBUTES_OFFSET:_PRODUCER_FIELDS_OFFSET])
-    crc = _crc32c.crc32c(fields, crc)
-    crc = _crc32c.crc32c(view[_RECORDS_COUNT_OFFSET:], crc)
-    return b"".join(
-        (
-            view[:CRC_OFFSET],
-            _CRC.pack(crc),
-            view[ATTRIBUTES_OFFSET:_PRODUCER_FIELDS_OFFSET],
-            fields,
-            view[_RECORDS_COUNT_OFFSET:],
-        )
-    )
 
 
 def _resolve_idempotence(config: dict[str, object], explicit: bool) -> bool:
@@ -1227,7 +1197,7 @@ class Producer:
                     batch.data = batch.builder.build()
                     batch.builder = None
                 if not batch.stamped and batch.base_sequence >= 0:
-                    batch.data = _stamp(
+                    batch.data = with_producer_fields(
                         batch.data,
                         batch.producer_id,
                         batch.producer_epoch,

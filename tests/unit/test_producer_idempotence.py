@@ -29,7 +29,6 @@ from cluster.client.producer import (
     _Batch,
     _PartitionSequences,
     _requeue,
-    _stamp,
 )
 from cluster.errors import (
     InvalidConfigError,
@@ -48,6 +47,7 @@ from replica.batch_header import (
     iter_headers,
     parse_header,
     validate_batches,
+    with_producer_fields,
 )
 from replica.producer_state import Duplicate, ProducerStateManager
 from replica.records import RecordBatchBuilder, encode_batch, iter_records
@@ -281,7 +281,7 @@ def _idempotent_headers(fake: FakeLeader, topic: str, partition: int) -> list[Ba
 def test_stamping_equals_encoding_with_the_producer_fields(compression: int) -> None:
     values = [f"value-{i}".encode() * (i + 1) for i in range(50)]
     plain = encode_batch(values, timestamp_ms=1_000, compression=compression)
-    stamped = _stamp(plain, 77, 3, 2**31 - 5)
+    stamped = with_producer_fields(plain, 77, 3, 2**31 - 5)
     assert stamped == encode_batch(
         values,
         timestamp_ms=1_000,
@@ -298,7 +298,7 @@ def test_stamping_a_built_batch_keeps_its_records() -> None:
     builder = RecordBatchBuilder()
     for i in range(5):
         builder.append(f"v{i}".encode(), key=b"k", timestamp_ms=2_000 + i, headers=[("h", b"x")])
-    stamped = _stamp(builder.build(), 5, 0, 10)
+    stamped = with_producer_fields(builder.build(), 5, 0, 10)
     assert parse_header(stamped).base_sequence == 10
     records = list(iter_records(stamped))
     assert [r.value for r in records] == [f"v{i}".encode() for i in range(5)]
