@@ -43,6 +43,7 @@ __all__ = [
     "InvalidTimestampError",
     "InvalidTopicError",
     "InvalidUpdateVersionError",
+    "InvariantError",
     "KafkaStorageError",
     "LeaderNotAvailableError",
     "LograftError",
@@ -79,8 +80,20 @@ __all__ = [
 ]
 
 
+class InvariantError(Exception):
+    """A safety invariant is broken: the node must halt with the state that broke it.
+
+    Deliberately *outside* the :class:`LograftError` tree: it has no error code, so no
+    ``except LograftError`` in a request handler can turn a corrupted state into a reply.
+    The node process halts on it (Kafka's ``Exit.halt``, etcd's panic; see
+    :mod:`cluster.halt`). Each pure core raises its own subclass
+    (``ReplicationInvariantError``, ``RaftInvariantError``, ``GroupInvariantError``,
+    ``MetadataInvariantError``) so the log line says which rule broke.
+    """
+
+
 class LograftError(Exception):
-    """Base of every lograft error."""
+    """Base of every lograft error that may travel over the wire (it has a Kafka code)."""
 
     code: ClassVar[int] = -1
     error_name: ClassVar[str] = "UNKNOWN_SERVER_ERROR"

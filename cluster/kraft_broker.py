@@ -32,6 +32,7 @@ from cluster.errors import (
     CoordinatorNotAvailableError,
     InvalidConfigError,
     InvalidRequestError,
+    InvariantError,
     LograftError,
     NotControllerError,
     RequestTimedOutError,
@@ -53,7 +54,6 @@ from controller.logic.configs import (
 )
 from controller.logic.topic_configs import validate_topic_configs
 from controller.metadata import ConfigResourceType, MetadataImage
-from controller.metadata.image import PartitionRegistration
 from controller.quorum.driver import CHANNEL_OPTIONS, RaftDriver
 from controller.quorum.metadata_machine import MetadataStateMachine
 from replica.broker_service import BrokerEndpoint
@@ -63,8 +63,15 @@ from replica.group_service import OFFSETS_TOPIC, GroupService
 from replica.log.config import LogConfig
 from replica.log_manager import LogManager, remove_directories
 from replica.partition import Partition
+from replica.partition_roles import (
+    Follow,
+    Lead,
+    PartitionRole,
+    local_partition_roles,
+    partitions_to_stop,
+)
 from replica.producer_ids import ProducerIdAllocator
-from replica.replication import IsrProposal, ReplicationInvariantError
+from replica.replication import IsrProposal
 from replica.topic_partition import TopicPartition
 
 __all__ = ["ControllerClient", "KRaftBroker"]
@@ -363,16 +370,11 @@ class KRaftBroker:
 
     async def _sync(self, image: MetadataImage) -> None:
         loop = asyncio.get_running_loop()
-        wanted: dict[TopicPartition, tuple[str, Mapping[str, str], PartitionRegistration]] = {}
-        for topic, partition_id, state in image.iter_partitions():
-            if self.node_id in state.replicas:
-                wanted[TopicPartition(topic.name, partition_id)] = (
-                    str(topic.topic_id),
-                    image.topic_configs(topic.name),
-                    state,
-                )
+        wanted = local_partition_roles(image, self.node_id)
         missing = [
-            (tp, info[0], info[1]) for tp, info in wanted.items() if tp not in self._logs.partitions
+            (tp, local.topic_id, local.configs)
+            for tp, local in wanted.items()
+            if tp not in self._logs.partitions
         ]
         if missing:
             opened = await loop.run_in_executor(None, self._open_all, missing)
@@ -382,28 +384,23 @@ class KRaftBroker:
         now_ms = _wall_clock_ms()
         log_configs: dict[str, LogConfig | None] = {}
         reconfigured: dict[str, int] = {}
-        for tp, (_, configs, state) in wanted.items():
+        followed: dict[TopicPartition, FollowedPartition] = {}
+        for tp, local in wanted.items():
             partition = self._logs.partitions.get(tp)
             if partition is None:
                 continue
             if tp.topic not in log_configs:
-                log_configs[tp.topic] = self._log_config(tp.topic, configs)
+                log_configs[tp.topic] = self._log_config(tp.topic, local.configs)
             config = log_configs[tp.topic]
             if config is not None and partition.log.config != config:
                 # An altered topic config takes effect at once (IncrementalAlterConfigs).
                 partition.update_config(config)
                 reconfigured[tp.topic] = reconfigured.get(tp.topic, 0) + 1
-            try:
-                self._apply_role(partition, state, now_ms)
-            except ReplicationInvariantError as exc:
-                log.error("cannot take partition role partition=%s error=%s", tp, exc)
+            self._apply_role(partition, local.role, now_ms)
+            if isinstance(local.role, Follow):
+                followed[tp] = FollowedPartition(local.role.leader_id, local.role.leader_epoch)
         for name, count in reconfigured.items():
             log.info("topic config applied topic=%s partitions=%d", name, count)
-        followed = {
-            tp: FollowedPartition(state.leader, state.leader_epoch)
-            for tp, (_, _, state) in wanted.items()
-            if state.leader >= 0 and state.leader != self.node_id
-        }
         addresses = {
             b.broker_id: f"{b.listeners[0].host}:{b.listeners[0].port}"
             for b in image.unfenced_brokers()
@@ -416,7 +413,7 @@ class KRaftBroker:
         self.groups.sync()
         if changed:
             self.groups.on_topics_changed()
-        stale = [tp for tp in self._logs.partitions if tp not in wanted]
+        stale = partitions_to_stop(list(self._logs.partitions), wanted)
         doomed = [d for tp in stale if (d := self._logs.unhost_partition(tp)) is not None]
         if doomed:
             log.info("partitions removed count=%d", len(doomed))
@@ -431,20 +428,27 @@ class KRaftBroker:
             log.error("topic config not applicable topic=%s error=%s", topic, exc)
             return None
 
-    def _apply_role(self, partition: Partition, state: PartitionRegistration, now_ms: int) -> None:
+    def _apply_role(self, partition: Partition, role: PartitionRole, now_ms: int) -> None:
         """Lead or follow ``partition`` as the image's registration says."""
-        if state.leader == self.node_id:
+        if isinstance(role, Lead):
             partition.become_leader(
                 replica_id=self.node_id,
-                replicas=tuple(state.replicas),
-                isr=tuple(state.isr),
-                leader_epoch=state.leader_epoch,
-                partition_epoch=state.partition_epoch,
+                replicas=role.replicas,
+                isr=role.isr,
+                leader_epoch=role.leader_epoch,
+                partition_epoch=role.partition_epoch,
                 now_ms=now_ms,
                 propose_isr=self._propose_isr,
             )
-        elif partition.is_leader or partition.leader_epoch != state.leader_epoch:
-            partition.become_follower(state.leader_epoch)
+        elif isinstance(role, Follow):
+            partition.become_follower(
+                role.leader_epoch,
+                replica_id=self.node_id,
+                leader_id=role.leader_id,
+                unclean_leader_election=role.unclean_leader_election,
+            )
+        elif partition.is_leader or partition.leader_epoch != role.leader_epoch:
+            partition.become_follower(role.leader_epoch)
 
     # ---- ISR changes (AlterPartition) ---------------------------------------------------
 
@@ -502,6 +506,8 @@ class KRaftBroker:
                     partition.maybe_shrink_isr(now_ms, self._replica_lag_time_max_ms)
                     if partition.topic_partition not in self._isr_calls:
                         partition.resend_pending_proposal()
+                except InvariantError:
+                    raise  # the node halts (cluster.halt)
                 except Exception:
                     # One partition's failure must not stop ISR expiration for the others.
                     log.exception("isr expiration failed partition=%s", partition.topic_partition)

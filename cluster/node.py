@@ -23,6 +23,7 @@ from pathlib import Path
 
 import grpc
 
+from cluster import halt
 from cluster.durable import write_file_atomically
 from cluster.errors import (
     InconsistentClusterIdError,
@@ -126,8 +127,11 @@ def load_or_create_identity(data_dir: Path, node_id: int, expected_cluster_id: s
 class Node:
     """One lograft process: a gRPC server, its log manager and its background tasks."""
 
-    def __init__(self, config: NodeConfig) -> None:
+    def __init__(self, config: NodeConfig, *, halt_on_invariant: bool = False) -> None:
+        """``halt_on_invariant``: a broken invariant ends the process (the node's own
+        process sets it; an in-process test leaves it off to see the error instead)."""
         self.config = config
+        self._halt_on_invariant = halt_on_invariant
         self.cluster_id = load_or_create_identity(
             config.data_dir, config.node_id, quorum_cluster_id(config)
         )
@@ -143,6 +147,8 @@ class Node:
     async def start(self) -> None:
         """Recover the logs (and the metadata log in a quorum), then start serving."""
         loop = asyncio.get_running_loop()
+        if self._halt_on_invariant:
+            halt.install(loop)
         open_files = raise_open_file_limit()
         # In a quorum the metadata image says which partitions exist; standalone, topics.json.
         await loop.run_in_executor(None, self.logs.open, not self.config.in_quorum)
@@ -152,7 +158,8 @@ class Node:
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
+            interceptors=[halt.HaltOnInvariantInterceptor()] if self._halt_on_invariant else None,
         )
         endpoint = BrokerEndpoint(
             self.config.node_id, self.config.advertised_host, self.config.port, self.config.rack
@@ -178,6 +185,7 @@ class Node:
         self._tasks = [
             asyncio.create_task(self._housekeeping(), name="housekeeping"),
             asyncio.create_task(self._interval_flusher(), name="interval-flusher"),
+            asyncio.create_task(self._high_watermark_checkpointer(), name="hw-checkpoint"),
         ]
         if "broker" in self.config.process_roles and self.config.log_cleaner_enable:
             self._cleaner = LogCleaner(
@@ -304,6 +312,25 @@ class Node:
                 except LograftError as exc:
                     log.error("deleting segment files failed error=%s", exc)
 
+    async def _high_watermark_checkpointer(self) -> None:
+        """Write replication-offset-checkpoint every replica.high.watermark.checkpoint
+        .interval.ms (Kafka's highwatermark-checkpoint task); close writes the last one."""
+        loop = asyncio.get_running_loop()
+        interval_s = self.config.replica_high_watermark_checkpoint_interval_ms / 1000
+        last: dict[TopicPartition, int] = {}
+        while True:
+            await asyncio.sleep(interval_s)
+            high_watermarks = self.logs.high_watermarks()
+            if high_watermarks == last:
+                continue
+            try:
+                await loop.run_in_executor(
+                    None, self.logs.write_high_watermark_checkpoint, high_watermarks
+                )
+                last = high_watermarks
+            except LograftError as exc:
+                log.error("high watermark checkpoint failed error=%s", exc)
+
     async def _interval_flusher(self) -> None:
         """fdatasync each log under flush.policy=interval once its own flush.ms has passed."""
         last_flush_ms: dict[TopicPartition, int] = {}
@@ -372,7 +399,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 async def _serve(config: NodeConfig) -> None:
-    node = Node(config)
+    node = Node(config, halt_on_invariant=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cluster.errors import InvalidConfigError
 from replica.log.config import LogConfig
+
+if TYPE_CHECKING:
+    # Only the type of ``data_dir``: parsing a config touches no disk (tests/unit/test_layers.py).
+    from pathlib import Path
 
 __all__ = ["BROKER_TO_TOPIC_CONFIG", "NODE_CONFIGS", "NodeConfig"]
 
@@ -94,6 +98,13 @@ NODE_CONFIGS: dict[str, tuple[int, int, str]] = {
         "removed from the ISR (Kafka: 30000; lograft fences dead brokers within "
         "broker.session.timeout.ms, so this only catches slow or cut-off followers).",
     ),
+    "replica.high.watermark.checkpoint.interval.ms": (
+        5_000,
+        10,
+        "How often each broker writes every partition's high watermark to "
+        "replication-offset-checkpoint (also at shutdown). A restarted replica reopens at its "
+        "checkpoint, never above it, so it cannot publish records its followers lack.",
+    ),
     "log.cleaner.enable": (
         True,
         0,
@@ -137,6 +148,7 @@ class NodeConfig:
     broker_session_timeout_ms: int = 2000
     metadata_snapshot_bytes: int = 20 * 1024 * 1024
     replica_lag_time_max_ms: int = 10_000
+    replica_high_watermark_checkpoint_interval_ms: int = 5_000
     default_replication_factor: int = 1
     num_partitions: int = 1
     offsets_topic_num_partitions: int = 50
@@ -217,6 +229,9 @@ class NodeConfig:
             broker_session_timeout_ms=node_values["broker.session.timeout.ms"],
             metadata_snapshot_bytes=node_values["metadata.log.max.record.bytes.between.snapshots"],
             replica_lag_time_max_ms=node_values["replica.lag.time.max.ms"],
+            replica_high_watermark_checkpoint_interval_ms=node_values[
+                "replica.high.watermark.checkpoint.interval.ms"
+            ],
             default_replication_factor=node_values["default.replication.factor"],
             num_partitions=node_values["num.partitions"],
             offsets_topic_num_partitions=node_values["offsets.topic.num.partitions"],

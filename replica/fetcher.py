@@ -1,9 +1,15 @@
 """Replica fetchers: followers pull from partition leaders, one fetcher per source broker.
 
-A fetcher long-polls its leader with one Fetch for every partition it follows there,
-carrying each partition's fetch offset (the local log end), the epoch of its last batch and
-the leader epoch it believes in. Data is appended with the leader's offsets and epochs;
-a diverging-epoch answer truncates the local log first (KIP-101/320), logged as a warning.
+A shell around each followed partition's :class:`~replica.replication.FollowerState`: it
+asks the core for the next fetch, turns it into one long-polled ``Fetch`` RPC for every
+partition it follows on that leader, turns each partition's answer back into the core's
+:class:`~replica.replication.FetchResponse`, and hands it to
+:func:`replica.follower_fetch.handle_fetch_response` (the step the replication simulation
+runs too), which lets the core decide and performs it on the partition. What is left here
+is I/O and timing: flushing what was appended (all partitions of one answer together)
+before publishing the high watermark and fetching again, and delaying a partition whose
+answer was an error until the back-off passes or the metadata image gives it a new leader
+or epoch.
 
 Runs on the node's event loop; disk flushes go through the partition's group commit.
 """
@@ -11,21 +17,24 @@ Runs on the node's event loop; disk flushes go through the partition's group com
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import grpc
 
-from cluster.errors import LograftError
+from cluster.errors import InvariantError, LograftError, error_for_code
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from replica.batch_header import check_stored_batch, iter_headers
+from replica.follower_fetch import NextFetch, handle_fetch_response
 from replica.log_manager import LogManager
-from replica.partition import Partition
+from replica.partition import FetchedBatches, Partition
+from replica.replication import EpochEndOffset, FetchRequest, FetchResponse, FollowerState
 from replica.topic_partition import TopicPartition
 
-__all__ = ["FollowedPartition", "ReplicaFetcher", "ReplicaFetcherManager"]
+__all__ = ["FollowedPartition", "ReplicaFetcher", "ReplicaFetcherManager", "to_core_response"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +51,44 @@ class FollowedPartition:
 
     leader_id: int
     leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """One partition of a fetch in flight: who asked, and what."""
+
+    partition: Partition
+    state: FollowerState
+    request: FetchRequest
+
+
+def to_core_response(
+    result: pb.FetchPartitionResponse, sent: FetchRequest, received_ms: int
+) -> FetchResponse[FetchedBatches]:
+    """The core's view of one partition's answer to ``sent`` (untrusted bytes checked).
+
+    The wire answer does not echo the request; the fetcher keeps one fetch in flight per
+    leader, so the answer is to ``sent``. A trailing partial batch (the leader cut the
+    answer at its size limit) is dropped; every whole batch's CRC is checked, and a bad
+    one raises ``CorruptMessageError``.
+    """
+    epoch, offset = sent.current_leader_epoch, sent.fetch_offset
+    empty = FetchedBatches(bytearray(), [], received_ms)
+    if result.error_code:
+        error = error_for_code(result.error_code, result.error_message)
+        return FetchResponse(epoch, offset, result.high_watermark, empty, offset, None, error)
+    if result.HasField("diverging_epoch"):
+        diverging = EpochEndOffset(result.diverging_epoch.epoch, result.diverging_epoch.end_offset)
+        return FetchResponse(epoch, offset, result.high_watermark, empty, offset, diverging)
+    data = bytearray(result.records)
+    headers = list(iter_headers(data))
+    if not headers:
+        return FetchResponse(epoch, offset, result.high_watermark, empty, offset)
+    del data[headers[-1].position + headers[-1].size :]
+    for header in headers:
+        check_stored_batch(data, header)
+    batches = FetchedBatches(data, headers, received_ms)
+    return FetchResponse(epoch, offset, result.high_watermark, batches, headers[-1].next_offset)
 
 
 class ReplicaFetcher:
@@ -61,6 +108,10 @@ class ReplicaFetcher:
         self._logs = logs
         self._now_ms = now_ms
         self.partitions: dict[TopicPartition, int] = {}
+        # A partition whose answer was an error waits until this loop time, or until its
+        # follower core is replaced (a new leader or epoch from the metadata image).
+        self._delayed: dict[TopicPartition, tuple[FollowerState, float]] = {}
+        self._changed = asyncio.Event()
         self._channel = grpc.aio.insecure_channel(
             address, options=[("grpc.max_receive_message_length", 2 * FETCH_MAX_BYTES)]
         )
@@ -68,6 +119,11 @@ class ReplicaFetcher:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.source_id}")
+
+    def set_partitions(self, partitions: dict[TopicPartition, int]) -> None:
+        """Fetch these partitions (with the leader epochs the image gives) from now on."""
+        self.partitions = partitions
+        self._changed.set()
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -78,9 +134,10 @@ class ReplicaFetcher:
     async def _run(self) -> None:
         stub = pb_grpc.BrokerStub(self._channel)
         while True:
-            request = self._request()
+            self._changed.clear()
+            request, sent = self._request()
             if request is None:
-                await asyncio.sleep(RETRY_BACKOFF_S)
+                await self._wait_for_work()
                 continue
             try:
                 response = await stub.Fetch(request, timeout=RPC_TIMEOUT_S)
@@ -89,104 +146,106 @@ class ReplicaFetcher:
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             try:
-                progressed = await self._handle(response)
-            except LograftError as exc:
-                log.error("replica fetch handling failed source=%d error=%s", self.source_id, exc)
-                progressed = False
+                await self._handle(response, sent)
+            except InvariantError:
+                raise  # the node halts (cluster.halt)
             except Exception:
                 # A bug must not silently end replication from this source: log, back off.
                 log.exception("replica fetch handling crashed source=%d", self.source_id)
-                progressed = False
-            if not progressed:
                 await asyncio.sleep(RETRY_BACKOFF_S)
 
-    def _request(self) -> pb.FetchRequest | None:
+    async def _wait_for_work(self) -> None:
+        """Sleep until a delayed partition is due or the followed partitions change."""
+        loop = asyncio.get_running_loop()
+        due = min((until for _, until in self._delayed.values()), default=None)
+        timeout = RETRY_BACKOFF_S if due is None else max(due - loop.time(), 0.0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+
+    def _request(self) -> tuple[pb.FetchRequest | None, dict[TopicPartition, _Sent]]:
+        now = asyncio.get_running_loop().time()
         topics: dict[str, list[pb.FetchPartition]] = {}
+        sent: dict[TopicPartition, _Sent] = {}
         for tp, epoch in self.partitions.items():
             partition = self._logs.partitions.get(tp)
-            if partition is None or partition.is_leader:
-                continue
+            state = partition.follower_state if partition is not None else None
+            if partition is None or state is None or state.leader_epoch != epoch:
+                continue  # the image and the partition disagree for a moment: skip it
+            delayed = self._delayed.get(tp)
+            if delayed is not None:
+                if delayed[0] is state and delayed[1] > now:
+                    continue
+                del self._delayed[tp]
+            core_request = state.fetch_request(partition.log_end_offset)
+            sent[tp] = _Sent(partition, state, core_request)
             topics.setdefault(tp.topic, []).append(
                 pb.FetchPartition(
                     partition=tp.partition,
-                    fetch_offset=partition.log.log_end_offset,
+                    fetch_offset=core_request.fetch_offset,
                     partition_max_bytes=PARTITION_MAX_BYTES,
-                    current_leader_epoch=epoch,
-                    last_fetched_epoch=partition.log.latest_epoch,
+                    current_leader_epoch=core_request.current_leader_epoch,
+                    last_fetched_epoch=core_request.last_fetched_epoch,
                 )
             )
         if not topics:
-            return None
-        return pb.FetchRequest(
+            return None, sent
+        request = pb.FetchRequest(
             replica_id=self.node_id,
             max_wait_ms=FETCH_MAX_WAIT_MS,
             min_bytes=1,
             max_bytes=FETCH_MAX_BYTES,
             topics=[pb.FetchTopic(name=name, partitions=parts) for name, parts in topics.items()],
         )
+        return request, sent
 
-    async def _handle(self, response: pb.FetchResponse) -> bool:
-        """Truncate or append each partition, flush them all at once, then take the HWs.
+    async def _handle(
+        self, response: pb.FetchResponse, sent: Mapping[TopicPartition, _Sent]
+    ) -> None:
+        """Perform each partition's answer, flush the appended ones together, publish HWs.
 
-        The flushes of all partitions run together (one fdatasync each, in parallel): the
-        next fetch, which tells the leader how far this replica got, waits for them.
+        The flushes run together (one fdatasync each, in parallel): the next fetch, which
+        tells the leader how far this replica got, waits for them.
         """
-        progressed = False
-        appended: list[tuple[Partition, int]] = []
-        unchanged: list[tuple[Partition, int]] = []
+        received_ms = self._now_ms()
+        appended: list[_Sent] = []
         for topic in response.topics:
             for result in topic.partitions:
                 tp = TopicPartition(topic.name, result.partition)
-                partition = self._logs.partitions.get(tp)
-                if partition is None or partition.is_leader or tp not in self.partitions:
-                    continue
-                if result.error_code:
-                    continue  # a leader change: the metadata image will re-point us
+                asked = sent.get(tp)
+                if asked is None or asked.partition.follower_state is not asked.state:
+                    continue  # not asked for, or its role changed while the fetch was out
                 try:
-                    if result.HasField("diverging_epoch"):
-                        self._truncate(partition, result.diverging_epoch)
-                        progressed = True
-                        continue
-                    if result.records and self._append(partition, result.records):
-                        appended.append((partition, result.high_watermark))
-                        continue
+                    answer = to_core_response(result, asked.request, received_ms)
+                    if answer.error is not None:
+                        log.debug("replica fetch error partition=%s error=%s", tp, answer.error)
+                    step = handle_fetch_response(asked.state, asked.partition, answer)
                 except LograftError as exc:
-                    log.error("replica append failed partition=%s error=%s", tp, exc)
-                    continue
-                unchanged.append((partition, result.high_watermark))
-        if appended:
-            await asyncio.gather(*(partition.flush_now() for partition, _ in appended))
-            progressed = True
-        for partition, high_watermark in appended + unchanged:
-            partition.set_follower_high_watermark(high_watermark)
-        return progressed
-
-    @staticmethod
-    def _truncate(partition: Partition, diverging: pb.EpochEndOffset) -> None:
-        local = partition.log
-        end = diverging.end_offset
-        target = min(end, local.log_end_offset) if end >= 0 else partition.high_watermark
-        log.warning(
-            "truncating diverged follower log partition=%s from=%d to=%d leader_epoch=%d",
-            partition.topic_partition,
-            local.log_end_offset,
-            target,
-            diverging.epoch,
+                    log.error("replica fetch answer failed partition=%s error=%s", tp, exc)
+                    step = NextFetch.BACK_OFF
+                if step is NextFetch.AFTER_FLUSH:
+                    appended.append(asked)
+                elif step is NextFetch.CAUGHT_UP:
+                    asked.partition.publish_follower_high_watermark()
+                elif step in (NextFetch.BACK_OFF, NextFetch.AWAIT_METADATA):
+                    self._delay(tp, asked.state)
+        if not appended:
+            return
+        flushed = await asyncio.gather(
+            *(asked.partition.flush_now() for asked in appended), return_exceptions=True
         )
-        partition.truncate_to(target)
+        for done, outcome in zip(appended, flushed, strict=True):
+            if isinstance(outcome, InvariantError):
+                raise outcome
+            if isinstance(outcome, BaseException):
+                tp = done.partition.topic_partition
+                log.error("replica flush failed partition=%s error=%r", tp, outcome)
+                self._delay(tp, done.state)
+            else:
+                done.partition.publish_follower_high_watermark()
 
-    def _append(self, partition: Partition, records: bytes) -> bool:
-        """Append the whole batches of a fetch answer; False if it held none."""
-        data = bytearray(records)
-        headers = list(iter_headers(data))
-        if not headers:
-            return False
-        complete = headers[-1].position + headers[-1].size
-        del data[complete:]
-        for header in headers:
-            check_stored_batch(data, header)
-        partition.append_as_follower(data, headers, self._now_ms())
-        return True
+    def _delay(self, tp: TopicPartition, state: FollowerState) -> None:
+        until = asyncio.get_running_loop().time() + RETRY_BACKOFF_S
+        self._delayed[tp] = (state, until)
 
 
 class ReplicaFetcherManager:
@@ -219,7 +278,7 @@ class ReplicaFetcherManager:
                 )
                 self._fetchers[source_id] = existing
                 existing.start()
-            existing.partitions = partitions
+            existing.set_partitions(partitions)
 
     async def stop(self) -> None:
         for fetcher in self._fetchers.values():

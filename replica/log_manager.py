@@ -28,6 +28,10 @@ from cluster.errors import (
 )
 from replica.log.config import LogConfig
 from replica.log.partition_log import PartitionLog
+from replica.log.replication_offset_checkpoint import (
+    read_high_watermarks,
+    write_high_watermarks,
+)
 from replica.partition import Partition
 from replica.topic_partition import MAX_PARTITIONS, TopicPartition, validate_topic_name
 
@@ -66,6 +70,9 @@ class LogManager:
         self._now_ms = now_ms
         self.topics: dict[str, TopicInfo] = {}
         self.partitions: dict[TopicPartition, Partition] = {}
+        # replication-offset-checkpoint as last read or written; a partition opens at its
+        # entry. Entries of partitions not (yet) open again are kept until they are removed.
+        self._checkpointed: dict[TopicPartition, int] = {}
 
     # ---- start-up and shutdown ----------------------------------------------------------
 
@@ -79,6 +86,13 @@ class LogManager:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         for leftover in self.data_dir.glob(f"*{_DELETE_SUFFIX}"):
             shutil.rmtree(leftover, ignore_errors=True)
+        try:
+            self._checkpointed = read_high_watermarks(self.data_dir)
+        except KafkaStorageError as exc:
+            # Conservative, not fatal: every partition opens at its log start offset, and a
+            # leader publishes records only once its in-sync followers hold them again.
+            log.error("high watermark checkpoint ignored error=%s", exc)
+            self._checkpointed = {}
         if not load_topics:
             return
         path = self.data_dir / _TOPICS_FILE
@@ -110,7 +124,11 @@ class LogManager:
         )
 
     def close(self) -> None:
-        """Flush and close every log, leaving clean-shutdown markers."""
+        """Checkpoint the high watermarks, flush and close every log (clean-shutdown markers)."""
+        try:
+            self.write_high_watermark_checkpoint(self.high_watermarks())
+        except KafkaStorageError as exc:
+            log.error("high watermark checkpoint not written at shutdown error=%s", exc)
         for partition in self.partitions.values():
             partition.wake_fetchers()
             try:
@@ -124,6 +142,20 @@ class LogManager:
                 )
             partition.log.close()
         self.partitions.clear()
+
+    # ---- high watermark checkpoint ------------------------------------------------------
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        """What the checkpoint should hold now (event loop): hosted partitions' HWs."""
+        for tp, partition in self.partitions.items():
+            self._checkpointed[tp] = partition.high_watermark
+        return dict(self._checkpointed)
+
+    def write_high_watermark_checkpoint(
+        self, high_watermarks: Mapping[TopicPartition, int]
+    ) -> None:
+        """Write ``replication-offset-checkpoint`` (disk work: off the event loop)."""
+        write_high_watermarks(self.data_dir, high_watermarks)
 
     # ---- topics -------------------------------------------------------------------------
 
@@ -195,6 +227,7 @@ class LogManager:
         doomed = []
         for index in range(topic.num_partitions):
             partition = self.partitions.pop(TopicPartition(name, index), None)
+            self._checkpointed.pop(TopicPartition(name, index), None)
             if partition is not None:
                 doomed.extend(_discard([partition]))
         log.info("topic deleted topic=%s", name)
@@ -225,7 +258,7 @@ class LogManager:
         try:
             if partition_log.flushed_offset < partition_log.log_end_offset:
                 partition_log.flush()
-            return Partition(tp, partition_log)
+            return Partition(tp, partition_log, self._checkpointed.get(tp))
         except (OSError, LograftError):
             partition_log.close()
             raise
@@ -237,6 +270,7 @@ class LogManager:
     def unhost_partition(self, tp: TopicPartition) -> Path | None:
         """Close a partition this broker no longer hosts; returns its directory to remove."""
         partition = self.partitions.pop(tp, None)
+        self._checkpointed.pop(tp, None)
         if partition is None:
             return None
         return _discard([partition])[0]
@@ -268,7 +302,7 @@ class LogManager:
                         # Recovered bytes that survived a crash sit in the page cache; make
                         # them durable before they become readable below the high watermark.
                         partition_log.flush()
-                    partition = Partition(tp, partition_log)
+                    partition = Partition(tp, partition_log, self._checkpointed.get(tp))
                 except (OSError, LograftError):
                     partition_log.close()
                     raise

@@ -3,9 +3,17 @@
 A ``Partition`` is the I/O shell around the pure replication cores: as leader it feeds a
 :class:`~replica.replication.LeaderState` with local appends, flushes and follower fetches
 and does what it decides (advance the high watermark, answer ``acks=all`` produces, propose
-ISR changes); as follower it appends what the fetcher brings and takes the leader's high
-watermark. It lives on the node's event loop and is not thread-safe; only
-``PartitionLog.flush`` runs on a worker thread, through the group commit in ``wait_flushed``.
+ISR changes); as follower it holds a :class:`~replica.replication.FollowerState`, which
+decides what each fetch answer means (:mod:`replica.follower_fetch` performs it here through
+:meth:`Partition.append_fetched` and :meth:`Partition.truncate_diverged`), and publishes the
+high watermark that core computed once the appended records are flushed. It lives on the
+node's event loop and is not thread-safe; only ``PartitionLog.flush`` runs on a worker
+thread, through the group commit in ``wait_flushed``.
+
+The high watermark a partition opens with is the broker's checkpointed one
+(``replication-offset-checkpoint``), never the log end: records above it may exist on this
+replica alone (an ``acks=1`` tail), and a replica elected leader must not publish them
+before its in-sync followers hold them.
 
 Durability rule: under ``flush.policy=fsync`` a replica counts an offset towards the high
 watermark only once it is fdatasync'ed (the leader through ``durable_end_offset``, a
@@ -34,12 +42,14 @@ from replica.producer_state import Duplicate, ProducerStateManager
 from replica.replication import (
     DivergingEpoch,
     FetchDecision,
+    FetchRequest,
+    FollowerState,
     IsrProposal,
     LeaderState,
 )
 from replica.topic_partition import TopicPartition
 
-__all__ = ["IsrProposer", "LeaderAppend", "Partition", "TopicPartition"]
+__all__ = ["FetchedBatches", "IsrProposer", "LeaderAppend", "Partition", "TopicPartition"]
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +71,41 @@ class LeaderAppend:
     log_append_time_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class FetchedBatches:
+    """Whole, CRC-checked batches a fetch brought from the leader (``headers`` index them)."""
+
+    data: bytearray
+    headers: list[BatchHeader]
+    received_ms: int
+
+
 class Partition:
     """A partition hosted here, as leader or follower (see the module docstring)."""
 
-    def __init__(self, topic_partition: TopicPartition, partition_log: PartitionLog) -> None:
-        """Wrap an opened log; loads producer state (disk work: call off the event loop)."""
+    def __init__(
+        self,
+        topic_partition: TopicPartition,
+        partition_log: PartitionLog,
+        high_watermark: int | None = None,
+    ) -> None:
+        """Wrap an opened log; loads producer state (disk work: call off the event loop).
+
+        ``high_watermark`` is the checkpointed one (None: no checkpoint holds this
+        partition); the partition opens at it, within the log's start and end offsets.
+        """
         self.topic_partition = topic_partition
         self.log = partition_log
         self.leader_epoch = 0
         self.producer_state: ProducerStateManager = load_producer_state(partition_log)
         self._leader: LeaderState | None = None
+        self._follower: FollowerState | None = None
         self._propose_isr: IsrProposer | None = None
-        self._high_watermark = self._durable_end()
+        start = partition_log.log_start_offset
+        self._high_watermark = min(
+            max(start if high_watermark is None else high_watermark, start),
+            partition_log.log_end_offset,
+        )
         self._data_waiters: set[asyncio.Future[None]] = set()
         self._replica_waiters: set[asyncio.Future[None]] = set()
         self._acks_waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -103,6 +136,7 @@ class Partition:
         the records are still in this log and the new epoch's high watermark covers them.
         """
         self._propose_isr = propose_isr
+        self._follower = None
         current = self._leader
         if current is not None and current.leader_epoch == leader_epoch:
             if current.on_isr_committed(isr, partition_epoch):
@@ -159,17 +193,47 @@ class Partition:
             now_ms=0,
         )
 
-    def become_follower(self, leader_epoch: int) -> None:
-        """Follow at ``leader_epoch``; produces waiting for acks fail NOT_LEADER_OR_FOLLOWER."""
+    def become_follower(
+        self,
+        leader_epoch: int,
+        *,
+        replica_id: int = -1,
+        leader_id: int | None = None,
+        unclean_leader_election: bool = False,
+    ) -> None:
+        """Follow ``leader_id`` at ``leader_epoch`` (None: the partition has no leader now).
+
+        A new leader or epoch starts a new :class:`FollowerState` at this partition's high
+        watermark; the same leader and epoch again keeps the current one. Produces waiting
+        for acks fail with NOT_LEADER_OR_FOLLOWER.
+        """
         was_leader = self._leader is not None
         self._leader = None
         self._propose_isr = None
+        current = self._follower
         changed = was_leader or leader_epoch != self.leader_epoch
+        if leader_id is None:
+            self._follower = None
+        elif (
+            changed
+            or current is None
+            or current.leader_id != leader_id
+            or current.unclean_leader_election != unclean_leader_election
+        ):
+            self._follower = FollowerState(
+                replica_id=replica_id,
+                leader_id=leader_id,
+                leader_epoch=leader_epoch,
+                epoch_cache=self.log.leader_epoch_cache,
+                high_watermark=self._high_watermark,
+                unclean_leader_election=unclean_leader_election,
+            )
         self.leader_epoch = leader_epoch
         if changed:
             log.info(
-                "partition role partition=%s role=follower leader_epoch=%d",
+                "partition role partition=%s role=follower leader=%s leader_epoch=%d",
                 self.topic_partition,
+                leader_id,
                 leader_epoch,
             )
         self._fail_acks_waiters(
@@ -193,8 +257,17 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
-        """Offsets below it are committed and readable by consumers; it never moves backwards."""
+        """Offsets below it are committed and readable by consumers.
+
+        A leader's never moves backwards within its epoch; a follower's is the one its
+        :class:`FollowerState` learned from the leader, published once flushed.
+        """
         return self._high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        """One past the last offset in the log."""
+        return self.log.log_end_offset
 
     def _durable_end(self) -> int:
         if self.log.config.flush_policy == FlushPolicy.FSYNC:
@@ -222,12 +295,6 @@ class Partition:
                 else:
                     waiter.set_exception(status.error)
             self._acks_waiters = still_waiting
-
-    def set_follower_high_watermark(self, leader_high_watermark: int) -> None:
-        """A follower's high watermark: the leader's, capped by what this log holds on disk."""
-        self._high_watermark = max(
-            self._high_watermark, min(leader_high_watermark, self._durable_end())
-        )
 
     # ---- leader: produce ------------------------------------------------------------------
 
@@ -381,6 +448,33 @@ class Partition:
             leader.on_alter_partition_failed(error)
 
     # ---- follower -------------------------------------------------------------------------
+
+    @property
+    def follower_state(self) -> FollowerState | None:
+        """The follower core while this broker follows a leader, else None."""
+        return self._follower
+
+    def fetch_request(self) -> FetchRequest | None:
+        """The next replica fetch for this partition (None: not following anyone)."""
+        follower = self._follower
+        if follower is None:
+            return None
+        return follower.fetch_request(self.log.log_end_offset)
+
+    def append_fetched(self, fetch_offset: int, records: FetchedBatches) -> None:
+        """Append what a fetch brought (``FollowerLog``; ``fetch_offset`` is the log end)."""
+        self.append_as_follower(records.data, records.headers, records.received_ms)
+
+    def truncate_diverged(self, offset: int) -> None:
+        """Truncate a diverged tail as the follower core decided (``FollowerLog``)."""
+        self.truncate_to(offset)
+
+    def publish_follower_high_watermark(self) -> None:
+        """Take the follower core's high watermark (call once the appended records are
+        flushed: a replica counts only what is on its disk)."""
+        follower = self._follower
+        if follower is not None:
+            self._high_watermark = follower.high_watermark
 
     def append_as_follower(
         self, records: bytearray, headers: list[BatchHeader], now_ms: int

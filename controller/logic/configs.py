@@ -120,6 +120,9 @@ NODE_CONFIG_FIELDS: dict[str, str] = {
     "offsets.topic.num.partitions": "offsets_topic_num_partitions",
     "offsets.topic.replication.factor": "offsets_topic_replication_factor",
     "replica.lag.time.max.ms": "replica_lag_time_max_ms",
+    "replica.high.watermark.checkpoint.interval.ms": (
+        "replica_high_watermark_checkpoint_interval_ms"
+    ),
     "log.cleaner.enable": "log_cleaner_enable",
     "log.cleaner.backoff.ms": "log_cleaner_backoff_ms",
     "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cluster.errors import LograftError
+from cluster.errors import InvariantError, LograftError
 
 __all__ = ["CorruptMetadataError", "MetadataInvariantError"]
 
@@ -19,7 +19,7 @@ class CorruptMetadataError(LograftError):
     retriable = False
 
 
-class MetadataInvariantError(RuntimeError):
+class MetadataInvariantError(InvariantError):
     """Replaying a record would break an invariant of the metadata image.
 
     A committed record that cannot be replayed means a controller bug; the node must stop

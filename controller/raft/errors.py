@@ -10,7 +10,7 @@ crash the node on purpose and are never caught and logged away.
 
 from __future__ import annotations
 
-from cluster.errors import IllegalStateError, InvalidRequestError, NotLeaderOrFollowerError
+from cluster.errors import InvalidRequestError, InvariantError, NotLeaderOrFollowerError
 
 __all__ = [
     "IllegalTransitionError",
@@ -39,8 +39,8 @@ class InvalidSnapshotError(InvalidRequestError):
     """``INVALID_REQUEST``: a snapshot was asked for at an offset the node cannot cover."""
 
 
-class RaftInvariantError(IllegalStateError):
-    """``ILLEGAL_STATE``: a Raft safety invariant is broken; the node must stop.
+class RaftInvariantError(InvariantError):
+    """A Raft safety invariant is broken; the node halts (never answered over the wire).
 
     Never caught inside lograft: continuing after this would risk losing committed data.
     """

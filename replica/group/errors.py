@@ -15,7 +15,7 @@ Request-level failures use the shared :mod:`cluster.errors` classes directly
 
 from __future__ import annotations
 
-from cluster.errors import CorruptMessageError, IllegalStateError
+from cluster.errors import CorruptMessageError, InvariantError
 
 __all__ = ["GroupInvariantError", "GroupRecordError"]
 
@@ -24,5 +24,5 @@ class GroupRecordError(CorruptMessageError):
     """``CORRUPT_MESSAGE``: a ``__consumer_offsets`` record key or value is not valid."""
 
 
-class GroupInvariantError(IllegalStateError):
-    """``ILLEGAL_STATE``: a group coordinator invariant is broken; the node must stop."""
+class GroupInvariantError(InvariantError):
+    """A group coordinator invariant is broken; the node halts (never answered)."""

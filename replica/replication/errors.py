@@ -13,13 +13,13 @@ Request-level failures use the shared :mod:`cluster.errors` classes directly
 
 from __future__ import annotations
 
-from cluster.errors import IllegalStateError, KafkaStorageError
+from cluster.errors import InvariantError, KafkaStorageError
 
 __all__ = ["LeaderEpochCheckpointError", "ReplicationInvariantError"]
 
 
-class ReplicationInvariantError(IllegalStateError):
-    """``ILLEGAL_STATE``: a replication safety invariant is broken; the node must stop."""
+class ReplicationInvariantError(InvariantError):
+    """A replication safety invariant is broken; the node halts (never answered)."""
 
 
 class LeaderEpochCheckpointError(KafkaStorageError):

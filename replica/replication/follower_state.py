@@ -8,7 +8,8 @@ fetch offset and the epoch of its last record as ``last_fetched_epoch``. The ans
 of (Kafka's ``AbstractFetcherThread`` with KIP-320 truncation on fetch):
 
 * records -> :class:`AppendRecords`: append them at the fetch offset; the follower's high
-  watermark becomes ``min(leader high watermark, new log end offset)``;
+  watermark becomes ``min(leader high watermark, new log end offset)`` (Kafka's
+  ``maybeUpdateHighWatermark``: it may come down, when a new leader's lags this one's);
 * a diverging epoch -> :class:`TruncateTo`: truncate the log (and the epoch cache) to the
   offset, log it, fetch again (the next fetch may diverge again, one epoch further back);
 * ``FENCED_LEADER_EPOCH`` / ``NOT_LEADER_OR_FOLLOWER`` -> :class:`AwaitMetadata`: this
@@ -19,7 +20,10 @@ of (Kafka's ``AbstractFetcherThread`` with KIP-320 truncation on fetch):
   :class:`Ignore`.
 
 Truncating below the follower's high watermark would drop committed records: it raises
-:class:`ReplicationInvariantError`.
+:class:`ReplicationInvariantError`, unless the topic allows unclean leader election
+(``unclean.leader.election.enable``): then committed records may really be gone, the
+truncation goes ahead, the high watermark comes down with it, and it is logged as an error
+naming both offsets (Kafka's behaviour).
 """
 
 from __future__ import annotations
@@ -109,7 +113,14 @@ FollowerAction = AppendRecords[R] | TruncateTo | AwaitMetadata | BackOff | Ignor
 class FollowerState:
     """A follower of ``leader_id`` at ``leader_epoch`` (a new epoch is a new object)."""
 
-    __slots__ = ("_high_watermark", "epoch_cache", "leader_epoch", "leader_id", "replica_id")
+    __slots__ = (
+        "_high_watermark",
+        "epoch_cache",
+        "leader_epoch",
+        "leader_id",
+        "replica_id",
+        "unclean_leader_election",
+    )
 
     def __init__(
         self,
@@ -119,13 +130,19 @@ class FollowerState:
         leader_epoch: int,
         epoch_cache: LeaderEpochCache,
         high_watermark: int,
+        unclean_leader_election: bool = False,
     ) -> None:
         if leader_id == replica_id:
             raise ReplicationInvariantError(f"replica={replica_id} cannot follow itself")
+        if high_watermark < 0:
+            raise ReplicationInvariantError(
+                f"replica={replica_id} follows with negative high watermark {high_watermark}"
+            )
         self.replica_id = replica_id
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
         self.epoch_cache = epoch_cache
+        self.unclean_leader_election = unclean_leader_election
         self._high_watermark = high_watermark
         log.info(
             "partition follower start replica=%d leader=%d leader_epoch=%d high_watermark=%d",
@@ -170,11 +187,41 @@ class FollowerState:
                 f"replica={self.replica_id} records end {response.records_end_offset} before "
                 f"fetch offset {response.fetch_offset}"
             )
-        new_hw = min(response.high_watermark, response.records_end_offset)
-        self._high_watermark = new_hw
+        self._high_watermark = min(response.high_watermark, response.records_end_offset)
         return AppendRecords(
-            response.fetch_offset, response.records, response.records_end_offset, new_hw
+            response.fetch_offset,
+            response.records,
+            response.records_end_offset,
+            self._high_watermark,
         )
+
+    def on_truncated(self, log_end_offset: int) -> None:
+        """The shell performed a :class:`TruncateTo`; the log now ends at ``log_end_offset``.
+
+        A log truncates whole batches, so it may end below the offset asked for; ending
+        below the high watermark is checked by the same rule as the truncation itself.
+        """
+        if log_end_offset < self._high_watermark:
+            self._check_truncation(log_end_offset)
+
+    def _check_truncation(self, offset: int) -> None:
+        if offset >= self._high_watermark:
+            return
+        if not self.unclean_leader_election:
+            raise ReplicationInvariantError(
+                f"replica={self.replica_id} leader_epoch={self.leader_epoch} would truncate "
+                f"to {offset}, below its high watermark {self._high_watermark}"
+            )
+        log.error(
+            "partition follower truncating below high watermark after an unclean leader "
+            "election replica=%d leader=%d leader_epoch=%d offset=%d high_watermark=%d",
+            self.replica_id,
+            self.leader_id,
+            self.leader_epoch,
+            offset,
+            self._high_watermark,
+        )
+        self._high_watermark = offset
 
     def _truncation(
         self, leader_epoch: int, leader_end_offset: int, log_end_offset: int
@@ -193,11 +240,7 @@ class FollowerState:
             else:
                 offset = min(mine.end_offset, leader_end_offset, log_end_offset)
                 complete = True
-        if offset < self._high_watermark:
-            raise ReplicationInvariantError(
-                f"replica={self.replica_id} leader_epoch={self.leader_epoch} would truncate to "
-                f"{offset}, below its high watermark {self._high_watermark}"
-            )
+        self._check_truncation(offset)
         log.info(
             "partition follower truncate replica=%d leader=%d leader_epoch=%d offset=%d "
             "log_end_offset=%d diverging_epoch=%d diverging_end_offset=%d complete=%s",

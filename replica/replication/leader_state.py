@@ -211,6 +211,8 @@ class LeaderState:
             for r in replicas
             if r != replica_id
         }
+        # Kafka's makeLeader: an ISR of one (or followers already known) may commit at once.
+        self._maybe_advance_high_watermark()
         log.info(
             "partition leader start replica=%d leader_epoch=%d partition_epoch=%d isr=%s "
             "log_end_offset=%d high_watermark=%d",
