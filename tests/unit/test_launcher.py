@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster import launcher
 from cluster.launcher import (
     CLUSTER_FILE,
     BrokerView,
     ClusterSpec,
+    ClusterStatus,
     LauncherError,
     LocalCluster,
     MetadataView,
@@ -27,11 +27,14 @@ from cluster.launcher import (
     add_cluster_commands,
     build_parser,
     build_voters,
+    commands,
     health_problems,
     is_alive,
     is_our_node,
     is_port_free,
+    local_cluster,
     node_port,
+    processes,
     run_cluster_command,
     signal_node,
     tail_lines,
@@ -215,10 +218,10 @@ def test_up_flags_default_to_the_existing_cluster_file(tmp_path: Path) -> None:
         ClusterSpec(data_dir=tmp_path, nodes=2, base_port=19092, configs={"a": "1"})
     ).save()
     args = build_parser().parse_args(["up", "--data-dir", str(tmp_path)])
-    spec = launcher._spec_from_args(args)
+    spec = commands._spec_from_args(args)
     assert (spec.nodes, spec.base_port, dict(spec.configs)) == (2, 19092, {"a": "1"})
     args = build_parser().parse_args(["up", "--data-dir", str(tmp_path), "--nodes", "4"])
-    assert launcher._spec_from_args(args).nodes == 4
+    assert commands._spec_from_args(args).nodes == 4
 
 
 # ---- processes and the /proc guard ----------------------------------------------------------
@@ -290,7 +293,7 @@ def test_down_stops_nodes_it_recognises(tmp_path: Path, fake_node: subprocess.Po
 def test_a_zombie_is_not_alive(sleeper: subprocess.Popen[bytes]) -> None:
     sleeper.kill()
     _wait_exited_unreaped(sleeper.pid)
-    assert launcher._process_state(sleeper.pid) == "Z"
+    assert processes.process_state(sleeper.pid) == "Z"
     assert not is_alive(sleeper.pid)
     assert not signal_node(sleeper.pid, Path("/tmp/x"), signal.SIGKILL)
 
@@ -359,7 +362,7 @@ def test_ready_count_counts_nodes_that_see_everyone(tmp_path: Path) -> None:
         _status(cluster, 2, [1, 2]),
         _status(cluster, 3, ids),
     ]
-    current = launcher.ClusterStatus(tmp_path, cluster.bootstrap, nodes, False, [])
+    current = ClusterStatus(tmp_path, cluster.bootstrap, nodes, False, [])
     assert current.ready_count == 1
 
 
@@ -427,18 +430,18 @@ def test_up_progress_is_drawn_only_on_a_terminal(
 ) -> None:
     cluster = LocalCluster(ClusterSpec(data_dir=tmp_path, nodes=3, base_port=19092))
     ids = [1, 2, 3]
-    seen = [launcher.ClusterStatus(tmp_path, "", [_status(cluster, i, ids) for i in ids], True, [])]
+    seen = [ClusterStatus(tmp_path, "", [_status(cluster, i, ids) for i in ids], True, [])]
 
-    def fake_wait(timeout_s: float, on_status: object = None) -> launcher.ClusterStatus:
+    def fake_wait(timeout_s: float, on_status: object = None) -> ClusterStatus:
         assert callable(on_status)
         on_status(seen[0])
         return seen[0]
 
     monkeypatch.setattr(cluster, "wait_healthy", fake_wait)
     terminal, pipe = _Terminal(), io.StringIO()
-    assert launcher._wait_with_progress(cluster, 5.0, terminal) is seen[0]
+    assert commands._wait_with_progress(cluster, 5.0, terminal) is seen[0]
     assert "3/3" in terminal.getvalue()
-    launcher._wait_with_progress(cluster, 5.0, pipe)
+    commands._wait_with_progress(cluster, 5.0, pipe)
     assert pipe.getvalue() == ""
 
 
@@ -447,7 +450,7 @@ def test_status_json_shape(tmp_path: Path) -> None:
     ids = [1, 2, 3]
     nodes = [NodeStatus(cluster.node(1), False, "not running")]
     nodes += [_status(cluster, i, ids, controller=2) for i in (2, 3)]
-    doc = launcher.ClusterStatus(
+    doc = ClusterStatus(
         tmp_path, cluster.bootstrap, nodes, False, health_problems(ids, nodes)
     ).to_json()
     assert doc["controller_id"] == 2
@@ -520,7 +523,7 @@ def test_up_defaults_and_flags() -> None:
     assert (args.nodes, args.base_port, args.config) == (None, None, None)  # filled in later
     assert args.data_dir == Path("data/cluster")
     assert args.timeout_s == 60.0
-    spec = launcher._spec_from_args(
+    spec = commands._spec_from_args(
         build_parser().parse_args(["up", "--data-dir", "/nonexistent/lograft-test"])
     )
     assert (spec.nodes, spec.base_port, dict(spec.configs)) == (3, 9092, {})
@@ -628,12 +631,12 @@ def test_restart_waits_for_a_new_unfenced_registration(
     # The old registration (epoch 5, still unfenced before its session expires), then the
     # new incarnation fenced while it catches up, then unfenced.
     answers = iter([{2: (5, False)}, None, {2: (9, True)}, {2: (9, False)}])
-    monkeypatch.setattr(launcher, "broker_registrations", lambda *a, **k: next(answers))
-    monkeypatch.setattr(launcher, "HEALTH_POLL_INTERVAL_S", 0.001)
-    healthy = launcher.ClusterStatus(tmp_path, "", [], True, [])
+    monkeypatch.setattr(local_cluster, "broker_registrations", lambda *a, **k: next(answers))
+    monkeypatch.setattr(local_cluster, "HEALTH_POLL_INTERVAL_S", 0.001)
+    healthy = ClusterStatus(tmp_path, "", [], True, [])
     calls: list[float] = []
 
-    def fake_wait_healthy(timeout_s: float, on_status: object = None) -> launcher.ClusterStatus:
+    def fake_wait_healthy(timeout_s: float, on_status: object = None) -> ClusterStatus:
         calls.append(timeout_s)
         return healthy
 
@@ -647,6 +650,6 @@ def test_restart_wait_fails_when_the_node_dies(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster = LocalCluster(ClusterSpec(data_dir=tmp_path, nodes=3, base_port=19092))
-    monkeypatch.setattr(launcher, "broker_registrations", lambda *a, **k: None)
+    monkeypatch.setattr(local_cluster, "broker_registrations", lambda *a, **k: None)
     with pytest.raises(LauncherError, match="node 2 is not running"):
         cluster.wait_reregistered(2, previous_epoch=None, timeout_s=30)
