@@ -70,6 +70,8 @@ from replica.group import (
     GroupRecord,
     OffsetAndMetadata,
     OffsetCommitKey,
+    _reconciliation,
+    _store,
     assign_range,
     decode,
     encode,
@@ -961,8 +963,10 @@ def test_handing_a_partition_over_before_it_is_released_is_caught(
 ) -> None:
     """Break the cooperative rule (and the core's own checks): ownership must fail."""
     cls = coordinator_module.GroupCoordinator
-    monkeypatch.setattr(cls, "_is_free", lambda self, group, tp, member_id: True)
-    monkeypatch.setattr(cls, "_move_ownership", lambda self, group, member_id, old, new: None)
+    monkeypatch.setattr(_reconciliation, "is_free", lambda group, tp, member_id: True)
+    monkeypatch.setattr(
+        _store.GroupStore, "_move_ownership", lambda self, group, member_id, old, new: None
+    )
     monkeypatch.setattr(cls, "check_invariants", lambda self: None)
     message = _first_failure()
     assert "held by" in message or "both own" in message or "moved back" in message, message
@@ -991,7 +995,7 @@ def test_accepting_commits_from_stale_epochs_is_caught(monkeypatch: pytest.Monke
         offsets: dict[TopicPartition, OffsetAndMetadata],
         now_ms: int,
     ) -> Any:
-        group = self._groups.get(group_id)
+        group = self._store.groups.get(group_id)
         member = group.members.get(member_id) if group is not None else None
         if member is not None:  # any epoch will do
             member_epoch = member.current.member_epoch
