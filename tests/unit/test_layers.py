@@ -1,0 +1,442 @@
+"""The five layers of DESIGN.md ("Layers"), enforced on every first-party module.
+
+``LAYERS`` places each module, by a path glob, in one layer; the first matching row wins.
+Three rules follow from it:
+
+* every module of ``cluster``, ``controller``, ``replica``, ``spark`` and ``chaos`` is placed
+  (a new file fails until a row covers it, so each new module is placed on purpose);
+* imports point down: a module imports only from its own layer or the layers below it.
+  Importing ``a.b.c`` also runs ``a/__init__`` and ``a/b/__init__``, so those count too;
+* the pure cores read no clock, open no socket or file, start no thread and use no global
+  random: ``now_ms`` and a ``random.Random`` come in as arguments (DESIGN.md, "Pure cores,
+  thin shells"). Some cores are held tighter still (``CORE_DEPENDENCIES``).
+
+Imports under ``if TYPE_CHECKING:`` are ignored: they never run. Edges that are wrong today
+but wait on a file someone else owns are listed, each with its reason, in
+``KNOWN_VIOLATIONS``; the test fails once one of them is gone, so the list only shrinks.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("cluster", "controller", "replica", "spark", "chaos")
+
+
+class Layer(enum.IntEnum):
+    """DESIGN.md's layers, bottom first: a module may import its own layer and lower ones."""
+
+    PROTOCOL = 1
+    CORE = 2
+    STORAGE = 3
+    SHELL = 4
+    NODE = 5
+
+
+LAYERS: tuple[tuple[str, Layer], ...] = (
+    # -- 1. Protocol: the vocabulary every layer speaks. Imports no other first-party layer.
+    # The package roots run on every import of a submodule, so they import nothing.
+    ("cluster/__init__.py", Layer.PROTOCOL),
+    ("controller/__init__.py", Layer.PROTOCOL),
+    ("replica/__init__.py", Layer.PROTOCOL),
+    ("replica/records.py", Layer.PROTOCOL),
+    ("replica/batch_header.py", Layer.PROTOCOL),
+    ("replica/compression.py", Layer.PROTOCOL),
+    ("replica/topic_partition.py", Layer.PROTOCOL),
+    ("cluster/errors.py", Layer.PROTOCOL),
+    ("cluster/error_responses.py", Layer.PROTOCOL),  # error <-> wire error code
+    ("controller/*/errors.py", Layer.PROTOCOL),  # the per-domain error modules
+    ("replica/*/errors.py", Layer.PROTOCOL),
+    ("cluster/wire/*", Layer.PROTOCOL),  # generated from proto/
+    # -- 2. Pure cores: inputs in, decisions out; no clock, socket, thread, disk, global random.
+    ("controller/raft/*", Layer.CORE),
+    ("controller/metadata/*", Layer.CORE),
+    ("controller/logic/*", Layer.CORE),
+    ("replica/replication/*", Layer.CORE),
+    ("replica/group/*", Layer.CORE),
+    ("replica/producer_state.py", Layer.CORE),
+    ("replica/partition_roles.py", Layer.CORE),  # metadata image -> local partition roles
+    ("cluster/client/_sequencing.py", Layer.CORE),  # the idempotent producer's sequences
+    # Config definitions and checks: pure values that the controller logic describes and
+    # validates (DescribeConfigs on a broker), and that the node is built from.
+    ("cluster/node_config.py", Layer.CORE),
+    # -- 3. Storage: the partition log and the metadata log, on disk.
+    ("replica/log/*", Layer.STORAGE),
+    ("replica/producer_snapshots.py", Layer.STORAGE),
+    ("controller/storage/*", Layer.STORAGE),
+    ("cluster/durable.py", Layer.STORAGE),
+    # -- 4. Shells: asyncio + gRPC around a core; translate, call the core, perform its output.
+    ("replica/partition.py", Layer.SHELL),
+    ("replica/fetcher.py", Layer.SHELL),
+    ("replica/follower_fetch.py", Layer.SHELL),  # the fetcher's per-partition step
+    ("replica/broker_service.py", Layer.SHELL),
+    ("replica/group_service.py", Layer.SHELL),
+    ("replica/log_manager.py", Layer.SHELL),
+    ("replica/log_cleaner_loop.py", Layer.SHELL),
+    ("replica/producer_ids.py", Layer.SHELL),  # producer-id blocks: controller RPC or a file
+    ("controller/quorum/*", Layer.SHELL),
+    ("cluster/halt.py", Layer.SHELL),  # halt on a broken invariant; shells re-raise through it
+    # -- 5. Node and tools: the process, and what users run.
+    ("cluster/node.py", Layer.NODE),
+    ("cluster/kraft_broker.py", Layer.NODE),
+    ("cluster/launcher*", Layer.NODE),
+    ("cluster/client/*", Layer.NODE),
+    ("cluster/cli/*", Layer.NODE),
+    ("cluster/demo.py", Layer.NODE),
+    ("cluster/status.py", Layer.NODE),
+    ("chaos/*", Layer.NODE),
+    ("spark/*", Layer.NODE),
+)
+
+CORE_DEPENDENCIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # Cores that stand alone: besides the standard library they import only these (and
+    # their submodules). Raft knows nothing of metadata; replication and groups know
+    # nothing of the log or of each other.
+    ("controller/raft/*", ("controller.raft", "cluster.errors")),
+    ("replica/replication/*", ("replica.replication", "cluster.errors")),
+    ("replica/group/*", ("replica.group", "replica.topic_partition", "cluster.errors")),
+)
+
+FORBIDDEN_IN_CORES = frozenset(
+    {
+        "asyncio",
+        "concurrent",
+        "datetime",
+        "grpc",
+        "io",
+        "multiprocessing",
+        "os",
+        "pathlib",
+        "selectors",
+        "shutil",
+        "signal",
+        "socket",
+        "subprocess",
+        "sys",
+        "tempfile",
+        "threading",
+        "time",
+    }
+)
+FORBIDDEN_CALLS_IN_CORES = frozenset({"open", "print", "input", "eval", "exec", "__import__"})
+
+KNOWN_VIOLATIONS: Mapping[tuple[str, str], str] = {
+    # (importer, imported): why it is still here. Remove a row once it is fixed.
+    ("controller.logic.configs", "replica.log.config"): (
+        "topic config definitions (TOPIC_CONFIGS, LogConfig) live in the storage package; "
+        "replica/log/config.py should move down to a pure module (replica/log/* is being "
+        "split by someone else)"
+    ),
+    ("controller.logic.topic_configs", "replica.log.config"): (
+        "same: CreateTopics validation reads TOPIC_CONFIGS from replica/log/config.py"
+    ),
+    ("cluster.node_config", "replica.log.config"): (
+        "same: broker defaults are LogConfig.with_overrides from replica/log/config.py"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Module:
+    """One first-party module: its dotted name, path (relative to the root) and source."""
+
+    name: str
+    path: str
+    source: str
+
+    @property
+    def is_package(self) -> bool:
+        """Whether this is a package's ``__init__``."""
+        return self.path.endswith("/__init__.py")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A broken rule: ``(importer, imported)`` is the key ``KNOWN_VIOLATIONS`` uses."""
+
+    importer: str
+    imported: str
+    message: str
+
+
+def layer_of(path: str) -> Layer | None:
+    """The layer of the first ``LAYERS`` row whose glob matches ``path``; ``None``: unplaced."""
+    for pattern, layer in LAYERS:
+        if fnmatchcase(path, pattern):
+            return layer
+    return None
+
+
+def first_party_modules(root: Path = ROOT) -> dict[str, Module]:
+    """Every module of the first-party packages, by dotted name."""
+    modules: dict[str, Module] = {}
+    for package in PACKAGES:
+        for file in sorted((root / package).rglob("*.py")):
+            path = file.relative_to(root).as_posix()
+            parts = path.removesuffix(".py").split("/")
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = Module(".".join(parts), path, file.read_text())
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    if isinstance(test, ast.Name):
+        return test.id == "TYPE_CHECKING"
+    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+
+
+def runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node that can run: the bodies of ``if TYPE_CHECKING:`` are left out."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            stack.append(node.test)
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def imports(module: Module, known: Mapping[str, Module]) -> Iterator[tuple[str, int]]:
+    """``(imported module, line)`` for each runtime import, relative ones resolved.
+
+    ``from a.b import c`` imports ``a.b.c`` when that is a module, else ``a.b``.
+    """
+    tree = ast.parse(module.source, module.path)
+    for node in runtime_nodes(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.name.split(".")
+                if not module.is_package:
+                    package.pop()
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join([*package, base] if base else package)
+            named = {f"{base}.{alias.name}" for alias in node.names}
+            for imported in sorted({name if name in known else base for name in named}):
+                yield imported, node.lineno
+
+
+def _with_parents(importer: str, imported: str) -> Iterator[tuple[str, bool]]:
+    """``imported``, then the packages whose ``__init__`` importing it runs (``True``).
+
+    The importer's own packages are left out: they ran before the importer did.
+    """
+    yield imported, False
+    parts = imported.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        parent = ".".join(parts[:i])
+        if not f"{importer}.".startswith(f"{parent}."):
+            yield parent, True
+
+
+def check(modules: Mapping[str, Module]) -> list[Violation]:
+    """Every broken rule over ``modules`` (which must include every module imported)."""
+    violations: list[Violation] = []
+    for module in modules.values():
+        layer = layer_of(module.path)
+        if layer is None:
+            violations.append(
+                Violation(module.name, "", f"{module.path} is in no layer: add it to LAYERS")
+            )
+            continue
+        for imported, line in imports(module, modules):
+            where = f"{module.path}:{line}"
+            if imported.split(".")[0] in PACKAGES:
+                violations.extend(_check_edge(module, layer, imported, where, modules))
+            elif layer is Layer.CORE and imported.split(".")[0] in FORBIDDEN_IN_CORES:
+                violations.append(
+                    Violation(module.name, imported, f"{where}: a pure core imports {imported}")
+                )
+        if layer is Layer.CORE:
+            violations.extend(_check_core_body(module))
+    return violations
+
+
+def _check_edge(
+    module: Module, layer: Layer, imported: str, where: str, modules: Mapping[str, Module]
+) -> Iterator[Violation]:
+    for target, implicit in _with_parents(module.name, imported):
+        if target not in modules:
+            continue
+        target_layer = layer_of(modules[target].path)
+        if target_layer is not None and target_layer > layer:
+            via = f" through the package {target}" if implicit else ""
+            yield Violation(
+                module.name,
+                imported,
+                f"{where}: {module.name} ({layer.value} {layer.name}) imports {imported} "
+                f"({target_layer.value} {target_layer.name}){via}: imports must point down",
+            )
+            break
+    for pattern, allowed in CORE_DEPENDENCIES:
+        if fnmatchcase(module.path, pattern) and not any(
+            imported == prefix or imported.startswith(f"{prefix}.") for prefix in allowed
+        ):
+            yield Violation(
+                module.name,
+                imported,
+                f"{where}: {module.name} imports {imported}; this core may import only "
+                f"{', '.join(allowed)}",
+            )
+
+
+def _check_core_body(module: Module) -> Iterator[Violation]:
+    """``random`` only as the ``random.Random`` type, never called; no I/O builtins."""
+    nodes = list(runtime_nodes(ast.parse(module.source, module.path)))
+    random_modules = {"random"}  # names bound to the random module
+    random_classes = {"Random"}  # names bound to random.Random
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            random_modules.update(a.asname for a in node.names if a.name == "random" and a.asname)
+        elif isinstance(node, ast.ImportFrom) and node.module == "random" and not node.level:
+            random_classes.update(a.asname for a in node.names if a.name == "Random" and a.asname)
+    # ``random.Random`` in an annotation or isinstance is the type; anything else is the module.
+    as_type = {
+        id(node.value)
+        for node in nodes
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+        if node.value.id in random_modules and node.attr == "Random"
+    }
+    for node in nodes:
+        where = f"{module.path}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.ImportFrom) and node.module == "random" and not node.level:
+            for alias in node.names:
+                if alias.name != "Random":
+                    yield Violation(
+                        module.name, f"random.{alias.name}", f"{where}: imports random.{alias.name}"
+                    )
+        elif (
+            isinstance(node, ast.Name)
+            and isinstance(node.ctx, ast.Load)
+            and node.id in random_modules
+            and id(node) not in as_type
+        ):
+            use = "random"
+            parent = next(
+                (n for n in nodes if isinstance(n, ast.Attribute) and n.value is node), None
+            )
+            if parent is not None:
+                use = f"random.{parent.attr}"
+            yield Violation(
+                module.name, use, f"{where}: uses {use}, the global RNG: take a random.Random"
+            )
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in FORBIDDEN_CALLS_IN_CORES:
+                yield Violation(module.name, func.id, f"{where}: a pure core calls {func.id}()")
+            elif (isinstance(func, ast.Name) and func.id in random_classes) or id(
+                getattr(func, "value", None)
+            ) in as_type:
+                yield Violation(
+                    module.name,
+                    "random.Random",
+                    f"{where}: makes its own random.Random: take the caller's",
+                )
+
+
+def _format(violations: list[Violation]) -> str:
+    return "\n".join(sorted(v.message for v in violations))
+
+
+MODULES = first_party_modules()
+VIOLATIONS = check(MODULES)
+
+
+def test_the_table_sees_the_packages() -> None:
+    """Guard against the discovery silently finding nothing."""
+    assert {"cluster.node", "controller.raft.node", "replica.log.segment"} <= MODULES.keys()
+    assert {Layer(layer) for _, layer in LAYERS} == set(Layer)
+
+
+def test_every_module_is_in_a_layer() -> None:
+    """A new module fails here until a row of ``LAYERS`` places it."""
+    unplaced = [v for v in VIOLATIONS if not v.imported]
+    assert not unplaced, _format(unplaced)
+
+
+def test_imports_point_down_and_the_cores_are_pure() -> None:
+    """No upward import, no I/O, clock, thread or global random in a core (but the known)."""
+    new = [v for v in VIOLATIONS if v.imported and (v.importer, v.imported) not in KNOWN_VIOLATIONS]
+    assert not new, _format(new)
+
+
+def test_known_violations_are_still_there() -> None:
+    """A fixed known violation is taken off the list, so the list only shrinks."""
+    found = {(v.importer, v.imported) for v in VIOLATIONS}
+    fixed = sorted(set(KNOWN_VIOLATIONS) - found)
+    assert not fixed, f"fixed, remove from KNOWN_VIOLATIONS: {fixed}"
+
+
+def test_the_checker_catches_violations() -> None:
+    """Each rule fires on a made-up module, and ``if TYPE_CHECKING:`` imports do not."""
+    fake = {
+        m.name: m
+        for m in (
+            Module("cluster.node", "cluster/node.py", ""),
+            Module("replica.partition", "replica/partition.py", ""),
+            Module("controller.raft", "controller/raft/__init__.py", ""),
+            Module("controller.raft.errors", "controller/raft/errors.py", ""),
+            Module("controller.metadata.image", "controller/metadata/image.py", ""),
+            Module("replica.new_thing", "replica/new_thing.py", ""),
+            Module(
+                "replica.partition_roles",
+                "replica/partition_roles.py",
+                "from typing import TYPE_CHECKING\n"
+                "import time\n"
+                "import random as rnd\n"
+                "from cluster.node import Node\n"
+                "from random import Random, choice\n"
+                "if TYPE_CHECKING:\n"
+                "    import os\n"
+                "    from replica.partition import Partition\n"
+                "def f(rng: rnd.Random) -> None:\n"
+                "    import threading\n"
+                "    rnd.shuffle([])\n"
+                "    print(open('x'))\n"
+                "    isinstance(rng, rnd.Random) and isinstance(rng, Random)\n"
+                "    f(rnd)\n"
+                "    rnd.Random(1)\n"
+                "    Random()\n",
+            ),
+            Module("replica.log.segment", "replica/log/segment.py", "from ..partition import P\n"),
+            Module("cluster.errors", "cluster/errors.py", "from controller.raft import errors\n"),
+            Module(
+                "controller.raft.node",
+                "controller/raft/node.py",
+                "from . import errors\nfrom controller.metadata.image import MetadataImage\n",
+            ),
+        )
+    }
+    found = {(v.importer, v.imported) for v in check(fake)}
+    assert found == {
+        ("replica.new_thing", ""),  # unplaced
+        ("replica.partition_roles", "time"),
+        ("replica.partition_roles", "threading"),  # imported inside a function: still runs
+        ("replica.partition_roles", "cluster.node"),  # 2 -> 5
+        ("replica.partition_roles", "random.choice"),
+        ("replica.partition_roles", "random.shuffle"),  # global RNG through an alias
+        ("replica.partition_roles", "print"),
+        ("replica.partition_roles", "open"),
+        ("replica.partition_roles", "random"),  # the module handed on
+        ("replica.partition_roles", "random.Random"),  # its own RNG
+        ("replica.log.segment", "replica.partition"),  # relative import, 3 -> 4
+        ("cluster.errors", "controller.raft.errors"),  # 1 -> 2 through controller/raft/__init__
+        ("controller.raft.node", "controller.metadata.image"),  # outside raft's dependencies
+    }
+    messages = _format(check(fake))
+    assert "replica.partition_roles (2 CORE) imports cluster.node (5 NODE)" in messages
+    assert "replica/log/segment.py:1" in messages
+    assert "(2 CORE) through the package controller.raft" in messages
+    assert messages.count("makes its own random.Random") == 2
