@@ -1,0 +1,305 @@
+"""The consumer's fetcher (Kafka's ``Fetcher``): fetch requests out, records back.
+
+* ``send`` groups the partitions that may be fetched (positioned, not paused, not backing
+  off, at most ``FETCH_AHEAD`` completed fetches buffered) by leader and sends one
+  ``Fetch`` per broker, one in flight per broker; the outcome comes back through the
+  consumer's response queue.
+* ``handle_response`` checks each partition's answer against the state it was asked for
+  (its epoch: a seek since makes it stale), notes the high watermark and buffers the
+  batches; they are decoded lazily.
+* ``drain`` decodes buffered batches into ``ConsumerRecord`` objects up to a limit,
+  rotating the starting partition so that none starves, and moves the positions.
+* Errors: ``OFFSET_OUT_OF_RANGE`` resets the position (``auto.offset.reset``; ``none``
+  raises), retriable ones back the partition off and ask for fresh metadata, others raise.
+  A corrupt batch raises on every poll until the user seeks past it.
+
+Not thread-safe: the consumer's polling thread owns it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cluster.errors import (
+    CorruptMessageError,
+    LograftError,
+    NetworkError,
+    OffsetOutOfRangeError,
+    error_for_code,
+)
+from cluster.wire import broker_pb2 as pb
+from replica.batch_header import iter_headers
+from replica.records import iter_records
+
+from ._connection import Connections, TopicPartition, map_rpc_error
+from ._subscription import CompletedFetch, PartitionState, SubscriptionState
+
+if TYPE_CHECKING:
+    from .consumer import ConsumerRecord
+
+__all__ = ["FETCH_AHEAD", "FetchCall", "Fetcher"]
+
+logger = logging.getLogger(__name__)
+
+FETCH_AHEAD = 1
+"""Completed fetches a partition may have buffered while another is requested."""
+
+
+@dataclass(slots=True)
+class FetchCall:
+    """One ``Fetch`` sent to a broker, to match its answer against the partitions' states."""
+
+    node: int
+    offsets: dict[TopicPartition, tuple[int, int]]
+    """tp → (fetch offset, state epoch) at the time of the request."""
+
+
+class Fetcher:
+    """Fetches the partitions of a ``SubscriptionState``; see the module docstring.
+
+    ``respond`` queues a fetch outcome (``(call, grpc future or LograftError)``) for the
+    polling thread, which passes it to ``handle_response``; ``want_metadata`` asks for a
+    metadata refresh. ``record_type`` is ``ConsumerRecord`` (defined by the public
+    ``consumer`` module, which imports this one).
+    """
+
+    def __init__(
+        self,
+        conn: Connections,
+        subscriptions: SubscriptionState,
+        *,
+        respond: Callable[[tuple[FetchCall, Any]], None],
+        want_metadata: Callable[[], None],
+        record_type: type[ConsumerRecord],
+        fetch_min_bytes: int,
+        fetch_max_wait_ms: int,
+        fetch_max_bytes: int,
+        partition_max_bytes: int,
+        request_timeout_ms: int,
+        backoff_s: float,
+    ) -> None:
+        self._conn = conn
+        self._subscriptions = subscriptions
+        self._respond = respond
+        self._want_metadata = want_metadata
+        self._record_type = record_type
+        self._fetch_min_bytes = fetch_min_bytes
+        self._fetch_max_wait_ms = fetch_max_wait_ms
+        self._fetch_max_bytes = fetch_max_bytes
+        self._partition_max_bytes = partition_max_bytes
+        self._request_timeout_ms = request_timeout_ms
+        self._backoff_s = backoff_s
+        self._nodes_in_flight: set[int] = set()
+        self._rotation = 0
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a fetch is out to some broker."""
+        return bool(self._nodes_in_flight)
+
+    def drain(self, limit: int) -> list[ConsumerRecord]:
+        """Up to ``limit`` buffered records of partitions not paused; moves their positions."""
+        out: list[ConsumerRecord] = []
+        subscriptions = self._subscriptions
+        items = [(tp, s) for tp, s in subscriptions.states.items() if s.buffered and not s.paused]
+        if not items:
+            return out
+        self._rotation = (self._rotation + 1) % len(items)
+        items = items[self._rotation :] + items[: self._rotation]
+        append = out.append
+        make = self._record_type
+        for tp, state in items:
+            topic, partition = tp.topic, tp.partition
+            while state.buffered and len(out) < limit:
+                completed = state.buffered[0]
+                exhausted = True
+                try:
+                    for record in completed.records:
+                        append(
+                            make(
+                                topic,
+                                partition,
+                                record.offset,
+                                record.timestamp,
+                                record.key,
+                                record.value,
+                                record.headers,
+                            )
+                        )
+                        state.position = record.offset + 1
+                        if len(out) >= limit:
+                            exhausted = False
+                            break
+                except CorruptMessageError:
+                    # Stay at the bad batch: drop what was fetched past it and fetch again
+                    # from the position, so every poll raises here until the user seeks,
+                    # and nothing after it is skipped silently. Records already collected
+                    # are returned first.
+                    state.epoch = subscriptions.new_epoch()  # drop any fetch in flight past it
+                    state.buffered.clear()
+                    state.fetch_offset = state.position
+                    if out:
+                        return out
+                    raise
+                if exhausted:
+                    state.buffered.popleft()
+                    if state.position is None or state.position < completed.next_offset:
+                        state.position = completed.next_offset
+            if len(out) >= limit:
+                break
+        return out
+
+    def send(self) -> None:
+        """Send a ``Fetch`` to each leader with fetchable partitions and none in flight."""
+        now = time.monotonic()
+        metadata = self._conn.metadata
+        by_node: dict[int, list[tuple[TopicPartition, PartitionState]]] = {}
+        for tp, state in self._subscriptions.states.items():
+            if (
+                state.in_flight
+                or state.paused
+                or state.fetch_offset is None
+                or len(state.buffered) > FETCH_AHEAD
+                or state.retry_at > now
+            ):
+                continue
+            try:
+                node = metadata.leader_for(tp)
+            except LograftError as exc:
+                if not exc.retriable:
+                    raise
+                self._want_metadata()
+                continue
+            if node in self._nodes_in_flight:
+                continue
+            by_node.setdefault(node, []).append((tp, state))
+        for node, entries in by_node.items():
+            topics: dict[str, list[Any]] = {}
+            call = FetchCall(node, {})
+            for tp, state in entries:
+                assert state.fetch_offset is not None
+                topics.setdefault(tp.topic, []).append(
+                    pb.FetchPartition(
+                        partition=tp.partition,
+                        fetch_offset=state.fetch_offset,
+                        partition_max_bytes=self._partition_max_bytes,
+                        current_leader_epoch=-1,
+                    )
+                )
+                call.offsets[tp] = (state.fetch_offset, state.epoch)
+            # Only wait on the broker when nothing is buffered to hand out meanwhile.
+            buffered = any(s.buffered for _, s in entries)
+            request = pb.FetchRequest(
+                max_wait_ms=0 if buffered else self._fetch_max_wait_ms,
+                min_bytes=self._fetch_min_bytes,
+                max_bytes=self._fetch_max_bytes,
+                topics=[pb.FetchTopic(name=n, partitions=ps) for n, ps in topics.items()],
+                replica_id=-1,
+            )
+            try:
+                stub = self._conn.stub_for_node(node)
+                future = stub.Fetch.future(
+                    request,
+                    timeout=(self._request_timeout_ms + self._fetch_max_wait_ms) / 1000.0,
+                )
+            except LograftError as exc:
+                self._respond((call, exc))
+            else:
+                future.add_done_callback(lambda done, c=call: self._respond((c, done)))
+            self._nodes_in_flight.add(node)
+            for _, state in entries:
+                state.in_flight = True
+
+    def handle_response(self, call: FetchCall, outcome: Any) -> None:
+        """Take in the outcome of ``call``: a finished grpc future or a ``LograftError``."""
+        states = self._subscriptions.states
+        self._nodes_in_flight.discard(call.node)
+        for tp in call.offsets:
+            state = states.get(tp)
+            if state is not None:
+                state.in_flight = False
+        if isinstance(outcome, LograftError):
+            error: LograftError | None = outcome
+            response = None
+        else:
+            try:
+                response = outcome.result()
+                error = None
+            except Exception as exc:
+                error = map_rpc_error(exc) if hasattr(exc, "code") else NetworkError(str(exc))
+                response = None
+        now = time.monotonic()
+        if error is not None:
+            if not error.retriable:
+                raise error
+            logger.info("fetch failed node=%d error=%s", call.node, error.error_name)
+            self._want_metadata()
+            for tp in call.offsets:
+                state = states.get(tp)
+                if state is not None:
+                    state.retry_at = now + self._backoff_s
+            return
+        assert response is not None
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.name, p.partition)
+                sent = call.offsets.get(tp)
+                state = states.get(tp)
+                if sent is None or state is None or state.epoch != sent[1]:
+                    continue  # unassigned or moved since the request
+                fetch_offset = sent[0]
+                if p.high_watermark >= 0:
+                    state.high_watermark = p.high_watermark
+                if p.error_code:
+                    self._partition_error(tp, state, p.error_code, p.error_message, fetch_offset)
+                    continue
+                data = p.records
+                if not data:
+                    continue
+                next_offset = fetch_offset
+                for header in iter_headers(data):
+                    next_offset = max(next_offset, header.next_offset)
+                if next_offset == fetch_offset:
+                    continue  # only a partial batch: the server sends whole ones; retry
+                state.buffered.append(CompletedFetch(iter_records(data, fetch_offset), next_offset))
+                state.fetch_offset = next_offset
+
+    def _partition_error(
+        self,
+        tp: TopicPartition,
+        state: PartitionState,
+        code: int,
+        message: str,
+        fetch_offset: int,
+    ) -> None:
+        error = error_for_code(code, message or f"{tp.topic}-{tp.partition}")
+        reset_policy = self._subscriptions.reset_policy
+        if isinstance(error, OffsetOutOfRangeError):
+            if reset_policy == "none":
+                raise OffsetOutOfRangeError(
+                    f"offset {fetch_offset} of {tp.topic}-{tp.partition} is out of range "
+                    "and auto.offset.reset=none"
+                )
+            logger.info(
+                "offset out of range topic=%s partition=%d offset=%d reset=%s",
+                tp.topic,
+                tp.partition,
+                fetch_offset,
+                reset_policy,
+            )
+            self._subscriptions.request_reset(tp, state, self._subscriptions.default_reset())
+            return
+        if not error.retriable:
+            raise error
+        logger.info(
+            "fetch partition error topic=%s partition=%d error=%s",
+            tp.topic,
+            tp.partition,
+            error.error_name,
+        )
+        state.retry_at = time.monotonic() + self._backoff_s
+        self._want_metadata()
