@@ -24,12 +24,9 @@ import grpc
 import pytest
 
 from cluster.client import Producer, TopicPartition
-from cluster.client.producer import (
-    PRODUCER_CONFIGS,
-    _Batch,
-    _PartitionSequences,
-    _requeue,
-)
+from cluster.client._accumulator import ProducerBatch, requeue
+from cluster.client._sequencing import PartitionSequences
+from cluster.client.producer import PRODUCER_CONFIGS
 from cluster.errors import (
     InvalidConfigError,
     InvalidRequestError,
@@ -307,10 +304,10 @@ def test_stamping_a_built_batch_keeps_its_records() -> None:
 
 def test_requeue_puts_batches_back_in_creation_order() -> None:
     tp = TopicPartition("t", 0)
-    batches = {seq: _Batch(tp, seq, 0.0, 60.0) for seq in range(1, 7)}
-    q: deque[_Batch] = deque([batches[5], batches[6]])  # never sent, still queued
+    batches = {seq: ProducerBatch(tp, seq, 0.0, 60.0) for seq in range(1, 7)}
+    q: deque[ProducerBatch] = deque([batches[5], batches[6]])  # never sent, still queued
     for seq in (3, 1, 4, 2):  # answers come back in any order
-        _requeue(q, batches[seq])
+        requeue(q, batches[seq])
     assert [b.seq for b in q] == [1, 2, 3, 4, 5, 6]
 
 
@@ -420,12 +417,13 @@ def test_sequences_wrap_from_int32_max_to_zero(fake: FakeLeader) -> None:
         producer.send("t", b"first", partition=0).result(timeout=TIMEOUT_S)
         # Pretend partition 1 has already used almost every sequence (the fake has no state
         # for this producer on partition 1, so it accepts any first sequence, as Kafka does).
-        sequences = _PartitionSequences()
+        sequences = PartitionSequences()
         sequences.producer_id, sequences.producer_epoch = PRODUCER_ID, 0
         sequences.next_sequence = 2**31 - 2
         sequences.last_acked_sequence = 2**31 - 3
         with producer._lock:
-            producer._sequences[TopicPartition("t", 1)] = sequences
+            assert producer._sender.sequencer is not None
+            producer._sender.sequencer.partitions[TopicPartition("t", 1)] = sequences
         producer.send_bulk("t", [b"a", b"b", b"c"], partition=1).result(timeout=TIMEOUT_S)
         producer.send_bulk("t", [b"d", b"e"], partition=1).result(timeout=TIMEOUT_S)
     assert [h.base_sequence for h in fake.headers("t", 1)] == [2**31 - 2, 1]

@@ -1,0 +1,500 @@
+"""The producer's sender thread (Kafka's ``Sender``): drains ready batches and delivers them.
+
+Each turn of its loop it takes the answers that arrived (gRPC callbacks queue them), refreshes
+metadata if a leader was unknown or moved, fetches a producer id if it is idempotent and has
+none, fails batches past ``delivery.timeout.ms``, then drains the ready batches into Produce
+requests, one per leader, up to ``max.request.size`` bytes and
+``max.in.flight.requests.per.connection`` unanswered requests per broker, and sends them
+without waiting. With nothing to send it waits on the accumulator's ``wake`` condition, at
+most until the next linger or retry deadline.
+
+An answer completes each batch's futures (through the producer's ``Delivery``) or, for a
+retriable error with ``retries`` and ``delivery.timeout.ms`` left, puts the batch back in
+its queue to go again after ``retry.backoff.ms`` (asking for fresh metadata after leadership
+errors). Idempotence decisions (which batch may go, its sequence, what an error means for
+the partition's sequence) come from the pure ``Sequencer``; the sender stamps the sequence
+into a batch's header when it first sends it.
+
+Thread-safety: everything here runs in the sender thread, except ``on_response`` (gRPC's
+callback threads) and ``fail_all`` (also called by ``close`` once the thread has stopped).
+Shared state is touched under the accumulator's lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cluster.errors import (
+    FencedLeaderEpochError,
+    LeaderNotAvailableError,
+    LograftError,
+    NetworkError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+    UnknownLeaderEpochError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from cluster.wire import broker_pb2 as pb
+from replica.batch_header import with_producer_fields
+from replica.topic_partition import TopicPartition
+
+from ._accumulator import REQUEST_OVERHEAD, ProducerBatch, RecordAccumulator
+from ._clock import Clock
+from ._connection import Connections, map_rpc_error
+from ._producer_metadata import ProducerMetadata
+from ._sequencing import PartitionSequences, Sequencer
+
+__all__ = ["Delivery", "ProduceRequest", "Sender"]
+
+log = logging.getLogger(__name__)
+
+_METADATA_ERRORS = (
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+    LeaderNotAvailableError,
+    FencedLeaderEpochError,
+    UnknownLeaderEpochError,
+    NetworkError,
+    RequestTimedOutError,
+)
+
+
+class Delivery(Protocol):
+    """Completes a batch's futures; the producer implements it (it owns the result types)."""
+
+    def succeeded(
+        self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int, latency_ms: float
+    ) -> None:
+        """The batch was written at ``base_offset`` (-1 with ``acks=0``)."""
+        ...
+
+    def failed(self, batch: ProducerBatch, error: BaseException) -> None:
+        """The batch failed for good with ``error``."""
+        ...
+
+
+@dataclass(slots=True)
+class ProduceRequest:
+    """The batches of one Produce request to ``node``, by partition, and its size."""
+
+    node: int
+    batches: dict[TopicPartition, list[ProducerBatch]]
+    size: int
+
+
+class Sender:
+    """The producer's background thread; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        accumulator: RecordAccumulator,
+        conn: Connections,
+        metadata: ProducerMetadata,
+        sequencer: Sequencer | None,
+        delivery: Delivery,
+        clock: Clock,
+        acks: int,
+        retries: int,
+        backoff_s: float,
+        max_in_flight: int,
+        request_timeout_ms: int,
+        client_id: str,
+    ) -> None:
+        self._acc = accumulator
+        self._conn = conn
+        self._metadata = metadata
+        self.sequencer = sequencer
+        """Idempotence state (None without idempotence); under the accumulator's lock."""
+        self._delivery = delivery
+        self._clock = clock
+        self._acks = acks
+        self._retries = retries
+        self._backoff_s = backoff_s
+        self._max_in_flight = max_in_flight
+        self._request_timeout_ms = request_timeout_ms
+        self._client_id = client_id
+        self._in_flight: dict[int, int] = {}
+        self._completions: queue.SimpleQueue[tuple[ProduceRequest, Any, float]] = (
+            queue.SimpleQueue()
+        )
+        self._drain_rotation = 0
+        self._producer_id_retry_at = 0.0
+        self._fatal: LograftError | None = None
+        self.thread = threading.Thread(
+            target=self.run, name=f"lograft-producer-{client_id}", daemon=True
+        )
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """The thread's body: loop until the accumulator is closed."""
+        acc = self._acc
+        try:
+            while True:
+                self._handle_completions()
+                if self._metadata.update_wanted:
+                    self._metadata.refresh(acc.queued_topics_locked)
+                if self.sequencer is not None:
+                    self._maybe_init_producer_id()
+                    if self._fatal is not None:
+                        self._fail(acc.abort_queued(), self._fatal)
+                self._expire_batches()
+                with acc.lock:
+                    if acc.closed:
+                        return
+                    requests, wake_at = self._drain_locked(self._clock.monotonic())
+                    if not requests and self._completions.empty():
+                        if self._fatal is not None and acc.has_queued_locked():
+                            continue  # queued after the abort ran: fail them, do not wait
+                        timeout = (
+                            None if wake_at is None else max(0.0, wake_at - self._clock.monotonic())
+                        )
+                        if timeout is None and self._metadata.update_wanted:
+                            timeout = self._backoff_s
+                        if self._awaiting_producer_id_locked():
+                            retry_in = max(
+                                0.0, self._producer_id_retry_at - self._clock.monotonic()
+                            )
+                            timeout = retry_in if timeout is None else min(timeout, retry_in)
+                        self._clock.wait(acc.wake, timeout)
+                        continue
+                for request in requests:
+                    self._send(request)
+        except Exception:
+            # A bug, not a broker failure: report it and fail every pending record loudly
+            # rather than leave callers waiting forever.
+            log.exception("producer sender thread crashed")
+            with acc.lock:
+                acc.closing = True
+            self.fail_all(UnknownServerError("producer sender thread crashed"))
+
+    def _drain_locked(self, now: float) -> tuple[list[ProduceRequest], float | None]:
+        """Take the batches that are ready, grouped into requests per leader."""
+        acc = self._acc
+        metadata = self._conn.metadata
+        wake_at: float | None = None
+        requests: list[ProduceRequest] = []
+        current: dict[int, ProduceRequest] = {}
+        planned: dict[int, int] = {}
+        full_nodes: set[int] = set()
+        items = [(tp, q) for tp, q in acc.queues.items() if q]
+        if not items:
+            return requests, None
+        self._drain_rotation = (self._drain_rotation + 1) % len(items)
+        items = items[self._drain_rotation :] + items[: self._drain_rotation]
+        for tp, q in items:
+            try:
+                node = metadata.leader_for(tp)
+            except LograftError:
+                self._metadata.update_wanted = True
+                continue
+            if node in full_nodes:
+                continue
+            sequences: PartitionSequences | None = None
+            in_flight_before = 0
+            if self.sequencer is not None:
+                sequences = self.sequencer.partition(tp)
+                bump = self.sequencer.restart(tp, sequences)
+                if bump is not None:
+                    log.info(
+                        "producer epoch bumped topic=%s partition=%d producer_id=%d "
+                        "producer_epoch=%d",
+                        tp.topic,
+                        tp.partition,
+                        bump.producer_id,
+                        bump.producer_epoch,
+                    )
+                in_flight_before = sequences.in_flight()
+            taken = 0
+            while q:
+                batch = q[0]
+                if batch.retry_at > now:
+                    wake_at = batch.retry_at if wake_at is None else min(wake_at, batch.retry_at)
+                    break
+                due = acc.linger_due_locked(batch, now)
+                if due is not None:
+                    wake_at = due if wake_at is None else min(wake_at, due)
+                    break
+                request = current.get(node)
+                resend = batch.base_sequence >= 0
+                if (
+                    self.sequencer is not None
+                    and sequences is not None
+                    and not self.sequencer.may_send(
+                        sequences,
+                        batch,
+                        taken,
+                        in_flight_before,
+                        joins_request=request is not None
+                        and request.size + batch.size <= acc.max_request_size,
+                    )
+                ):
+                    break
+                if request is not None and request.size + batch.size > acc.max_request_size:
+                    requests.append(request)
+                    del current[node]
+                    request = None
+                if request is None:
+                    if self._in_flight.get(node, 0) + planned.get(node, 0) >= self._max_in_flight:
+                        full_nodes.add(node)
+                        break
+                    request = current[node] = ProduceRequest(node, {}, REQUEST_OVERHEAD)
+                    planned[node] = planned.get(node, 0) + 1
+                acc.take_locked(q)
+                request.batches.setdefault(tp, []).append(batch)
+                request.size += batch.size
+                taken += 1
+                if self.sequencer is not None and sequences is not None:
+                    self.sequencer.assign(sequences, batch)
+                    if resend:
+                        # Kafka's rule: a batch sent before goes alone, so that a duplicate
+                        # answer (its original offset) cannot be mixed with other batches.
+                        break
+        requests.extend(current.values())
+        for request in requests:
+            self._in_flight[request.node] = self._in_flight.get(request.node, 0) + 1
+        return requests, wake_at
+
+    # ---- producer id ----------------------------------------------------------------------
+
+    def _awaiting_producer_id_locked(self) -> bool:
+        """True when batches wait for a producer id that InitProducerId should fetch."""
+        return (
+            self.sequencer is not None
+            and not self.sequencer.has_producer_id
+            and self._fatal is None
+            and self._acc.has_queued_locked()
+        )
+
+    def _maybe_init_producer_id(self) -> None:
+        """Fetch a producer id and epoch from any broker once there is something to send.
+
+        Retriable failures are retried after ``retry.backoff.ms`` (the batches meanwhile wait,
+        bounded by ``delivery.timeout.ms``); any other failure is fatal, as in Kafka: every
+        record sent through this producer then fails with it. Not under the lock: it blocks
+        for at most ``request.timeout.ms`` per broker.
+        """
+        with self._acc.lock:
+            if not self._awaiting_producer_id_locked():
+                return
+            if self._clock.monotonic() < self._producer_id_retry_at:
+                return
+        code = 0
+        error: LograftError | None = None
+        try:
+            response = self._conn.call("InitProducerId", pb.InitProducerIdRequest())
+            code = response.error_code
+            if code:
+                error = error_for_code(code, response.error_message or "InitProducerId")
+            elif response.producer_id < 0 or response.producer_epoch < 0:
+                error = UnknownServerError(
+                    f"InitProducerId gave producer id {response.producer_id} epoch "
+                    f"{response.producer_epoch}"
+                )
+        except LograftError as exc:
+            error = exc
+        if error is None:
+            with self._acc.lock:
+                assert self.sequencer is not None
+                self.sequencer.set_producer_id(response.producer_id, response.producer_epoch)
+                self._acc.wake.notify()
+            log.info(
+                "producer id assigned producer_id=%d producer_epoch=%d client_id=%s",
+                response.producer_id,
+                response.producer_epoch,
+                self._client_id,
+            )
+            return
+        if error.retriable:
+            self._producer_id_retry_at = self._clock.monotonic() + self._backoff_s
+            log.info("InitProducerId failed, will retry error_code=%d error=%s", code, error)
+            return
+        log.error("InitProducerId failed; producer is unusable error=%s", error)
+        with self._acc.lock:
+            self._fatal = error
+
+    # ---- requests and answers -------------------------------------------------------------
+
+    def _send(self, request: ProduceRequest) -> None:
+        """Encode the request's open batches and send it without waiting for the answer."""
+        topics: dict[str, list[Any]] = {}
+        now = self._clock.monotonic()
+        for tp, batches in request.batches.items():
+            for batch in batches:
+                if batch.data is None:
+                    assert batch.builder is not None
+                    batch.data = batch.builder.build()
+                    batch.builder = None
+                if not batch.stamped and batch.base_sequence >= 0:
+                    batch.data = with_producer_fields(
+                        batch.data,
+                        batch.producer_id,
+                        batch.producer_epoch,
+                        Sequencer.header_sequence(batch),
+                    )
+                    batch.stamped = True
+                batch.sent_at = now
+            records = (
+                batches[0].data
+                if len(batches) == 1
+                else b"".join(b.data for b in batches if b.data is not None)
+            )
+            topics.setdefault(tp.topic, []).append(
+                pb.PartitionProduceData(partition=tp.partition, records=records)
+            )
+        message = pb.ProduceRequest(
+            acks=self._acks,
+            timeout_ms=self._request_timeout_ms,
+            topics=[pb.TopicProduceData(name=name, partitions=ps) for name, ps in topics.items()],
+        )
+        try:
+            stub = self._conn.stub_for_node(request.node)
+            call = stub.Produce.future(message, timeout=self._conn.timeout_s())
+        except LograftError as exc:
+            self._completions.put((request, exc, now))
+            return
+        call.add_done_callback(lambda done: self.on_response(request, done, now))
+        if self._acks == 0:
+            for batches in request.batches.values():
+                for batch in batches:
+                    self._complete(batch, -1, -1, now)
+
+    def on_response(self, request: ProduceRequest, call: Any, sent_at: float) -> None:
+        """gRPC callback thread: hand the answer to the sender thread."""
+        self._completions.put((request, call, sent_at))
+        with self._acc.lock:
+            self._acc.wake.notify()
+
+    def _handle_completions(self) -> None:
+        while True:
+            try:
+                request, outcome, sent_at = self._completions.get_nowait()
+            except queue.Empty:
+                return
+            with self._acc.lock:
+                self._in_flight[request.node] -= 1
+            if self._acks == 0:
+                if isinstance(outcome, LograftError):
+                    log.debug("acks=0 request failed error=%s", outcome)
+                continue
+            error: LograftError | None = None
+            response = None
+            if isinstance(outcome, LograftError):
+                error = outcome
+            else:
+                try:
+                    response = outcome.result()
+                except Exception as exc:
+                    error = map_rpc_error(exc) if hasattr(exc, "code") else NetworkError(str(exc))
+            if error is not None:
+                for batches in request.batches.values():
+                    self._fail_or_retry(batches, error)
+                continue
+            seen: set[TopicPartition] = set()
+            assert response is not None
+            for topic in response.topics:
+                for p in topic.partitions:
+                    tp = TopicPartition(topic.name, p.partition)
+                    answered = request.batches.get(tp)
+                    if answered is None or tp in seen:
+                        continue
+                    seen.add(tp)
+                    batches = answered
+                    if p.error_code:
+                        self._fail_or_retry(
+                            batches, error_for_code(p.error_code, p.error_message or str(tp))
+                        )
+                        continue
+                    if len(p.batch_base_offsets) == len(batches):
+                        # One offset per batch: a retried duplicate keeps its original offset,
+                        # which need not be contiguous with the batches after it.
+                        for batch, base in zip(batches, p.batch_base_offsets, strict=True):
+                            self._complete(batch, base, p.log_append_time_ms, sent_at)
+                        continue
+                    base = p.base_offset
+                    for batch in batches:
+                        self._complete(batch, base, p.log_append_time_ms, sent_at)
+                        base += batch.record_count
+            for tp, batches in request.batches.items():
+                if tp not in seen:
+                    self._fail_or_retry(
+                        batches, UnknownServerError(f"no answer for {tp.topic}-{tp.partition}")
+                    )
+
+    # ---- outcomes -------------------------------------------------------------------------
+
+    def _complete(
+        self, batch: ProducerBatch, base_offset: int, append_time: int, sent_at: float
+    ) -> None:
+        latency_ms = (self._clock.monotonic() - sent_at) * 1000.0
+        self._delivery.succeeded(batch, base_offset, append_time, latency_ms)
+        self._retire(batch, acked=True)
+
+    def _fail(self, batches: list[ProducerBatch], error: BaseException) -> None:
+        for batch in batches:
+            self._delivery.failed(batch, error)
+            log.warning(
+                "batch failed topic=%s partition=%d records=%d error=%s",
+                batch.tp.topic,
+                batch.tp.partition,
+                batch.record_count,
+                getattr(error, "error_name", type(error).__name__),
+            )
+            self._retire(batch, acked=False)
+
+    def _retire(self, batch: ProducerBatch, acked: bool) -> None:
+        with self._acc.lock:
+            if batch.base_sequence >= 0 and self.sequencer is not None:
+                self.sequencer.resolve(batch, acked)
+            self._acc.retire_locked(batch)
+
+    def _fail_or_retry(self, batches: list[ProducerBatch], error: LograftError) -> None:
+        now = self._clock.monotonic()
+        retry: list[ProducerBatch] = []
+        for batch in batches:
+            if (
+                Sequencer.retriable(batch, error)
+                and batch.attempts < self._retries
+                and now + self._backoff_s < batch.deadline
+                and not self._acc.closed
+            ):
+                batch.attempts += 1
+                batch.retry_at = now + self._backoff_s
+                retry.append(batch)
+            else:
+                self._fail([batch], error)
+        if not retry:
+            return
+        log.info(
+            "retrying batches topic=%s partition=%d batches=%d error=%s",
+            retry[0].tp.topic,
+            retry[0].tp.partition,
+            len(retry),
+            error.error_name,
+        )
+        with self._acc.lock:
+            self._acc.requeue_locked(retry)
+            if isinstance(error, _METADATA_ERRORS):
+                self._metadata.update_wanted = True
+            self._acc.wake.notify()
+
+    def _expire_batches(self) -> None:
+        for batch in self._acc.expire(self._clock.monotonic()):
+            self._fail(
+                [batch],
+                RequestTimedOutError(
+                    f"expiring {batch.record_count} records for {batch.tp.topic}-"
+                    f"{batch.tp.partition}: delivery.timeout.ms passed"
+                ),
+            )
+
+    def fail_all(self, error: LograftError) -> None:
+        """Fail every incomplete batch, queued or in flight (close, or a crash)."""
+        self._fail(self._acc.abort_incomplete(), error)

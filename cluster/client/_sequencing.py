@@ -1,0 +1,310 @@
+"""The idempotent producer's sequencing, as a pure core (Kafka's ``TransactionManager``
+without transactions).
+
+It holds the producer id and epoch and, per partition, the batch sequences
+(``PartitionSequences``, Kafka's ``TxnPartitionEntry``), and answers the sender's questions:
+
+* ``may_send``: may the partition's head batch join a request now? A batch sent before goes
+  only as its partition's oldest unresolved batch, alone, with nothing of the partition in
+  flight. A new batch waits while the partition has batches to retry, a broken sequence, a
+  full window or sequences of an old epoch; and until the broker has acknowledged a batch of
+  this epoch, the partition has at most one request in flight.
+* ``assign``: a batch leaves for the broker. Its first time it gets the partition's next
+  sequence (base sequence, ``+ record count`` per batch, kept without wrapping; the header
+  carries it modulo 2**31, see ``header_sequence``) and joins the partition's *window*; a
+  retry keeps its sequence, so the leader answers a duplicate with its original offset.
+* ``resolve``: a sequenced batch has its final outcome. Written: the partition's last
+  acknowledged sequence moves on. Failed for good: nobody knows which sequence the broker
+  expects next, so the partition ``needs_bump``.
+* ``retriable``: ``OUT_OF_ORDER_SEQUENCE_NUMBER`` for a batch sent while its predecessor was
+  unresolved means the request overtook it (gRPC may reorder the requests of a channel):
+  retry. Sent right after an acknowledged batch, it is a real gap: fail the batch (which
+  then breaks the partition's sequence, as above). Any other error keeps its own flag; a
+  fenced or invalid epoch is not retriable and breaks the sequence the same way.
+* ``restart``: once nothing of a broken partition is in flight, bump the epoch locally
+  (KIP-360; a new producer id, from InitProducerId, once the epoch is exhausted) and restart
+  the partition at sequence 0, re-sequencing the batches that wait for a retry. A partition
+  whose sequences belong to an older epoch restarts too, once it has no unresolved batch.
+
+The window: the leader remembers a producer's last five batches per partition, so a retry is
+recognised as a duplicate only if at most four later batches were written after it. Kafka
+gets that from in-order responses; here no batch is sent more than four batches after its
+partition's oldest unresolved one (answers may come back out of order, so counting
+unresolved batches would not do).
+
+No clock, socket, thread or I/O: state in, decisions out. Not thread-safe: the producer
+calls it under its lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from cluster.errors import LograftError, OutOfOrderSequenceNumberError
+from replica.topic_partition import TopicPartition
+
+__all__ = [
+    "MAX_IN_FLIGHT",
+    "MAX_PRODUCER_EPOCH",
+    "SEQUENCE_MODULUS",
+    "EpochBump",
+    "PartitionSequences",
+    "SequencedBatch",
+    "Sequencer",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_IN_FLIGHT = 5
+"""Kafka's limit on ``max.in.flight.requests.per.connection`` for an idempotent producer,
+and here also on a partition's sequence window (its oldest unresolved batch and every batch
+sequenced after it): the leader remembers the last five batches of a producer, so a retried
+batch is recognised as a duplicate only if at most four later batches were written after
+it. Kafka gets that from in-order responses; gRPC may answer a later request first."""
+SEQUENCE_MODULUS = 2**31
+"""Batch sequences are int32 and wrap from 2**31 - 1 to 0."""
+MAX_PRODUCER_EPOCH = 2**15 - 1
+
+
+class SequencedBatch(Protocol):
+    """What sequencing reads and writes on a batch (the producer's batch has these fields).
+
+    ``base_sequence`` is -1 until the batch is first sent; then it holds the sequence
+    without wrapping and ``producer_id``/``producer_epoch`` the identity it was sequenced
+    under. ``stamped`` says whether the batch's bytes carry those values yet.
+    ``follows_acked`` is whether the batch before it had been acknowledged when this
+    attempt was sent.
+    """
+
+    tp: TopicPartition
+    record_count: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    stamped: bool
+    in_flight: bool
+    resolved: bool
+    follows_acked: bool
+
+
+class PartitionSequences:
+    """The idempotence bookkeeping of one partition (Kafka's ``TxnPartitionEntry``).
+
+    ``window`` holds, in sequence order, the oldest batch that has a sequence and no final
+    outcome (in flight or waiting for a retry) and every batch sequenced after it, resolved
+    or not; it is empty when every sequenced batch is resolved. Sequences are kept without
+    wrapping.
+    """
+
+    __slots__ = (
+        "last_acked_sequence",
+        "needs_bump",
+        "next_sequence",
+        "producer_epoch",
+        "producer_id",
+        "window",
+    )
+
+    def __init__(self) -> None:
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.next_sequence = 0
+        self.last_acked_sequence = -1
+        self.window: deque[SequencedBatch] = deque()
+        self.needs_bump = False
+        """A sequenced batch failed for good, so the broker's sequence for this partition
+        has a gap or is unknown: restart at sequence 0 under a new epoch once nothing of
+        the partition is in flight."""
+
+    def in_flight(self) -> int:
+        """How many of the partition's batches are in flight."""
+        return sum(1 for b in self.window if b.in_flight)
+
+    def waiting_for_retry(self) -> bool:
+        """Whether a batch sent before waits in the queue to be sent again."""
+        return any(not b.in_flight and not b.resolved for b in self.window)
+
+    def trim(self) -> None:
+        """Drop resolved batches from the front of the window."""
+        while self.window and self.window[0].resolved:
+            self.window.popleft()
+
+
+@dataclass(frozen=True, slots=True)
+class EpochBump:
+    """``restart`` bumped the producer epoch because ``tp``'s sequence broke.
+
+    ``producer_id`` is -1 when the epoch was exhausted: a new producer id is needed.
+    """
+
+    tp: TopicPartition
+    producer_id: int
+    producer_epoch: int
+
+
+class Sequencer:
+    """Producer id, epoch and every partition's sequences; see the module docstring."""
+
+    __slots__ = ("partitions", "producer_epoch", "producer_id")
+
+    def __init__(self) -> None:
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.partitions: dict[TopicPartition, PartitionSequences] = {}
+
+    @property
+    def has_producer_id(self) -> bool:
+        """Whether InitProducerId has given (or a bump has kept) a producer id."""
+        return self.producer_id >= 0
+
+    def set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+        """The identity InitProducerId gave."""
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+
+    def partition(self, tp: TopicPartition) -> PartitionSequences:
+        """``tp``'s sequences, created on first use."""
+        sequences = self.partitions.get(tp)
+        if sequences is None:
+            sequences = self.partitions[tp] = PartitionSequences()
+        return sequences
+
+    def restart(self, tp: TopicPartition, sequences: PartitionSequences) -> EpochBump | None:
+        """Restart a partition's sequences at 0 under the current producer id and epoch.
+
+        Once nothing of the partition is in flight: when its sequence is broken
+        (``needs_bump``), after bumping the epoch (returned as an ``EpochBump``; with the
+        epoch exhausted the producer id is dropped and the restart waits for a new one),
+        re-sequencing the batches that wait for a retry; or when the producer's epoch moved
+        on (another partition bumped it) and the partition has no unresolved batch left.
+        The broker accepts a newer epoch starting at sequence 0.
+        """
+        if sequences.in_flight():
+            return None
+        bump: EpochBump | None = None
+        current = (self.producer_id, self.producer_epoch)
+        if sequences.needs_bump:
+            if (sequences.producer_id, sequences.producer_epoch) == current and current[0] >= 0:
+                if self.producer_epoch >= MAX_PRODUCER_EPOCH:
+                    self.producer_id = self.producer_epoch = -1
+                else:
+                    self.producer_epoch += 1
+                bump = EpochBump(tp, self.producer_id, self.producer_epoch)
+            if self.producer_id < 0:
+                return bump  # InitProducerId first
+        elif (
+            (sequences.producer_id, sequences.producer_epoch) == current
+            or current[0] < 0
+            or sequences.window
+        ):
+            return None
+        sequences.producer_id = self.producer_id
+        sequences.producer_epoch = self.producer_epoch
+        sequences.next_sequence = 0
+        sequences.last_acked_sequence = -1
+        sequences.needs_bump = False
+        sequences.window = deque(b for b in sequences.window if not b.resolved)
+        for batch in sequences.window:
+            self._sequence(sequences, batch)
+        return bump
+
+    def may_send(
+        self,
+        sequences: PartitionSequences,
+        batch: SequencedBatch,
+        taken: int,
+        in_flight_before: int,
+        joins_request: bool,
+    ) -> bool:
+        """Whether the partition's head ``batch`` may join a request now.
+
+        ``taken``: batches of the partition already taken into requests in this drain;
+        ``in_flight_before``: the partition's batches in flight before it;
+        ``joins_request``: whether ``batch`` would go in the request that carries the batches
+        taken (it is open and has room), rather than start another.
+
+        A batch sent before goes only as the partition's first unresolved batch, alone and
+        with nothing else of the partition in flight. A new batch waits while the partition
+        has batches to retry, a broken sequence, a full window (five batches from the oldest
+        unresolved one) or sequences of an old epoch. Until the broker has acknowledged one
+        batch of this producer epoch, the partition has at most one request in flight: a
+        broker that does not know the producer yet accepts any sequence, so a second request
+        overtaking the first could leave a gap.
+        """
+        if batch.base_sequence >= 0:
+            return (
+                taken == 0
+                and in_flight_before == 0
+                and bool(sequences.window)
+                and sequences.window[0] is batch
+            )
+        if (
+            self.producer_id < 0
+            or sequences.needs_bump
+            or (sequences.producer_id, sequences.producer_epoch)
+            != (self.producer_id, self.producer_epoch)
+            or len(sequences.window) >= MAX_IN_FLIGHT
+            or sequences.waiting_for_retry()
+        ):
+            return False
+        if sequences.last_acked_sequence < 0:
+            if in_flight_before:
+                return False
+            if taken and not joins_request:
+                return False  # the next request would be the partition's second
+        return True
+
+    def assign(self, sequences: PartitionSequences, batch: SequencedBatch) -> None:
+        """Mark ``batch`` in flight, giving it the partition's next sequence if it has none."""
+        if batch.base_sequence < 0:
+            self._sequence(sequences, batch)
+            sequences.window.append(batch)
+        batch.in_flight = True
+        batch.follows_acked = sequences.last_acked_sequence + 1 == batch.base_sequence
+
+    def resolve(self, batch: SequencedBatch, acked: bool) -> None:
+        """A sequenced batch has its final outcome: written (``acked``) or failed for good."""
+        batch.in_flight = False
+        if batch.resolved:
+            return
+        batch.resolved = True
+        sequences = self.partitions.get(batch.tp)
+        if sequences is None or batch not in sequences.window:
+            return  # sequenced under an identity the partition has left behind
+        if acked:
+            last = batch.base_sequence + batch.record_count - 1
+            sequences.last_acked_sequence = max(sequences.last_acked_sequence, last)
+        else:
+            # Written or not, nobody knows which sequence the broker expects next.
+            sequences.needs_bump = True
+        sequences.trim()
+
+    @staticmethod
+    def retriable(batch: SequencedBatch, error: LograftError) -> bool:
+        """Whether ``error`` lets ``batch`` be sent again.
+
+        OUT_OF_ORDER_SEQUENCE_NUMBER for a sequenced batch is retriable when the batch was
+        sent before its predecessor was acknowledged: the predecessor was in flight (or
+        being retried) and the request overtook it, so the batch goes again once the
+        predecessor is resolved. Sent right after an acknowledged batch, it means the broker
+        lost sequences: the batch fails and its partition restarts under a new epoch.
+        """
+        if isinstance(error, OutOfOrderSequenceNumberError) and batch.base_sequence >= 0:
+            return not batch.follows_acked
+        return error.retriable
+
+    @staticmethod
+    def header_sequence(batch: SequencedBatch) -> int:
+        """The ``baseSequence`` the batch's header carries: its sequence modulo 2**31."""
+        return batch.base_sequence % SEQUENCE_MODULUS
+
+    @staticmethod
+    def _sequence(sequences: PartitionSequences, batch: SequencedBatch) -> None:
+        batch.producer_id = sequences.producer_id
+        batch.producer_epoch = sequences.producer_epoch
+        batch.base_sequence = sequences.next_sequence
+        batch.stamped = False
+        sequences.next_sequence += batch.record_count
