@@ -176,7 +176,9 @@ class ReplicaFetcher:
                 if delayed[0] is state and delayed[1] > now:
                     continue
                 del self._delayed[tp]
-            core_request = state.fetch_request(partition.log_end_offset)
+            core_request = partition.fetch_request()
+            if core_request is None:
+                continue
             sent[tp] = _Sent(partition, state, core_request)
             topics.setdefault(tp.topic, []).append(
                 pb.FetchPartition(

@@ -20,6 +20,7 @@ from replica.replication import (
     FetchResponse,
     FollowerState,
     Ignore,
+    LeaderEpochCache,
     ReplicationInvariantError,
     TruncateTo,
 )
@@ -36,6 +37,11 @@ class FollowerLog(Protocol[R_contra]):
     @property
     def log_end_offset(self) -> int:
         """One past the last offset in the log."""
+        ...
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochCache:
+        """The log's leader-epoch cache as it is now (a copy will do: it is only read)."""
         ...
 
     def append_fetched(self, fetch_offset: int, records: R_contra) -> None:
@@ -71,7 +77,7 @@ def handle_fetch_response(
     state: FollowerState, log: FollowerLog[R], response: FetchResponse[R]
 ) -> NextFetch:
     """Let ``state`` decide on ``response``, perform it on ``log``, say when to fetch next."""
-    action = state.on_fetch_response(response, log.log_end_offset)
+    action = state.on_fetch_response(response, log.log_end_offset, log.leader_epoch_cache)
     if isinstance(action, AppendRecords):
         if action.records_end_offset == action.fetch_offset:
             return NextFetch.CAUGHT_UP

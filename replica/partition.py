@@ -45,6 +45,7 @@ from replica.replication import (
     FetchRequest,
     FollowerState,
     IsrProposal,
+    LeaderEpochCache,
     LeaderState,
 )
 from replica.topic_partition import TopicPartition
@@ -224,7 +225,6 @@ class Partition:
                 replica_id=replica_id,
                 leader_id=leader_id,
                 leader_epoch=leader_epoch,
-                epoch_cache=self.log.leader_epoch_cache,
                 high_watermark=self._high_watermark,
                 unclean_leader_election=unclean_leader_election,
             )
@@ -268,6 +268,11 @@ class Partition:
     def log_end_offset(self) -> int:
         """One past the last offset in the log."""
         return self.log.log_end_offset
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochCache:
+        """A copy of the log's leader-epoch cache as it is now."""
+        return self.log.leader_epoch_cache
 
     def _durable_end(self) -> int:
         if self.log.config.flush_policy == FlushPolicy.FSYNC:
@@ -459,7 +464,7 @@ class Partition:
         follower = self._follower
         if follower is None:
             return None
-        return follower.fetch_request(self.log.log_end_offset)
+        return follower.fetch_request(self.log.log_end_offset, self.log.leader_epoch_cache)
 
     def append_fetched(self, fetch_offset: int, records: FetchedBatches) -> None:
         """Append what a fetch brought (``FollowerLog``; ``fetch_offset`` is the log end)."""

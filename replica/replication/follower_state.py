@@ -1,7 +1,8 @@
 """The follower side of one partition: what to fetch next and what a fetch answer means.
 
-Pure: the shell tells it the local log end offset; it reads the leader-epoch cache (which
-the shell's log updates as it appends batches) and returns actions. Not thread-safe.
+Pure: with each call the shell passes the local log's end offset and its leader-epoch
+cache *as they are now* (the log changes both as it appends and truncates; the core keeps
+no copy that could go stale) and gets an action back. Not thread-safe.
 
 A follower at ``leader_epoch`` fetches from ``leader_id`` with its log end offset as the
 fetch offset and the epoch of its last record as ``last_fetched_epoch``. The answer is one
@@ -115,7 +116,6 @@ class FollowerState:
 
     __slots__ = (
         "_high_watermark",
-        "epoch_cache",
         "leader_epoch",
         "leader_id",
         "replica_id",
@@ -128,7 +128,6 @@ class FollowerState:
         replica_id: int,
         leader_id: int,
         leader_epoch: int,
-        epoch_cache: LeaderEpochCache,
         high_watermark: int,
         unclean_leader_election: bool = False,
     ) -> None:
@@ -141,7 +140,6 @@ class FollowerState:
         self.replica_id = replica_id
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
-        self.epoch_cache = epoch_cache
         self.unclean_leader_election = unclean_leader_election
         self._high_watermark = high_watermark
         log.info(
@@ -157,17 +155,17 @@ class FollowerState:
         """The last high watermark learned from the leader, capped at the local log end."""
         return self._high_watermark
 
-    def fetch_request(self, log_end_offset: int) -> FetchRequest:
+    def fetch_request(self, log_end_offset: int, epoch_cache: LeaderEpochCache) -> FetchRequest:
         """The next fetch: from the log end, with the epoch of the last record."""
         return FetchRequest(
             replica_id=self.replica_id,
             current_leader_epoch=self.leader_epoch,
             fetch_offset=log_end_offset,
-            last_fetched_epoch=self.epoch_cache.latest_epoch,
+            last_fetched_epoch=epoch_cache.latest_epoch,
         )
 
     def on_fetch_response(
-        self, response: FetchResponse[R], log_end_offset: int
+        self, response: FetchResponse[R], log_end_offset: int, epoch_cache: LeaderEpochCache
     ) -> FollowerAction[R]:
         """Decide what to do with the leader's answer (see the module docstring)."""
         if response.error is not None:
@@ -179,8 +177,9 @@ class FollowerState:
         if response.fetch_offset != log_end_offset:
             return Ignore(f"answer for offset {response.fetch_offset}, log end {log_end_offset}")
         if response.diverging_epoch is not None:
+            diverging = response.diverging_epoch
             return self._truncation(
-                response.diverging_epoch.epoch, response.diverging_epoch.end_offset, log_end_offset
+                diverging.epoch, diverging.end_offset, log_end_offset, epoch_cache
             )
         if response.records_end_offset < response.fetch_offset:
             raise ReplicationInvariantError(
@@ -224,7 +223,11 @@ class FollowerState:
         self._high_watermark = offset
 
     def _truncation(
-        self, leader_epoch: int, leader_end_offset: int, log_end_offset: int
+        self,
+        leader_epoch: int,
+        leader_end_offset: int,
+        log_end_offset: int,
+        epoch_cache: LeaderEpochCache,
     ) -> TruncateTo:
         # Kafka's AbstractFetcherThread.getOffsetTruncationState.
         if leader_end_offset == UNDEFINED_EPOCH_OFFSET:
@@ -232,7 +235,7 @@ class FollowerState:
         elif leader_epoch == UNDEFINED_EPOCH:
             offset, complete = min(leader_end_offset, log_end_offset), True
         else:
-            mine = self.epoch_cache.end_offset_for(leader_epoch, log_end_offset)
+            mine = epoch_cache.end_offset_for(leader_epoch, log_end_offset)
             if mine.is_undefined:
                 offset, complete = min(leader_end_offset, log_end_offset), True
             elif mine.epoch != leader_epoch:

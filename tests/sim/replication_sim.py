@@ -26,6 +26,7 @@ in-sync replica's log exactly once, at the offset it was acknowledged with.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 from collections import Counter, deque
@@ -40,24 +41,21 @@ from cluster.errors import (
     LograftError,
     NotLeaderOrFollowerError,
 )
+from replica.follower_fetch import NextFetch, handle_fetch_response
 from replica.replication import (
-    AppendRecords,
-    AwaitMetadata,
-    BackOff,
     DivergingEpoch,
     FetchRequest,
     FetchResponse,
     FollowerState,
-    Ignore,
     IsrProposal,
     LeaderEpochCache,
     LeaderState,
-    TruncateTo,
 )
 
 __all__ = [
     "ReplRunResult",
     "ReplicationSimulator",
+    "ScriptedReplication",
     "SimulationFailure",
     "replay_command",
     "run_seed",
@@ -292,6 +290,44 @@ class Replica:
     pending_acks: list[tuple[int, int]] = field(default_factory=list)
     crashes: int = 0
     last_leader_hw: int = 0
+    checkpointed_hw: int = 0
+
+
+class _SimLog:
+    """A simulated replica's log as the broker's fetch step sees a partition."""
+
+    def __init__(self, sim: ReplicationSimulator, replica: Replica) -> None:
+        self._sim = sim
+        self._replica = replica
+
+    @property
+    def log_end_offset(self) -> int:
+        return len(self._replica.log)
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochCache:
+        return self._replica.cache
+
+    def append_fetched(self, fetch_offset: int, records: list[Entry]) -> None:
+        replica = self._replica
+        if fetch_offset != len(replica.log):
+            self._sim.fail(f"replica {replica.replica_id} appends at {fetch_offset}, not its end")
+        for epoch, record_id in records:
+            replica.cache.assign(epoch, len(replica.log))  # the log assigns as it appends
+            replica.log.append((epoch, record_id))
+
+    def truncate_diverged(self, offset: int) -> None:
+        replica = self._replica
+        # As PartitionLog.truncate_to: nothing at or beyond the log end.
+        if offset >= len(replica.log):
+            return
+        self._sim.truncations += 1
+        self._sim.checks["truncations"] += 1
+        self._sim.truncated_to.append((replica.replica_id, offset))
+        del replica.log[offset:]
+        replica.synced = min(replica.synced, offset)
+        replica.cache.truncate_from_end(offset)
+        replica.high_watermark = min(replica.high_watermark, offset)
 
 
 class ReplicationSimulator:
@@ -320,6 +356,8 @@ class ReplicationSimulator:
         self.acked: dict[int, tuple[int, Entry]] = {}
         self.refused = 0
         self.truncations = 0
+        self.truncated_to: list[tuple[int, int]] = []
+        self.replica_order: tuple[int, ...] = REPLICAS
         self._next_record_id = 0
         for r in REPLICAS:
             self.schedule(0, _HEARTBEAT, r, (0,))
@@ -424,6 +462,11 @@ class ReplicationSimulator:
         if not replica.alive or payload[0] != replica.generation:
             return  # a timer of a process that has died since
         if kind == _HEARTBEAT:
+            # The broker's periodic replication-offset-checkpoint rides on this timer.
+            role = replica.role
+            replica.checkpointed_hw = (
+                role.high_watermark if isinstance(role, LeaderState) else replica.high_watermark
+            )
             self.send(Message("heartbeat", node, CONTROLLER, replica.generation))
             self.schedule(self.cfg.heartbeat_ms, _HEARTBEAT, node, (replica.generation,))
         elif kind == _FSYNC:
@@ -490,12 +533,14 @@ class ReplicationSimulator:
             self._check_new_leader(replica, meta)
             replica.role = LeaderState(
                 replica_id=rid,
-                replicas=REPLICAS,
+                replicas=self.replica_order,
                 isr=meta.isr,
                 leader_epoch=meta.leader_epoch,
                 partition_epoch=meta.partition_epoch,
                 min_insync_replicas=self.cfg.min_insync_replicas,
-                epoch_cache=replica.cache,
+                # A copy, as the broker's log hands out: the log's own cache learns the
+                # epoch from the first record written in it.
+                epoch_cache=LeaderEpochCache(replica.cache.entries),
                 log_end_offset=len(replica.log),
                 durable_end_offset=replica.synced,
                 high_watermark=replica.high_watermark,
@@ -510,7 +555,6 @@ class ReplicationSimulator:
                 replica_id=rid,
                 leader_id=meta.leader,
                 leader_epoch=meta.leader_epoch,
-                epoch_cache=replica.cache,
                 high_watermark=min(replica.high_watermark, len(replica.log)),
             )
             self._send_fetch(replica)
@@ -556,6 +600,7 @@ class ReplicationSimulator:
         if acks_all and role.check_produce_acks_all() is not None:
             self.refused += 1
             return
+        replica.cache.assign(role.leader_epoch, len(replica.log))
         replica.log.append((role.leader_epoch, record_id))
         role.on_local_append(len(replica.log), durable_end_offset=replica.synced)
         if acks_all:
@@ -576,6 +621,7 @@ class ReplicationSimulator:
             role.on_local_flush(replica.synced)
             self._complete_acks(replica)
         elif isinstance(role, FollowerState):
+            replica.high_watermark = role.high_watermark  # published once flushed
             self._send_fetch(replica)  # the fetch offset acknowledges durable data only
 
     def _complete_acks(self, replica: Replica) -> None:
@@ -602,7 +648,7 @@ class ReplicationSimulator:
         if not isinstance(role, FollowerState) or replica.fsync_pending:
             return
         replica.fetch_seq += 1
-        request = role.fetch_request(len(replica.log))
+        request = role.fetch_request(len(replica.log), replica.cache)
         self.send(Message("fetch", replica.replica_id, role.leader_id, request, replica.fetch_seq))
         # Lost request or answer: try again after the timeout.
         self.schedule(
@@ -664,41 +710,26 @@ class ReplicationSimulator:
         if not isinstance(role, FollowerState) or message.seq != replica.fetch_seq:
             return
         replica.fetch_seq += 1  # answered: the timeout of this fetch no longer applies
-        action = role.on_fetch_response(message.body, len(replica.log))
+        # The broker's own fetch step (replica.follower_fetch): the core decides, the step
+        # performs it on the log; only the timing below is the simulation's.
+        step = handle_fetch_response(role, _SimLog(self, replica), message.body)
         rid = replica.replica_id
-        if isinstance(action, AppendRecords):
-            offset = action.fetch_offset
-            for epoch, record_id in action.records:
-                replica.cache.assign(epoch, offset)  # the log assigns epochs as it appends
-                replica.log.append((epoch, record_id))
-                offset += 1
-            replica.high_watermark = action.high_watermark
-            if action.records:
-                self._schedule_fsync(replica)  # then fetch again
-            else:
-                self.schedule(
-                    self.cfg.fetch_wait_ms,
-                    _FETCH_AGAIN,
-                    rid,
-                    (replica.generation, replica.fetch_seq),
-                )
-        elif isinstance(action, TruncateTo):
-            self.truncations += 1
-            self.checks["truncations"] += 1
-            del replica.log[action.offset :]
-            replica.synced = min(replica.synced, action.offset)
-            replica.cache.truncate_from_end(action.offset)
+        if step is NextFetch.AFTER_FLUSH:
+            self._schedule_fsync(replica)  # then publish the HW and fetch again
+        elif step is NextFetch.CAUGHT_UP:
+            replica.high_watermark = role.high_watermark
+            self.schedule(
+                self.cfg.fetch_wait_ms, _FETCH_AGAIN, rid, (replica.generation, replica.fetch_seq)
+            )
+        elif step is NextFetch.NOW:
             self._send_fetch(replica)
-        elif isinstance(action, AwaitMetadata | BackOff):
+        else:
             self.schedule(
                 self.cfg.fetch_timeout_ms,
                 _FETCH_AGAIN,
                 rid,
                 (replica.generation, replica.fetch_seq),
             )
-        else:
-            assert isinstance(action, Ignore)
-            self._send_fetch(replica)
 
     # --- faults ---------------------------------------------------------------------------
 
@@ -712,7 +743,8 @@ class ReplicationSimulator:
         replica.cache.truncate_from_end(len(replica.log))
         replica.role = None
         replica.leader_epoch = replica.partition_epoch = -1
-        replica.high_watermark = 0
+        # The partition reopens at its checkpointed high watermark, never above the log end.
+        replica.high_watermark = min(replica.checkpointed_hw, len(replica.log))
         replica.fsync_pending = False
         replica.pending_acks = []
 
@@ -851,3 +883,61 @@ class ReplicationSimulator:
 def run_seed(seed: int, *, faulty_ms: int = 1500) -> ReplRunResult:
     """Run one schedule; raises :class:`SimulationFailure` with the replay command on a bug."""
     return ReplicationSimulator(seed, faulty_ms=faulty_ms).run()
+
+
+class ScriptedReplication(ReplicationSimulator):
+    """The simulation with its swarm switched off: a test scripts elections and writes.
+
+    No drops, duplicates, crashes, produce load or session expiry; message delays still
+    come from the seed. Every event still runs the invariant checks, and followers still
+    handle answers through the broker's fetch step.
+    """
+
+    def __init__(self, seed: int, replica_order: tuple[int, ...]) -> None:
+        super().__init__(seed, faulty_ms=0)
+        self.faulty = False
+        self.replica_order = replica_order
+        self.cfg = dataclasses.replace(
+            self.cfg,
+            min_insync_replicas=1,
+            session_ms=10**9,
+            replica_lag_time_max_ms=10**9,
+            max_fetch_entries=32,
+        )
+
+    def elect(self, leader: int, isr: tuple[int, ...]) -> None:
+        """The controller names ``leader`` at the next leader epoch with ``isr``."""
+        controller = self.controller
+        controller.leader = leader
+        controller.leader_epoch += 1
+        controller.partition_epoch += 1
+        controller.isr = isr
+        controller.elections.append((controller.leader_epoch, leader))
+        for r in REPLICAS:
+            incarnation = controller.incarnation[r]
+            self.send(Message("metadata", CONTROLLER, r, (incarnation, controller.meta)))
+
+    def write(self, leader: int, count: int) -> None:
+        """``count`` records appended by ``leader``, as its produce path would (acks=1)."""
+        replica = self.replicas[leader]
+        role = replica.role
+        if not isinstance(role, LeaderState) or role.leader_epoch != self.controller.leader_epoch:
+            self.fail(f"replica {leader} does not lead epoch {self.controller.leader_epoch}")
+        assert isinstance(role, LeaderState)
+        for _ in range(count):
+            self._next_record_id += 1
+            replica.cache.assign(role.leader_epoch, len(replica.log))
+            replica.log.append((role.leader_epoch, self._next_record_id))
+            role.on_local_append(len(replica.log), durable_end_offset=replica.synced)
+            self._schedule_fsync(replica)
+
+    def isolate(self, node: int, *, keep_controller: bool = False) -> None:
+        """Cut ``node`` off from the other replicas (and the controller, unless kept)."""
+        others = [n for n in (CONTROLLER, *REPLICAS) if n != node]
+        if keep_controller:
+            others.remove(CONTROLLER)
+        self.blocked |= {(node, o) for o in others} | {(o, node) for o in others}
+
+    def run_for(self, ms: int) -> None:
+        """Run the event queue for ``ms`` of simulated time."""
+        self._run_until(self.now_ms + ms)

@@ -19,7 +19,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.sim.replication_sim import ReplicationSimulator, ReplRunResult, run_seed
+from tests.sim.replication_sim import (
+    ReplicationSimulator,
+    ReplRunResult,
+    ScriptedReplication,
+    run_seed,
+)
 
 DEFAULT_SCHEDULES = 1500
 CHUNKS = 10
@@ -111,3 +116,48 @@ def test_schedules_exercise_faults() -> None:
     assert totals.acked > 0
     assert totals.refused > 0
     assert totals.checks["new_leader_has_committed"] > 40
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_issue_10_history_converges_through_the_fetch_step(seed: int) -> None:
+    """Issue 10's history (replicas [A, C, B], clean elections) in the simulation.
+
+    The followers run the broker's own fetch step (``replica.follower_fetch``); C walks
+    back through its epoch cache to offset 5 (KIP-279) instead of re-fetching from 8 for
+    ever, and all three logs end equal.
+    """
+    a, b, c = 1, 2, 3
+    sim = ScriptedReplication(seed, replica_order=(a, c, b))
+    sim.elect(c, (a, c, b))  # 1. C leads epoch 1, writes 0-4; A and B catch up
+    sim.run_for(100)
+    sim.write(c, 5)
+    sim.run_for(300)
+    assert [len(sim.replicas[r].log) for r in (a, b, c)] == [5, 5, 5]
+    sim.blocked |= {(a, c), (c, a)}  # 2. C stalls; A leads epoch 2, writes 5-7; B copies
+    sim.elect(a, (a, c, b))
+    sim.run_for(100)
+    sim.write(a, 3)
+    sim.run_for(300)
+    assert len(sim.replicas[b].log) == 8 and len(sim.replicas[c].log) == 5
+    sim.isolate(a)  # 3. A is fenced; C leads epoch 3, writes 5-9 before B fetches from it
+    sim.blocked |= {(b, c), (c, b)}
+    sim.elect(c, (c, b))
+    sim.run_for(100)
+    sim.write(c, 5)
+    sim.run_for(100)
+    sim.isolate(c, keep_controller=False)  # 4. C is fenced; B leads epoch 4, writes 8-9
+    sim.elect(b, (b,))
+    sim.run_for(100)
+    sim.write(b, 2)
+    sim.run_for(100)
+    assert [(e.epoch, e.start_offset) for e in sim.replicas[b].cache.entries] == [
+        (1, 0),
+        (2, 5),
+        (4, 8),
+    ]
+    assert [(e.epoch, e.start_offset) for e in sim.replicas[c].cache.entries] == [(1, 0), (3, 5)]
+    sim.blocked = set()  # 5. C and A return and follow B
+    sim.run_for(1000)
+    assert (c, 5) in sim.truncated_to
+    logs = [sim.replicas[r].log for r in (a, b, c)]
+    assert logs[0] == logs[1] == logs[2] and len(logs[0]) == 10

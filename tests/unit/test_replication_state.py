@@ -288,10 +288,8 @@ class TestFetch:
         # A (1) leads epoch 0 with m1, m2; B (2) has both but learned HW 1 only. B restarts:
         # it keeps m2 (no truncation to the HW) and becomes leader in epoch 1; A follows.
         b_cache = cache((0, 0))
-        b_follower = FollowerState(
-            replica_id=2, leader_id=1, leader_epoch=0, epoch_cache=b_cache, high_watermark=1
-        )
-        request = b_follower.fetch_request(2)
+        b_follower = FollowerState(replica_id=2, leader_id=1, leader_epoch=0, high_watermark=1)
+        request = b_follower.fetch_request(2, b_cache)
         assert (request.fetch_offset, request.last_fetched_epoch) == (2, 0)
         a_leader = leader(isr=(1, 2), epoch=0, log_end=2, hw=2, epochs=cache((0, 0)))
         assert a_leader.on_follower_fetch(2, 2, 0, 0, 0) == ServeFrom(2, 2)
@@ -329,38 +327,33 @@ class TestFetch:
         )
         b_leader.on_local_append(2)  # m3 at offset 1, epoch 1
         a_cache = cache((0, 0))
-        a = FollowerState(
-            replica_id=1, leader_id=2, leader_epoch=1, epoch_cache=a_cache, high_watermark=0
-        )
-        request = a.fetch_request(2)
+        a = FollowerState(replica_id=1, leader_id=2, leader_epoch=1, high_watermark=0)
+        request = a.fetch_request(2, a_cache)
         decision = b_leader.on_follower_fetch(
             1, request.fetch_offset, request.last_fetched_epoch, 0, 1
         )
         assert decision == DivergingEpoch(EpochEndOffset(0, 1), 2)
         response: FetchResponse[bytes] = FetchResponse(1, 2, 2, b"", 2, decision.diverging)
-        action = a.on_fetch_response(response, 2)
+        action = a.on_fetch_response(response, 2, a_cache)
         assert action == TruncateTo(1, 0, 1, complete=True)
         a_cache.truncate_from_end(1)
-        request = a.fetch_request(1)
+        request = a.fetch_request(1, a_cache)
         again = b_leader.on_follower_fetch(1, 1, request.last_fetched_epoch, 0, 1)
         assert again == ServeFrom(1, 2)  # A now copies m3: the logs agree
 
     def test_kip_279_follower_walks_back_epochs(self) -> None:
         # Leader: epochs 0@0, 1@3, 3@7. Follower: 0@0, 2@4 with log end 6.
         state = leader(epoch=3, log_end=9, epochs=cache((0, 0), (1, 3), (3, 7)))
-        follower = FollowerState(
-            replica_id=2,
-            leader_id=1,
-            leader_epoch=3,
-            epoch_cache=cache((0, 0), (2, 4)),
-            high_watermark=0,
-        )
+        follower = FollowerState(replica_id=2, leader_id=1, leader_epoch=3, high_watermark=0)
+        follower_cache = cache((0, 0), (2, 4))
         decision = state.on_follower_fetch(2, 6, 2, 0, 3)
         assert decision == DivergingEpoch(EpochEndOffset(1, 7), 0)
         assert isinstance(decision, DivergingEpoch)
         response: FetchResponse[bytes] = FetchResponse(3, 6, 0, b"", 6, decision.diverging)
         # The follower never had epoch 1: truncate to where its epoch 0 ends, ask again.
-        assert follower.on_fetch_response(response, 6) == TruncateTo(4, 1, 7, complete=False)
+        assert follower.on_fetch_response(response, 6, follower_cache) == TruncateTo(
+            4, 1, 7, complete=False
+        )
 
 
 # --- ISR -----------------------------------------------------------------------------------
@@ -463,51 +456,75 @@ class TestAcksAll:
 
 
 class TestFollower:
+    CACHE = cache((0, 0), (5, 3))
+
     def follower(self, hw: int = 0) -> FollowerState:
-        return FollowerState(
-            replica_id=2,
-            leader_id=1,
-            leader_epoch=5,
-            epoch_cache=cache((0, 0), (5, 3)),
-            high_watermark=hw,
-        )
+        return FollowerState(replica_id=2, leader_id=1, leader_epoch=5, high_watermark=hw)
 
     def test_fetch_request(self) -> None:
-        request = self.follower().fetch_request(7)
+        request = self.follower().fetch_request(7, self.CACHE)
         assert (request.replica_id, request.current_leader_epoch) == (2, 5)
         assert (request.fetch_offset, request.last_fetched_epoch) == (7, 5)
 
     def test_append_and_hw_is_min_of_leader_hw_and_log_end(self) -> None:
         f = self.follower()
-        action = f.on_fetch_response(FetchResponse(5, 7, 20, b"xy", 9), 7)
+        action = f.on_fetch_response(FetchResponse(5, 7, 20, b"xy", 9), 7, self.CACHE)
         assert action == AppendRecords(7, b"xy", 9, 9)
-        action = f.on_fetch_response(FetchResponse(5, 9, 8, b"", 9), 9)
+        action = f.on_fetch_response(FetchResponse(5, 9, 8, b"", 9), 9, self.CACHE)
         assert action == AppendRecords(9, b"", 9, 8) and f.high_watermark == 8
 
     def test_stale_answers_are_ignored(self) -> None:
         f = self.follower()
-        assert isinstance(f.on_fetch_response(FetchResponse(4, 7, 0, b"", 7), 7), Ignore)
-        assert isinstance(f.on_fetch_response(FetchResponse(5, 6, 0, b"z", 7), 7), Ignore)
+        assert isinstance(
+            f.on_fetch_response(FetchResponse(4, 7, 0, b"", 7), 7, self.CACHE), Ignore
+        )
+        assert isinstance(
+            f.on_fetch_response(FetchResponse(5, 6, 0, b"z", 7), 7, self.CACHE), Ignore
+        )
 
     def test_errors(self) -> None:
         f = self.follower()
         fenced = FetchResponse(5, 7, 0, b"", 7, None, FencedLeaderEpochError("old"))
         not_leader = FetchResponse(5, 7, 0, b"", 7, None, NotLeaderOrFollowerError("x"))
         unknown = FetchResponse(5, 7, 0, b"", 7, None, UnknownLeaderEpochError("new"))
-        assert isinstance(f.on_fetch_response(fenced, 7), AwaitMetadata)
-        assert isinstance(f.on_fetch_response(not_leader, 7), AwaitMetadata)
-        assert isinstance(f.on_fetch_response(unknown, 7), BackOff)
+        assert isinstance(f.on_fetch_response(fenced, 7, self.CACHE), AwaitMetadata)
+        assert isinstance(f.on_fetch_response(not_leader, 7, self.CACHE), AwaitMetadata)
+        assert isinstance(f.on_fetch_response(unknown, 7, self.CACHE), BackOff)
 
     def test_undefined_answer_truncates_to_hw(self) -> None:
         f = self.follower(hw=4)
         response = FetchResponse(5, 7, 0, b"", 7, EpochEndOffset(UNDEFINED_EPOCH, -1))
-        assert f.on_fetch_response(response, 7) == TruncateTo(4, -1, -1, complete=True)
+        assert f.on_fetch_response(response, 7, self.CACHE) == TruncateTo(4, -1, -1, complete=True)
 
     def test_truncation_below_hw_raises(self) -> None:
         f = self.follower(hw=6)
         response = FetchResponse(5, 7, 0, b"", 7, EpochEndOffset(0, 2))
         with pytest.raises(ReplicationInvariantError):
-            f.on_fetch_response(response, 7)
+            f.on_fetch_response(response, 7, self.CACHE)
+
+
+    def test_truncation_below_hw_goes_ahead_only_with_unclean_election(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        f = FollowerState(
+            replica_id=2,
+            leader_id=1,
+            leader_epoch=5,
+            high_watermark=6,
+            unclean_leader_election=True,
+        )
+        response = FetchResponse(5, 7, 0, b"", 7, EpochEndOffset(0, 2))
+        with caplog.at_level("ERROR", logger="replica.replication"):
+            action = f.on_fetch_response(response, 7, self.CACHE)
+        assert action == TruncateTo(2, 0, 2, complete=True)
+        assert f.high_watermark == 2
+        assert "offset=2 high_watermark=6" in caplog.text
+
+    def test_a_log_that_truncated_whole_batches_below_hw_breaks_the_invariant(self) -> None:
+        f = self.follower(hw=6)
+        f.on_truncated(6)  # at the high watermark: fine
+        with pytest.raises(ReplicationInvariantError):
+            f.on_truncated(5)
 
 
 # --- package rules -------------------------------------------------------------------------
