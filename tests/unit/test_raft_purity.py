@@ -1,101 +1,13 @@
-"""The Raft core stays pure, and its public names are pinned.
+"""The Raft core's public names are pinned and its messages are values.
 
-DESIGN.md, "Pure cores, thin shells": the core reads no clock, opens no socket, starts no
-thread, touches no disk and uses only the ``random.Random`` it is given. This test parses
-every module of ``controller/raft`` and refuses imports that would let it do otherwise.
+Its purity (no clock, socket, thread, disk or global random; only ``controller.raft`` and
+``cluster.errors`` imported) is checked with every other layer rule in
+``tests/unit/test_layers.py``.
 """
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
-import pytest
-
 import controller.raft
-
-RAFT_DIR = Path(controller.raft.__file__).parent
-MODULES = sorted(RAFT_DIR.glob("*.py"))
-
-FORBIDDEN_MODULES = {
-    "asyncio",
-    "concurrent",
-    "grpc",
-    "io",
-    "multiprocessing",
-    "os",
-    "pathlib",
-    "random",
-    "selectors",
-    "shutil",
-    "signal",
-    "socket",
-    "subprocess",
-    "sys",
-    "tempfile",
-    "threading",
-    "time",
-}
-ALLOWED_FIRST_PARTY = ("controller.raft", "cluster.errors")
-FORBIDDEN_CALLS = {"open", "print", "input", "eval", "exec", "__import__"}
-
-
-def _runtime_nodes(tree: ast.Module) -> list[ast.AST]:
-    """Every node except those under ``if TYPE_CHECKING:`` (type-only imports are fine)."""
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.If)
-            and isinstance(node.test, ast.Name)
-            and node.test.id == "TYPE_CHECKING"
-        ):
-            for child in node.body:
-                skipped.update(id(n) for n in ast.walk(child))
-    return [node for node in ast.walk(tree) if id(node) not in skipped]
-
-
-def _imports(path: Path) -> list[str]:
-    names: list[str] = []
-    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
-            names.append(node.module)
-    return names
-
-
-def test_the_core_has_modules_to_check() -> None:
-    """Guard against the glob silently matching nothing."""
-    assert {p.name for p in MODULES} >= {"node.py", "quorum_state.py", "messages.py", "storage.py"}
-
-
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
-def test_core_imports_nothing_that_does_io_or_reads_time(path: Path) -> None:
-    """No asyncio, grpc, time, os, socket, threading or the global random at runtime."""
-    for name in _imports(path):
-        top = name.split(".")[0]
-        assert top not in FORBIDDEN_MODULES, f"{path.name} imports {name}"
-        if top in {"controller", "cluster", "replica", "spark", "chaos"}:
-            assert name.startswith(ALLOWED_FIRST_PARTY), f"{path.name} imports {name}"
-
-
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
-def test_core_calls_no_io_builtins(path: Path) -> None:
-    """No ``open``/``print``/``eval``: output goes through Ready, logging through ``logging``."""
-    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            assert node.func.id not in FORBIDDEN_CALLS, (
-                f"{path.name}:{node.lineno} calls {node.func.id}"
-            )
-
-
-def test_import_rule_catches_a_violation(tmp_path: Path) -> None:
-    """The checker itself works: a module importing time is caught."""
-    bad = tmp_path / "bad.py"
-    bad.write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import os\nimport time\n"
-    )
-    assert _imports(bad) == ["typing", "time"]
 
 
 def test_public_names_are_pinned() -> None:

@@ -8,9 +8,6 @@ cores and check that nothing committed is lost and the logs converge.
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
 
 import replica.replication
@@ -502,7 +499,6 @@ class TestFollower:
         with pytest.raises(ReplicationInvariantError):
             f.on_fetch_response(response, 7, self.CACHE)
 
-
     def test_truncation_below_hw_goes_ahead_only_with_unclean_election(
         self, caplog: pytest.LogCaptureFixture
     ) -> None:
@@ -528,24 +524,6 @@ class TestFollower:
 
 
 # --- package rules -------------------------------------------------------------------------
-
-FORBIDDEN = {"asyncio", "grpc", "time", "os", "threading", "random", "socket", "subprocess"}
-
-
-def test_replication_core_is_pure() -> None:
-    """No clock, socket, thread, disk or global random in ``replica/replication``."""
-    directory = Path(replica.replication.__file__).parent
-    for path in sorted(directory.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            for name in names:
-                assert name.split(".")[0] not in FORBIDDEN, f"{path.name} imports {name}"
-                if name.split(".")[0] in ("cluster", "replica", "controller"):
-                    assert name == "cluster.errors" or name.startswith("replica.replication")
 
 
 def test_public_names_are_pinned() -> None:
