@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from replica.log import partition_log as partition_log_module
+from replica.log import log_checkpoints as log_checkpoints_module
 from replica.log.config import LogConfig
 from replica.log.epoch_checkpoint import (
     LEADER_EPOCH_CHECKPOINT_FILE,
@@ -24,7 +24,7 @@ from replica.replication.leader_epoch_cache import EpochEntry, LeaderEpochCache
 from tests.unit.log_fixtures import append_values, crash_copy, headers_of, read_all
 from tests.unit.test_follower_append import entries, follow, leader_batches
 
-LOGGER = "replica.log.partition_log"
+LOGGER = "replica.log"  # the partition log and the modules it delegates to
 SMALL = LogConfig(segment_bytes=600, index_interval_bytes=128, retention_ms=-1)
 
 
@@ -63,7 +63,7 @@ class WriteCounter:
             self.count += 1
             real(directory, text)
 
-        monkeypatch.setattr(partition_log_module, "write_epoch_checkpoint", counting)
+        monkeypatch.setattr(log_checkpoints_module, "write_epoch_checkpoint", counting)
 
 
 # ---- the file -----------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from tests.unit.log_fixtures import (
     segment_logs,
 )
 
-LOGGER = "replica.log.partition_log"
+LOGGER = "replica.log"  # the partition log and the modules it delegates to
 SMALL = LogConfig(segment_bytes=600, index_interval_bytes=128, retention_ms=-1)
 
 
