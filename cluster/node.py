@@ -43,10 +43,10 @@ from controller.quorum.metadata_machine import MetadataStateMachine
 from controller.raft import RaftConfig
 from controller.storage.disk_storage import DiskStorage
 from replica.broker_service import BrokerEndpoint, BrokerService
-from replica.log.config import FlushPolicy
 from replica.log.partition_log import delete_files
 from replica.log_cleaner_loop import LogCleaner
 from replica.log_manager import LogManager
+from replica.topic_config import FlushPolicy
 from replica.topic_partition import TopicPartition
 
 __all__ = ["Node", "main"]

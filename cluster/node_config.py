@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cluster.errors import InvalidConfigError
-from replica.log.config import LogConfig
+from replica.topic_config import LogConfig
 
 if TYPE_CHECKING:
     # Only the type of ``data_dir``: parsing a config touches no disk (tests/unit/test_layers.py).

@@ -26,13 +26,13 @@ from cluster.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from replica.log.config import LogConfig
 from replica.log.partition_log import PartitionLog
 from replica.log.replication_offset_checkpoint import (
     read_high_watermarks,
     write_high_watermarks,
 )
 from replica.partition import Partition
+from replica.topic_config import LogConfig
 from replica.topic_partition import MAX_PARTITIONS, TopicPartition, validate_topic_name
 
 __all__ = ["MAX_PARTITIONS", "LogManager", "TopicInfo", "validate_topic_name"]

@@ -31,7 +31,7 @@ from controller.logic.decision import Decision
 from controller.logic.topic_configs import validate_topic_configs
 from controller.metadata.image import ConfigResource, MetadataImage
 from controller.metadata.records import ConfigRecord, ConfigResourceType, MetadataRecord
-from replica.log.config import TOPIC_CONFIGS, LogConfig
+from replica.topic_config import TOPIC_CONFIGS, LogConfig
 
 __all__ = [
     "AlterConfigOp",

@@ -1,6 +1,6 @@
 """Validation of topic configs, including those the controller reads itself.
 
-The log's configs are defined and checked by :data:`replica.log.config.TOPIC_CONFIGS`. The
+The log's configs are defined and checked by :data:`replica.topic_config.TOPIC_CONFIGS`. The
 controller additionally reads ``unclean.leader.election.enable``, which that table does not
 define yet; it is accepted and checked here until it is added there, and then that table's
 definition wins.
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from cluster.errors import InvalidConfigError
 from controller.metadata.image import MetadataImage
-from replica.log.config import TOPIC_CONFIGS, LogConfig
+from replica.topic_config import TOPIC_CONFIGS, LogConfig
 
 __all__ = [
     "UNCLEAN_LEADER_ELECTION_ENABLE",

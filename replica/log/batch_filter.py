@@ -48,8 +48,8 @@ from replica.batch_header import (
     parse_header,
 )
 from replica.compression import compress, decompress
-from replica.log.config import MAX_LONG
 from replica.records import encode_varlong, read_varlong
+from replica.topic_config import MAX_LONG
 
 __all__ = ["DELETE_HORIZON_FLAG", "FilteredBatch", "filter_batch", "keyed_offsets"]
 

@@ -41,7 +41,6 @@ from replica.log.batch_filter import (
     filter_batch,
     keyed_offsets,
 )
-from replica.log.config import LogConfig
 from replica.log.segment import (
     CLEANED_SUFFIX,
     INDEX_SUFFIX,
@@ -53,6 +52,7 @@ from replica.log.segment import (
     segment_file,
 )
 from replica.log.time_index import TimeIndex
+from replica.topic_config import LogConfig
 
 __all__ = [
     "DEFAULT_MAX_MAP_KEYS",

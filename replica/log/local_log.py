@@ -27,8 +27,8 @@ from pathlib import Path
 
 from cluster.errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
 from replica.batch_header import BatchHeader
-from replica.log.config import LogConfig
 from replica.log.segment import MAX_RELATIVE_OFFSET, MAX_SEGMENT_BYTES, LogSegment
+from replica.topic_config import LogConfig
 
 __all__ = ["LocalLog", "check_tiling", "delete_files", "segment_runs"]
 

@@ -37,7 +37,6 @@ from pathlib import Path
 from cluster.durable import TMP_SUFFIX, fsync_directory
 from cluster.errors import KafkaStorageError
 from replica.log.cleaner_swap import CLEANER_SWAP_FILE, finish_cleaner_swap
-from replica.log.config import LogConfig
 from replica.log.epoch_checkpoint import LEADER_EPOCH_CHECKPOINT_TMP_FILE, read_epoch_checkpoint
 from replica.log.log_checkpoints import (
     CLEANER_CHECKPOINT_FILE,
@@ -50,6 +49,7 @@ from replica.log.offset_index import CorruptIndexError
 from replica.log.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment, parse_segment_file_name
 from replica.replication.errors import LeaderEpochCheckpointError
 from replica.replication.leader_epoch_cache import LeaderEpochCache
+from replica.topic_config import LogConfig
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LoadedLog", "load_log"]
 

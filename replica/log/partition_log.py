@@ -51,11 +51,11 @@ from replica.batch_header import (
 from replica.log.cleaner import CleanableView, CleaningInput, CleaningResult
 from replica.log.cleaner_swap import CLEANER_SWAP_FILE, commit_swap, install_swap, remove_staged
 from replica.log.cleaning_state import CleaningState
-from replica.log.config import LogConfig
 from replica.log.local_log import LocalLog, check_tiling, delete_files, segment_runs
 from replica.log.log_checkpoints import CLEANER_CHECKPOINT_FILE, RECOVERY_POINT_FILE
 from replica.log.log_loader import CLEAN_SHUTDOWN_FILE, LoadedLog, load_log
 from replica.replication.leader_epoch_cache import LeaderEpochCache
+from replica.topic_config import LogConfig
 
 __all__ = [
     "CLEANER_CHECKPOINT_FILE",

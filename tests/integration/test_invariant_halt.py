@@ -36,8 +36,9 @@ def test_a_broken_replication_invariant_halts_the_node(tmp_path: Path) -> None:
         with grpc.insecure_channel(broker.address) as channel:
             stub = pb_grpc.BrokerStub(channel)
             wait_until(
-                lambda: produce(stub, "broken", 0, encode_batch([b"a", b"b", b"c"])).error_code
-                == 0,
+                lambda: (
+                    produce(stub, "broken", 0, encode_batch([b"a", b"b", b"c"])).error_code == 0
+                ),
                 CLUSTER_TIMEOUT_S,
                 "a write",
             )

@@ -22,9 +22,9 @@ from cluster.errors import NotEnoughReplicasError
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from replica.batch_header import iter_headers
-from replica.log.config import LogConfig
 from replica.log.partition_log import PartitionLog
 from replica.records import encode_batch
+from replica.topic_config import LogConfig
 from tests.integration.nodes import NodeProcess, wait_until
 from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
 from tests.integration.wire_helpers import fetch_all, produce

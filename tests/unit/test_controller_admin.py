@@ -36,7 +36,7 @@ from controller.logic import (
 )
 from controller.logic.configs import NODE_CONFIG_FIELDS
 from controller.metadata import ConfigRecord, ConfigResource, ConfigResourceType, PartitionRecord
-from replica.log.config import TOPIC_CONFIGS, LogConfig
+from replica.topic_config import TOPIC_CONFIGS, LogConfig
 from replica.topic_partition import MAX_PARTITIONS
 from tests.unit.controller_fixtures import Cluster
 

@@ -21,10 +21,10 @@ import pytest
 from replica.batch_header import validate_batches
 from replica.broker_service import BrokerEndpoint, BrokerService
 from replica.fetcher import ReplicaFetcher
-from replica.log.config import LogConfig
 from replica.log_manager import LogManager
 from replica.partition import Partition
 from replica.records import encode_batch
+from replica.topic_config import LogConfig
 from replica.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)

@@ -62,6 +62,7 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("replica/group/*", Layer.CORE),
     ("replica/producer_state.py", Layer.CORE),
     ("replica/partition_roles.py", Layer.CORE),  # metadata image -> local partition roles
+    ("replica/topic_config.py", Layer.CORE),  # topic config names, types, defaults, checks
     ("cluster/client/_sequencing.py", Layer.CORE),  # the idempotent producer's sequences
     # Config definitions and checks: pure values that the controller logic describes and
     # validates (DescribeConfigs on a broker), and that the node is built from.
@@ -128,17 +129,6 @@ FORBIDDEN_CALLS_IN_CORES = frozenset({"open", "print", "input", "eval", "exec", 
 
 KNOWN_VIOLATIONS: Mapping[tuple[str, str], str] = {
     # (importer, imported): why it is still here. Remove a row once it is fixed.
-    ("controller.logic.configs", "replica.log.config"): (
-        "topic config definitions (TOPIC_CONFIGS, LogConfig) live in the storage package; "
-        "replica/log/config.py should move down to a pure module (replica/log/* is being "
-        "split by someone else)"
-    ),
-    ("controller.logic.topic_configs", "replica.log.config"): (
-        "same: CreateTopics validation reads TOPIC_CONFIGS from replica/log/config.py"
-    ),
-    ("cluster.node_config", "replica.log.config"): (
-        "same: broker defaults are LogConfig.with_overrides from replica/log/config.py"
-    ),
 }
 
 

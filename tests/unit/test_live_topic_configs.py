@@ -14,10 +14,10 @@ from cluster.errors import (
     NotEnoughReplicasError,
 )
 from replica.batch_header import validate_batches
-from replica.log.config import LogConfig
 from replica.log.partition_log import PartitionLog
 from replica.partition import Partition
 from replica.records import encode_batch
+from replica.topic_config import LogConfig
 from replica.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)

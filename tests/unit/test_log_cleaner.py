@@ -33,7 +33,6 @@ from replica.log.cleaner import (
     clean_log,
     filter_batch,
 )
-from replica.log.config import LogConfig
 from replica.log.partition_log import (
     CLEANER_CHECKPOINT_FILE,
     CLEANER_SWAP_FILE,
@@ -46,6 +45,7 @@ from replica.log_manager import LogManager
 from replica.producer_snapshots import load_producer_state
 from replica.producer_state import ProducerStateManager
 from replica.records import Record, RecordBatchBuilder, encode_batch, iter_records
+from replica.topic_config import LogConfig
 
 COMPACT = LogConfig(
     segment_bytes=700,

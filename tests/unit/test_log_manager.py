@@ -9,10 +9,10 @@ import pytest
 
 from cluster.errors import KafkaStorageError, TopicAlreadyExistsError
 from replica.batch_header import validate_batches
-from replica.log.config import LogConfig
 from replica.log.partition_log import PartitionLog
 from replica.log_manager import LogManager
 from replica.records import encode_batch
+from replica.topic_config import LogConfig
 
 
 def _manager(data_dir: Path) -> LogManager:

@@ -20,7 +20,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from cluster.errors import KafkaStorageError, OffsetOutOfRangeError
 from replica.batch_header import BatchHeader, validate_batches
 from replica.log import segment as segment_module
-from replica.log.config import LogConfig
 from replica.log.partition_log import (
     CLEAN_SHUTDOWN_FILE,
     RECOVERY_POINT_FILE,
@@ -28,6 +27,7 @@ from replica.log.partition_log import (
     delete_files,
 )
 from replica.log.segment import LogSegment, SegmentRecovery
+from replica.topic_config import LogConfig
 from tests.unit.log_fixtures import (
     append_values,
     crash_copy,

@@ -19,11 +19,11 @@ from cluster.errors import (
     OutOfOrderSequenceNumberError,
 )
 from replica.batch_header import iter_headers, validate_batches
-from replica.log.config import LogConfig
 from replica.log.partition_log import PartitionLog
 from replica.partition import Partition
 from replica.records import encode_batch
 from replica.replication import DivergingEpoch
+from replica.topic_config import LogConfig
 from replica.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)

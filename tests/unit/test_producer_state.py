@@ -18,7 +18,6 @@ from cluster.errors import (
     OutOfOrderSequenceNumberError,
 )
 from replica.batch_header import BatchHeader, iter_headers, validate_batches
-from replica.log.config import LogConfig
 from replica.log.partition_log import PartitionLog
 from replica.producer_state import (
     MAX_SEQUENCE,
@@ -33,6 +32,7 @@ from replica.producer_state import (
     snapshot_file_name,
 )
 from replica.records import encode_batch
+from replica.topic_config import LogConfig
 
 PID = 1000
 
