@@ -38,6 +38,7 @@ from cluster.launcher.processes import (
     start_node,
     stop_nodes,
     wait_for_exit,
+    wait_for_pause_state,
 )
 from cluster.launcher.spec import (
     CLUSTER_FILE,
@@ -196,8 +197,9 @@ class LocalCluster:
         """Send ``sig`` to one node (after the /proc check).
 
         After SIGKILL or SIGTERM, waits up to ``wait_s`` for the process to exit, so that a
-        ``status`` right after sees it gone. ``cluster.json`` keeps the pid (status shows it
-        dead; ``restart`` replaces it).
+        ``status`` right after sees it gone; after SIGSTOP or SIGCONT, until it shows as
+        paused or running. ``cluster.json`` keeps the pid (status shows it dead; ``restart``
+        replaces it).
         """
         self._refresh()
         node = self.node(node_id)
@@ -206,6 +208,14 @@ class LocalCluster:
         if sig in (signal.SIGKILL, signal.SIGTERM) and not wait_for_exit(node.pid, wait_s):
             raise LauncherError(
                 f"node {node_id} (pid {node.pid}) did not exit within {wait_s:g} s of "
+                f"{signal.Signals(sig).name}"
+            )
+        if sig in (signal.SIGSTOP, signal.SIGCONT) and not wait_for_pause_state(
+            node.pid, sig == signal.SIGSTOP, wait_s
+        ):
+            raise LauncherError(
+                f"node {node_id} (pid {node.pid}) is not "
+                f"{'paused' if sig == signal.SIGSTOP else 'running'} {wait_s:g} s after "
                 f"{signal.Signals(sig).name}"
             )
 

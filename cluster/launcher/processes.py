@@ -166,6 +166,20 @@ def signal_node(pid: int, node_data_dir: Path, sig: int) -> bool:
             os.close(pidfd)
 
 
+def wait_for_pause_state(pid: int, paused: bool, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` until ``pid`` shows as paused (or not); returns whether so.
+
+    A signal is delivered when the process is next scheduled: on a busy machine a
+    ``status`` right after ``kill -STOP`` would otherwise still show it running.
+    """
+    deadline = time.monotonic() + timeout_s
+    while (state_word(process_state(pid)) == "paused") != paused:
+        if time.monotonic() >= deadline or not is_alive(pid):
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def wait_for_exit(pid: int, timeout_s: float) -> bool:
     """Wait up to ``timeout_s`` for ``pid`` to exit; returns whether it did."""
     child = _CHILDREN.get(pid)
