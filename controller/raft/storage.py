@@ -1,4 +1,4 @@
-"""The storage the Raft core reads, and an in-memory implementation for tests.
+"""The storage the Raft core reads, and an in-memory implementation of it.
 
 The core never writes storage: it hands the application a :class:`~controller.raft.node.Ready`
 with what to persist, the application writes and fsyncs it, then calls ``advance``. The core
@@ -9,12 +9,19 @@ Offsets: the log holds entries ``[log_start_offset, log_end_offset)``. A snapsho
 covers everything below ``log_start_offset``; the epoch of entry ``log_start_offset - 1`` is
 the snapshot's epoch (0 for an empty log at offset 0).
 
+:class:`MemoryStorage` is the whole in-memory view: unit tests and the simulator use it
+alone, and :class:`~controller.storage.disk_storage.DiskStorage` keeps one as its read side
+and adds persistence. So that a durable store can check a ``Ready`` before its first byte
+of I/O, writing is split in two: :meth:`MemoryStorage.plan` validates and returns a
+:class:`PlannedWrite` without changing anything, :meth:`MemoryStorage.apply` performs it.
+
 Thread-safety: none; the core and the shell call it from one thread (the node's event loop).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from controller.raft.messages import Entry, HardState, Snapshot
@@ -22,7 +29,7 @@ from controller.raft.messages import Entry, HardState, Snapshot
 if TYPE_CHECKING:
     from controller.raft.node import Ready
 
-__all__ = ["MemoryStorage", "Storage"]
+__all__ = ["MemoryStorage", "PlannedWrite", "Storage"]
 
 
 class Storage(Protocol):
@@ -53,11 +60,37 @@ class Storage(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class PlannedWrite:
+    """What one write does to a :class:`MemoryStorage`, already validated against it.
+
+    Applied in the core's order: adopt ``snapshot`` (moving the log start to ``start``),
+    keep the current entries ``[drop, drop + keep)`` (the rest fall below the snapshot or
+    are truncated), append ``entries``, then store ``hard_state``. Indexes are into the
+    entries held when the plan was made; a plan is only valid until the next change.
+    """
+
+    #: The snapshot to adopt, or ``None`` (none given, or not newer than the current one).
+    snapshot: Snapshot | None
+    #: The log start offset afterwards.
+    start: int
+    #: Current entries dropped from the front, below the new snapshot's end.
+    drop: int
+    #: Current entries kept after those dropped; the ones after them are truncated.
+    keep: int
+    #: Entries appended after the kept ones.
+    entries: Sequence[Entry]
+    #: The epoch and vote to store, or ``None`` when unchanged.
+    hard_state: HardState | None
+
+
 class MemoryStorage:
     """A :class:`Storage` held in memory, with the write side the application drives.
 
-    :meth:`write` applies a ``Ready`` in the documented order. Used by unit tests and, with
-    a fsync model around it, by the simulator.
+    :meth:`write` applies a ``Ready`` in the documented order. Used by unit tests and the
+    simulator (with a fsync model around it), and as the read side of ``DiskStorage``.
+    Every write is validated whole before anything changes: one that does not fit the log
+    raises ``IndexError`` and leaves the storage as it was.
     """
 
     __slots__ = ("_entries", "_hard_state", "_snapshot", "_start")
@@ -106,50 +139,53 @@ class MemoryStorage:
 
     # --- write side ----------------------------------------------------------------------
 
-    def set_hard_state(self, hard_state: HardState) -> None:
-        """Store the epoch and vote."""
-        self._hard_state = hard_state
+    def plan(self, ready: Ready) -> PlannedWrite:
+        """Validate what ``ready`` asks to persist and return it as a plan; changes nothing.
 
-    def save_snapshot(self, snapshot: Snapshot) -> None:
-        """Store ``snapshot`` and drop every entry below its end offset."""
-        if self._snapshot is not None and snapshot.end_offset <= self._snapshot.end_offset:
-            return  # an older or equal image: the newer one already covers it
-        end = self.log_end_offset()
-        if snapshot.end_offset >= end:
-            self._entries = []
-        else:
-            del self._entries[: snapshot.end_offset - self._start]
-        self._start = snapshot.end_offset
-        self._snapshot = snapshot
+        Raises ``IndexError`` when the truncation falls below the (new) log start or the
+        entries do not continue the log at its end after the truncation.
+        """
+        return self._plan(
+            ready.snapshot, ready.truncate_from_offset, ready.entries, ready.hard_state
+        )
 
-    def truncate_from(self, offset: int) -> None:
-        """Drop every entry at ``offset`` and above."""
-        if offset < self._start:
-            raise IndexError(f"cannot truncate below log start {self._start}: {offset}")
-        del self._entries[offset - self._start :]
-
-    def append(self, entries: Sequence[Entry]) -> None:
-        """Append entries that continue the log exactly at its end offset."""
-        expected = self.log_end_offset()
-        for entry in entries:
-            if entry.offset != expected:
-                raise IndexError(f"append at {entry.offset}, log end offset is {expected}")
-            self._entries.append(entry)
-            expected += 1
+    def apply(self, planned: PlannedWrite) -> None:
+        """Perform a plan made by :meth:`plan` on this storage, unchanged since."""
+        if planned.snapshot is not None:
+            self._snapshot = planned.snapshot
+        self._start = planned.start
+        # In place: appending at the end is the common case and must not copy the log.
+        del self._entries[: planned.drop]
+        del self._entries[planned.keep :]
+        self._entries.extend(planned.entries)
+        if planned.hard_state is not None:
+            self._hard_state = planned.hard_state
 
     def write(self, ready: Ready) -> None:
         """Apply what ``ready`` asks to persist, in order: snapshot, truncation, entries, vote.
 
         A real store would fsync after this, before the ready's messages are sent.
         """
-        if ready.snapshot is not None:
-            self.save_snapshot(ready.snapshot)
-        if ready.truncate_from_offset is not None:
-            self.truncate_from(ready.truncate_from_offset)
-        if ready.entries:
-            self.append(ready.entries)
-        if ready.hard_state is not None:
-            self.set_hard_state(ready.hard_state)
+        self.apply(self.plan(ready))
+
+    def set_hard_state(self, hard_state: HardState) -> None:
+        """Store the epoch and vote."""
+        self.apply(self._plan(None, None, (), hard_state))
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Store ``snapshot`` and drop every entry below its end offset.
+
+        An older or equal snapshot is ignored: the newer one already covers it.
+        """
+        self.apply(self._plan(snapshot, None, (), None))
+
+    def truncate_from(self, offset: int) -> None:
+        """Drop every entry at ``offset`` and above."""
+        self.apply(self._plan(None, offset, (), None))
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Append entries that continue the log exactly at its end offset."""
+        self.apply(self._plan(None, None, entries, None))
 
     def copy(self) -> MemoryStorage:
         """An independent copy (entries are immutable, so they are shared)."""
@@ -159,3 +195,33 @@ class MemoryStorage:
         other._start = self._start
         other._entries = list(self._entries)
         return other
+
+    def _plan(
+        self,
+        snapshot: Snapshot | None,
+        truncate_from: int | None,
+        entries: Sequence[Entry],
+        hard_state: HardState | None,
+    ) -> PlannedWrite:
+        start, held = self._start, len(self._entries)
+        drop = 0
+        if snapshot is not None and (
+            self._snapshot is None or snapshot.end_offset > self._snapshot.end_offset
+        ):
+            # Entries past the snapshot's end stay, whether or not they continue it: the
+            # core truncates them in the same Ready when they do not.
+            drop = min(snapshot.end_offset - start, held)
+            start = snapshot.end_offset
+        else:
+            snapshot = None
+        keep = held - drop
+        if truncate_from is not None:
+            if truncate_from < start:
+                raise IndexError(f"cannot truncate below log start {start}: {truncate_from}")
+            keep = min(keep, truncate_from - start)
+        expected = start + keep
+        for entry in entries:
+            if entry.offset != expected:
+                raise IndexError(f"append at {entry.offset}, log end offset is {expected}")
+            expected += 1
+        return PlannedWrite(snapshot, start, drop, keep, entries, hard_state)

@@ -1,9 +1,11 @@
 """Durable storage for a controller's metadata log directory (``__cluster_metadata-0/``).
 
-:class:`DiskStorage` implements the Raft core's :class:`~controller.raft.storage.Storage`
-read side from memory and persists each ``Ready`` with :meth:`DiskStorage.write`, which
-returns only once everything it wrote is on stable storage. Byte formats are in
-:mod:`controller.storage.formats`.
+:class:`DiskStorage` answers the Raft core's :class:`~controller.raft.storage.Storage`
+reads from a :class:`~controller.raft.storage.MemoryStorage` it keeps, and persists each
+``Ready`` with :meth:`DiskStorage.write`, which returns only once everything it wrote is on
+stable storage; only then does the memory view change, by the same validated plan. This
+module adds the persistence alone: the files, their order of writing and their recovery.
+Byte formats are in :mod:`controller.storage.formats`.
 
 Directory layout::
 
@@ -51,6 +53,7 @@ from typing import TYPE_CHECKING
 from cluster.durable import TMP_SUFFIX, fsync_directory, write_file_atomically
 from cluster.errors import KafkaStorageError
 from controller.raft.messages import Entry, HardState, Snapshot, SnapshotId
+from controller.raft.storage import MemoryStorage, PlannedWrite
 from controller.storage.formats import (
     LOG_HEADER_SIZE,
     MAX_QUORUM_STATE_BYTES,
@@ -87,8 +90,8 @@ class DiskStorage:
     """A durable :class:`~controller.raft.storage.Storage` over one metadata log directory.
 
     Build it with :meth:`open` (which recovers). Every entry since the snapshot, the
-    snapshot and the hard state are held in memory, so the read side never touches disk;
-    :meth:`write` persists a ``Ready`` and returns once it is durable.
+    snapshot and the hard state are held in a ``MemoryStorage``, so the read side never
+    touches disk; :meth:`write` persists a ``Ready`` and returns once it is durable.
 
     Thread-safety: none inside; the shell serialises access. :meth:`write` runs on one
     worker thread at a time, and the read methods run on the event loop thread only while
@@ -96,25 +99,22 @@ class DiskStorage:
     failed write (an ``OSError`` becomes :class:`KafkaStorageError`) the instance refuses
     further writes: what reached the disk is unknown, so the node must restart and recover.
 
-    Errors: ``write`` raises ``IndexError`` (like ``MemoryStorage``) or ``ValueError`` for
-    a ``Ready`` that does not fit the log, and ``MessageTooLargeError`` for an entry or
+    Errors: ``write`` raises ``IndexError`` (from ``MemoryStorage.plan``) or ``ValueError``
+    for a ``Ready`` that does not fit the log, and ``MessageTooLargeError`` for an entry or
     snapshot over the size limits -- all before any I/O, so the disk is unchanged.
     """
 
     __slots__ = (
         "_closed",
         "_directory",
-        "_entries",
         "_failed",
         "_file_base",
         "_file_end",
-        "_hard_state",
         "_lock_fd",
         "_log_fd",
+        "_memory",
         "_positions",
-        "_snapshot",
         "_snapshot_files",
-        "_start",
     )
 
     def __init__(self, directory: Path, lock_fd: int, state: _Recovered) -> None:
@@ -122,10 +122,8 @@ class DiskStorage:
         self._directory = directory
         self._lock_fd = lock_fd
         self._log_fd = state.log_fd
-        self._hard_state = state.hard_state
-        self._snapshot = state.snapshot
-        self._start = state.start
-        self._entries = state.entries
+        self._memory = state.memory
+        #: File position of each entry of the memory view's log (same indexes).
         self._positions = state.positions
         self._file_base = state.file_base
         self._file_end = state.file_end
@@ -181,11 +179,11 @@ class DiskStorage:
             "metadata log opened dir=%s epoch=%d voted_for=%s log_start_offset=%d "
             "log_end_offset=%d snapshot_epoch=%s size_bytes=%d",
             path,
-            storage._hard_state.epoch,
-            storage._hard_state.voted_for,
-            storage._start,
+            storage.hard_state().epoch,
+            storage.hard_state().voted_for,
+            storage.log_start_offset(),
             storage.log_end_offset(),
-            None if state.snapshot is None else state.snapshot.epoch,
+            None if (snapshot := storage.snapshot()) is None else snapshot.epoch,
             storage.size_bytes(),
         )
         return storage
@@ -223,7 +221,8 @@ class DiskStorage:
 
     def snapshot_id(self) -> SnapshotId | None:
         """``(end_offset, epoch)`` of the current snapshot, or ``None``."""
-        return None if self._snapshot is None else self._snapshot.id
+        snapshot = self._memory.snapshot()
+        return None if snapshot is None else snapshot.id
 
     def size_bytes(self) -> int:
         """Bytes on disk: the log file plus every snapshot file (no I/O; tracked)."""
@@ -231,45 +230,36 @@ class DiskStorage:
 
     def __repr__(self) -> str:
         return (
-            f"DiskStorage(dir={str(self._directory)!r}, hard_state={self._hard_state}, "
-            f"snapshot={self.snapshot_id()}, log=[{self._start}, {self.log_end_offset()}))"
+            f"DiskStorage(dir={str(self._directory)!r}, hard_state={self.hard_state()}, "
+            f"snapshot={self.snapshot_id()}, "
+            f"log=[{self.log_start_offset()}, {self.log_end_offset()}))"
         )
 
-    # --- read side (the Storage protocol): memory only ---------------------------------------
+    # --- read side (the Storage protocol): the memory view, never the disk ------------------
 
     def hard_state(self) -> HardState:
         """See :meth:`Storage.hard_state`."""
-        return self._hard_state
+        return self._memory.hard_state()
 
     def snapshot(self) -> Snapshot | None:
         """See :meth:`Storage.snapshot`."""
-        return self._snapshot
+        return self._memory.snapshot()
 
     def log_start_offset(self) -> int:
         """See :meth:`Storage.log_start_offset`."""
-        return self._start
+        return self._memory.log_start_offset()
 
     def log_end_offset(self) -> int:
         """See :meth:`Storage.log_end_offset`."""
-        return self._start + len(self._entries)
+        return self._memory.log_end_offset()
 
     def epoch_at(self, offset: int) -> int:
         """See :meth:`Storage.epoch_at`."""
-        if offset == self._start - 1:
-            return self._snapshot.epoch if self._snapshot is not None else 0
-        if not self._start <= offset < self.log_end_offset():
-            raise IndexError(
-                f"offset {offset} outside [{self._start - 1}, {self.log_end_offset()})"
-            )
-        return self._entries[offset - self._start].epoch
+        return self._memory.epoch_at(offset)
 
     def entries(self, start: int, end: int) -> Sequence[Entry]:
         """See :meth:`Storage.entries`."""
-        if not self._start <= start <= end <= self.log_end_offset():
-            raise IndexError(
-                f"range [{start}, {end}) outside [{self._start}, {self.log_end_offset()})"
-            )
-        return self._entries[start - self._start : end - self._start]
+        return self._memory.entries(start, end)
 
     # --- write side ------------------------------------------------------------------------
 
@@ -307,71 +297,54 @@ class DiskStorage:
 
     def _plan(self, ready: Ready) -> _Plan:
         """Validate ``ready`` and compute the new state and the I/O, touching nothing."""
-        start, entries = self._start, self._entries
-        plan = _Plan(start=start, keep_count=len(entries))
-        snapshot = ready.snapshot
-        if snapshot is not None and (
-            self._snapshot is None or snapshot.end_offset > self._snapshot.end_offset
-        ):
-            plan.snapshot = snapshot
+        memory = self._memory
+        plan = _Plan(memory.plan(ready))  # the log rules: IndexError before any I/O
+        change = plan.change
+        snapshot = change.snapshot
+        start, end = memory.log_start_offset(), memory.log_end_offset()
+        if snapshot is not None:
             plan.snapshot_blob = encode_snapshot(snapshot)
-            cut = snapshot.end_offset - start
-            if 0 < cut <= len(entries):
-                continues = entries[cut - 1].epoch == snapshot.epoch
+            if start < snapshot.end_offset <= end:
+                continues = memory.epoch_at(snapshot.end_offset - 1) == snapshot.epoch
             else:
-                continues = cut == 0
-            plan.drop = min(cut, len(entries))
-            plan.keep_count = len(entries) - plan.drop
-            plan.start = snapshot.end_offset
-            plan.keep = {snapshot_file_name(snapshot.end_offset, snapshot.epoch)}
+                continues = snapshot.end_offset == start
+            plan.keep_snapshots = {snapshot_file_name(snapshot.end_offset, snapshot.epoch)}
             if continues:
                 # Keep the log from the current snapshot's end, so that snapshot stays a
                 # usable fallback should the new checkpoint be found corrupt on open.
                 base, plan.rewrite_from = start, 0
-                if self._snapshot is not None:
-                    plan.keep.add(
-                        snapshot_file_name(self._snapshot.end_offset, self._snapshot.epoch)
-                    )
+                current = memory.snapshot()
+                if current is not None:
+                    plan.keep_snapshots.add(snapshot_file_name(current.end_offset, current.epoch))
             else:
                 # The log does not lead to this snapshot: it restarts at its end, and the
                 # previous snapshot (now separated from the log by a gap) is useless.
-                base, plan.rewrite_from = snapshot.end_offset, plan.drop
+                base, plan.rewrite_from = snapshot.end_offset, change.drop
             if base != self._file_base:
                 plan.rewrite_base = base
-        truncate = ready.truncate_from_offset
-        if truncate is not None:
-            if truncate < plan.start:
-                raise IndexError(f"cannot truncate below log start {plan.start}: {truncate}")
-            if truncate - plan.start < plan.keep_count:
-                plan.keep_count = truncate - plan.start
-                if plan.rewrite_base is None:
-                    plan.truncate_position = self._positions[plan.drop + plan.keep_count]
-        if ready.entries:
-            expected = plan.start + plan.keep_count
-            for entry in ready.entries:
-                if entry.offset != expected:
-                    raise IndexError(f"append at {entry.offset}, log end offset is {expected}")
-                plan.new_frames.append(encode_frame(entry))
-                expected += 1
-            plan.new_entries = ready.entries
-        if ready.hard_state is not None:
-            plan.hard_state = ready.hard_state
-            plan.hard_state_blob = encode_quorum_state(ready.hard_state)
+        if plan.rewrite_base is None and start + change.drop + change.keep < end:
+            # A truncation above the snapshot: cut the file at that entry's frame.
+            plan.truncate_position = self._positions[change.drop + change.keep]
+        plan.new_frames = [encode_frame(entry) for entry in change.entries]
+        if change.hard_state is not None:
+            plan.hard_state_blob = encode_quorum_state(change.hard_state)
         return plan
 
     def _persist(self, plan: _Plan) -> None:
         """Do the I/O of ``plan`` in the documented order; each step durable before the next."""
         directory = self._directory
-        if plan.snapshot is not None and plan.snapshot_blob is not None:
-            name = snapshot_file_name(plan.snapshot.end_offset, plan.snapshot.epoch)
+        snapshot = plan.change.snapshot
+        if snapshot is not None and plan.snapshot_blob is not None:
+            name = snapshot_file_name(snapshot.end_offset, snapshot.epoch)
             write_file_atomically(directory / name, plan.snapshot_blob)
             plan.snapshot_sizes[name] = len(plan.snapshot_blob)
         if plan.rewrite_base is not None:
             self._rewrite_log(plan, plan.rewrite_base)
         else:
             self._edit_log(plan)
-        if plan.keep is not None:
-            doomed = sorted(name for name in self._snapshot_files if name not in plan.keep)
+        if plan.keep_snapshots is not None:
+            keep = plan.keep_snapshots
+            doomed = sorted(name for name in self._snapshot_files if name not in keep)
             for name in doomed:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(directory / name)
@@ -384,12 +357,15 @@ class DiskStorage:
 
     def _rewrite_log(self, plan: _Plan, base: int) -> None:
         """Replace the log file by one starting at ``base`` (temp + fsync + rename)."""
+        change, memory = plan.change, self._memory
+        start = memory.log_start_offset()
         parts = [encode_log_header(base)]
         # Entries kept only on disk (between the fallback snapshot and the new one).
-        parts.extend(encode_frame(e) for e in self._entries[plan.rewrite_from : plan.drop])
+        below = memory.entries(start + plan.rewrite_from, start + change.drop)
+        parts.extend(encode_frame(e) for e in below)
         position = sum(map(len, parts))
         positions: list[int] = []
-        kept = self._entries[plan.drop : plan.drop + plan.keep_count]
+        kept = memory.entries(start + change.drop, start + change.drop + change.keep)
         for frame in [encode_frame(e) for e in kept] + plan.new_frames:
             positions.append(position)
             parts.append(frame)
@@ -406,7 +382,7 @@ class DiskStorage:
             "metadata log rewritten dir=%s base_offset=%d log_start_offset=%d entries=%d bytes=%d",
             self._directory,
             base,
-            plan.start,
+            change.start,
             len(positions),
             position,
         )
@@ -436,47 +412,36 @@ class DiskStorage:
 
     def _apply(self, plan: _Plan) -> None:
         """Adopt the state ``plan`` made durable (in place: appends are the common case)."""
-        if plan.snapshot is not None:
-            self._snapshot = plan.snapshot
-        self._start = plan.start
-        del self._entries[: plan.drop]
-        del self._entries[plan.keep_count :]
-        self._entries.extend(plan.new_entries)
+        change = plan.change
+        self._memory.apply(change)
         if plan.positions is not None:
             self._positions = plan.positions
         else:
-            del self._positions[: plan.drop]
-            del self._positions[plan.keep_count :]
+            del self._positions[: change.drop]
+            del self._positions[change.keep :]
             self._positions.extend(plan.appended_positions)
         self._file_base = plan.file_base
         self._file_end = plan.file_end
         for name in plan.deleted:
             self._snapshot_files.pop(name, None)
         self._snapshot_files.update(plan.snapshot_sizes)
-        if plan.hard_state is not None:
-            self._hard_state = plan.hard_state
 
 
 @dataclass(slots=True)
 class _Plan:
-    """What one ``write`` will do, computed and validated before any I/O."""
+    """What one ``write`` will do on disk, computed and validated before any I/O."""
 
-    start: int
-    #: Entries kept from the current in-memory log: ``[drop, drop + keep_count)``.
-    keep_count: int
-    drop: int = 0
-    snapshot: Snapshot | None = None
+    #: The change to the memory view (and so to the log), validated by ``MemoryStorage``.
+    change: PlannedWrite
     snapshot_blob: bytes | None = None
     #: Snapshot file names to keep (the rest are deleted); ``None``: no snapshot change.
-    keep: set[str] | None = None
+    keep_snapshots: set[str] | None = None
     #: Rewrite the log file to start at this offset (``None``: edit it in place).
     rewrite_base: int | None = None
     #: Index into the current entries where the rewritten file's frames start.
     rewrite_from: int = 0
     truncate_position: int | None = None
-    new_entries: Sequence[Entry] = ()
     new_frames: list[bytes] = field(default_factory=list)
-    hard_state: HardState | None = None
     hard_state_blob: bytes | None = None
     # Filled in by the I/O.
     positions: list[int] | None = None
@@ -495,10 +460,8 @@ class _Recovered:
     """State rebuilt from the directory by :func:`_recover`."""
 
     log_fd: int
-    hard_state: HardState
-    snapshot: Snapshot | None
-    start: int
-    entries: list[Entry]
+    #: The hard state, the snapshot and the entries the log serves after it.
+    memory: MemoryStorage
     positions: list[int]
     file_base: int
     file_end: int
@@ -589,12 +552,14 @@ def _recover(directory: Path) -> _Recovered:
         if log_fd >= 0:
             os.close(log_fd)
         raise
+    memory = MemoryStorage()
+    memory.set_hard_state(hard_state)
+    if snapshot is not None:
+        memory.save_snapshot(snapshot)
+    memory.append(entries)
     return _Recovered(
         log_fd=log_fd,
-        hard_state=hard_state,
-        snapshot=snapshot,
-        start=start,
-        entries=entries,
+        memory=memory,
         positions=positions,
         file_base=file_base,
         file_end=file_end,
