@@ -46,6 +46,9 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("controller/__init__.py", Layer.PROTOCOL),
     ("replica/__init__.py", Layer.PROTOCOL),
     ("replica/records.py", Layer.PROTOCOL),
+    ("replica/varints.py", Layer.PROTOCOL),  # the records' zigzag varints
+    ("replica/record_codec.py", Layer.PROTOCOL),  # one record's bytes; decoding a batch
+    ("replica/batch_builder.py", Layer.PROTOCOL),  # RecordBatchBuilder, encode_batch
     ("replica/batch_header.py", Layer.PROTOCOL),
     ("replica/compression.py", Layer.PROTOCOL),
     ("replica/topic_partition.py", Layer.PROTOCOL),

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import replica.records as records_module
+import replica.varints as varints
 from cluster.errors import CorruptMessageError, UnsupportedCompressionTypeError
 from replica.batch_header import (
     ATTR_CONTROL,
@@ -85,23 +85,23 @@ VARINT_CASES = {
 
 @pytest.mark.parametrize("value", list(VARINT_CASES))
 def test_zigzag_varint_bytes(value: int) -> None:
-    # Private helpers, checked against protobuf's sint64 encoding of the same numbers.
-    encoded = records_module._encode_varint(value)
+    # The varint primitives, checked against protobuf's sint64 encoding of the same numbers.
+    encoded = varints.zigzag_varint(value)
     assert encoded == VARINT_CASES[value]
-    raw, end = records_module._read_varint(encoded + b"tail", 0)
+    raw, end = varints.read_raw_varint(encoded + b"tail", 0)
     assert end == len(encoded)
     assert (raw >> 1) ^ -(raw & 1) == value
 
 
 def test_varint_table_matches_encoder() -> None:
-    table = records_module._VARINT
-    assert all(table[n] == records_module._encode_varint(n) for n in range(len(table)))
+    table = varints.VARINT_TABLE
+    assert all(table[n] == varints.zigzag_varint(n) for n in range(len(table)))
 
 
 @pytest.mark.parametrize("value", [INT64_MAX + 1, INT64_MIN - 1])
 def test_varint_out_of_range(value: int) -> None:
     with pytest.raises(ValueError):
-        records_module._encode_varint(value)
+        varints.zigzag_varint(value)
 
 
 @pytest.mark.parametrize("length", [0, 1, 63, 64, 65, 127, 128, 8191, 8192, 16383, 16384, 70_000])
@@ -248,7 +248,7 @@ def test_log_append_time_uses_max_timestamp() -> None:
 
 
 def test_default_timestamp_is_wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("replica.records.time.time", lambda: 1_700_000_000.1234)
+    monkeypatch.setattr("replica.batch_builder.time.time", lambda: 1_700_000_000.1234)
     builder = RecordBatchBuilder()
     builder.append(b"now")
     assert decode(builder.build())[0].timestamp == 1_700_000_000_123
@@ -348,9 +348,9 @@ def test_encode_batch_equals_the_builder() -> None:
 
 def test_encode_batch_beyond_the_varint_tables() -> None:
     # More records than the offset-delta table and values longer than the length table.
-    count = records_module._TABLE_SIZE + 100
+    count = varints.TABLE_SIZE + 100
     values = [b"%d" % i for i in range(count)]
-    values[5] = b"L" * (records_module._TABLE_SIZE + 1)
+    values[5] = b"L" * (varints.TABLE_SIZE + 1)
     records = decode(encode_batch(values, timestamp_ms=0))
     assert [r.value for r in records] == values
     assert records[-1].offset == count - 1
@@ -445,7 +445,7 @@ GOOD_RECORDS = GOOD[HEADER_SIZE:]
 
 
 def _record(body: bytes) -> bytes:
-    return records_module._encode_varint(len(body)) + body
+    return varints.zigzag_varint(len(body)) + body
 
 
 # name -> (records section, recordsCount); headers and CRC are made valid around them
