@@ -1,37 +1,33 @@
 """``lograft groups``: list, describe and delete consumer groups, reset and delete their
 offsets (Kafka's ``kafka-consumer-groups``).
 
-The reset plan is pure (:func:`plan_reset`): given the partitions, their committed,
-earliest and latest offsets (and, for ``--to-datetime``/``--by-duration``, the offsets found
-by time) it gives each partition's new offset, clamped to ``[earliest, latest]`` as Kafka's
-tool does.
+This module holds the command line (:func:`register`) and runs an action (:func:`run`):
+``list``, ``describe``, ``delete`` and ``delete-offsets`` are in
+:mod:`cluster.cli._group_actions`, ``reset-offsets`` in :mod:`cluster.cli._group_reset`.
+The reset plan is pure (:func:`plan_reset`, in :mod:`cluster.cli._reset_plan`): given the
+partitions, their committed, earliest and latest offsets (and, for
+``--to-datetime``/``--by-duration``, the offsets found by time) it gives each partition's new
+offset, clamped to ``[earliest, latest]`` as Kafka's tool does.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import re
-import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Literal, TextIO
-
-from cluster.client import (
-    AdminClient,
-    ConsumerGroupDescription,
-    GroupPartitionLag,
-    TopicPartition,
-)
-from cluster.errors import (
-    GroupIdNotFoundError,
-    GroupNotEmptyError,
-    InvalidRequestError,
-    UnknownTopicOrPartitionError,
-)
+import logging
 
 from ._args import Streams, admin_client
+from ._group_actions import delete_groups, delete_offsets, describe_group, list_groups
+from ._group_reset import reset_offsets
+from ._reset_plan import (
+    ResetPlan,
+    ResetSpec,
+    TopicScope,
+    parse_datetime_ms,
+    parse_duration_ms,
+    parse_topic_scope,
+    plan_reset,
+    reset_spec,
+)
 
 __all__ = [
     "ResetPlan",
@@ -46,168 +42,7 @@ __all__ = [
     "run",
 ]
 
-ResetKind = Literal["earliest", "latest", "offset", "shift", "timestamp", "current"]
-
-
-@dataclass(frozen=True, slots=True)
-class ResetSpec:
-    """Where to move offsets: ``earliest``, ``latest``, ``current`` (the committed offset,
-    else latest), ``offset`` (``value``), ``shift`` (committed + ``value``) or
-    ``timestamp`` (the first offset at or after ``value`` ms since the epoch, else latest)."""
-
-    kind: ResetKind
-    value: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class TopicScope:
-    """``--topic`` as given: a topic, and the partitions named (``None``: all of them)."""
-
-    topic: str
-    partitions: tuple[int, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ResetPlan:
-    """The new offset of each partition, and warnings about offsets that were clamped."""
-
-    offsets: dict[TopicPartition, int]
-    warnings: tuple[str, ...]
-
-
-# ---- pure pieces ---------------------------------------------------------------------------
-
-
-def parse_topic_scope(text: str) -> TopicScope:
-    """``TOPIC`` or ``TOPIC:P,P,...`` (Kafka's ``--topic`` of ``--reset-offsets``)."""
-    topic, sep, rest = text.partition(":")
-    topic = topic.strip()
-    if not topic:
-        raise argparse.ArgumentTypeError(f"expected TOPIC or TOPIC:P,P..., got {text!r}")
-    if not sep:
-        return TopicScope(topic)
-    partitions: list[int] = []
-    for item in rest.split(","):
-        try:
-            p = int(item.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"partition {item.strip()!r} of {topic} is not a number"
-            ) from None
-        if p < 0:
-            raise argparse.ArgumentTypeError(f"partition {p} of {topic} is negative")
-        partitions.append(p)
-    return TopicScope(topic, tuple(sorted(set(partitions))))
-
-
-def parse_datetime_ms(text: str) -> int:
-    """An ISO-8601 date-time (``2024-05-01T12:00:00``, ``...:00.000``, ``...Z``,
-    ``...+02:00``, or a date alone) as ms since the epoch. Without a zone it is local time,
-    as Kafka's tool reads it. A moment before the epoch is 0 (before every record)."""
-    raw = text.strip()
-    try:
-        moment = datetime.fromisoformat(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected an ISO-8601 date-time such as 2024-05-01T12:00:00 or "
-            f"2024-05-01T12:00:00.000+02:00, got {text!r}"
-        ) from None
-    if moment.tzinfo is None:
-        try:
-            moment = moment.astimezone()  # local time, as Kafka's tool
-        except (ValueError, OverflowError, OSError):
-            # Too close to year 1 for the local zone: long before any record.
-            return 0
-    # A moment before the epoch would be a negative timestamp, which the offsets-by-time
-    # lookup reads as a sentinel (-1 latest, -2 earliest); before every record means 0.
-    return max(int(moment.timestamp() * 1000), 0)
-
-
-_DURATION = re.compile(
-    r"P(?:(?P<days>\d+)D)?(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?"
-    r"(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?",
-    re.IGNORECASE,
-)
-
-
-def parse_duration_ms(text: str) -> int:
-    """An ISO-8601 duration ``PnDTnHnMnS`` (Kafka's ``--by-duration``: ``P7D``, ``PT1H30M``,
-    ``PT0.5S``) in ms."""
-    raw = text.strip()
-    match = _DURATION.fullmatch(raw)
-    if match is None or raw.upper() in ("P", "PT") or raw.upper().endswith("T"):
-        raise argparse.ArgumentTypeError(
-            f"expected a duration PnDTnHnMnS such as P1D or PT1H30M, got {text!r}"
-        )
-    parts = {k: float(v) for k, v in match.groupdict().items() if v is not None}
-    return int(timedelta(**parts).total_seconds() * 1000)
-
-
-def plan_reset(
-    spec: ResetSpec,
-    partitions: Iterable[TopicPartition],
-    *,
-    committed: Mapping[TopicPartition, int | None],
-    earliest: Mapping[TopicPartition, int],
-    latest: Mapping[TopicPartition, int],
-    by_time: Mapping[TopicPartition, int] | None = None,
-) -> ResetPlan:
-    """The new offset of each partition, as ``kafka-consumer-groups --reset-offsets``.
-
-    ``--to-offset`` and ``--shift-by`` are clamped to ``[earliest, latest]`` with a warning;
-    ``--shift-by`` needs a committed offset (``INVALID_REQUEST`` otherwise);
-    ``--to-datetime`` takes ``by_time`` (``-1``: no record that late → latest);
-    ``--to-current`` keeps the committed offset (latest where there is none).
-    """
-    offsets: dict[TopicPartition, int] = {}
-    warnings: list[str] = []
-    for tp in sorted(set(partitions)):
-        low, high = earliest[tp], latest[tp]
-        current = committed.get(tp)
-        if spec.kind == "earliest":
-            offsets[tp] = low
-            continue
-        if spec.kind == "latest":
-            offsets[tp] = high
-            continue
-        if spec.kind == "current":
-            offsets[tp] = high if current is None else current
-            continue
-        if spec.kind == "timestamp":
-            found = (by_time or {}).get(tp, -1)
-            offsets[tp] = high if found < 0 else found
-            continue
-        if spec.kind == "offset":
-            wanted = spec.value
-        else:
-            if current is None:
-                raise InvalidRequestError(
-                    f"cannot shift the offset of {tp.topic}-{tp.partition}: the group has no "
-                    "committed offset for it (use --to-earliest, --to-latest or --to-offset)"
-                )
-            wanted = current + spec.value
-        if wanted > high:
-            warnings.append(
-                f"new offset {wanted} of {tp.topic}-{tp.partition} is after its latest offset "
-                f"{high}; using {high}"
-            )
-            wanted = high
-        elif wanted < low:
-            warnings.append(
-                f"new offset {wanted} of {tp.topic}-{tp.partition} is before its earliest "
-                f"offset {low}; using {low}"
-            )
-            wanted = low
-        offsets[tp] = wanted
-    return ResetPlan(offsets, tuple(warnings))
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
-    """Left-aligned columns, as Kafka's tools print them; ``None`` shows as ``-``."""
-    cells = [list(header)] + [["-" if v is None else str(v) for v in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    return [" ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in cells]
-
+log = logging.getLogger(__name__)
 
 # ---- the parser ----------------------------------------------------------------------------
 
@@ -411,317 +246,18 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     reset.add_argument("--json", action="store_true", help="print the plan as a JSON array")
 
 
-def reset_spec(args: argparse.Namespace, now_ms: int) -> ResetSpec:
-    """The ``ResetSpec`` the parsed ``reset-offsets`` flags ask for."""
-    if args.to_earliest:
-        return ResetSpec("earliest")
-    if args.to_latest:
-        return ResetSpec("latest")
-    if args.to_current:
-        return ResetSpec("current")
-    if args.to_offset is not None:
-        return ResetSpec("offset", args.to_offset)
-    if args.shift_by is not None:
-        return ResetSpec("shift", args.shift_by)
-    if args.to_datetime is not None:
-        return ResetSpec("timestamp", args.to_datetime)
-    return ResetSpec("timestamp", max(now_ms - args.by_duration, 0))
-
-
-# ---- running -------------------------------------------------------------------------------
-
-
 def run(args: argparse.Namespace, streams: Streams) -> int:
     """Run one ``groups`` action."""
     with admin_client(args) as admin:
         action = args.groups_command
         if action == "list":
-            _list(admin, args, streams.stdout)
+            list_groups(admin, args, streams.stdout)
         elif action == "describe":
-            _describe(admin, args, streams.stdout)
+            describe_group(admin, args, streams.stdout)
         elif action == "delete":
-            _delete(admin, args.group, streams.stdout)
+            delete_groups(admin, args.group, streams.stdout)
         elif action == "delete-offsets":
-            _delete_offsets(admin, args.group, args.topics, streams.stdout)
+            delete_offsets(admin, args.group, args.topics, streams.stdout)
         elif action == "reset-offsets":
-            _reset(admin, args, streams)
+            reset_offsets(admin, args, streams)
     return 0
-
-
-def _list(admin: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
-    listings = admin.list_consumer_groups()
-    if args.json:
-        print(
-            json.dumps([{"group": g.group_id, "state": g.state, "type": g.type} for g in listings]),
-            file=out,
-        )
-    elif args.state:
-        for line in _table(
-            ("GROUP", "STATE", "TYPE"), ((g.group_id, g.state, g.type) for g in listings)
-        ):
-            print(line, file=out)
-    else:
-        for g in listings:
-            print(g.group_id, file=out)
-
-
-def _describe(admin: AdminClient, args: argparse.Namespace, out: TextIO) -> None:
-    group_id: str = args.group
-    description = admin.describe_consumer_groups([group_id])[group_id]
-    if args.state:
-        c = description.coordinator
-        for line in _table(
-            ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"),
-            [
-                (
-                    group_id,
-                    f"{c.host}:{c.port} ({c.id})",
-                    description.assignor,
-                    description.state,
-                    len(description.members),
-                )
-            ],
-        ):
-            print(line, file=out)
-        return
-    if args.members:
-        _print_state_note(description, out)
-        header = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
-        if args.verbose:
-            header.append("ASSIGNMENT")
-        rows = []
-        for m in description.members:
-            row: list[object] = [group_id, m.member_id, m.host or None, m.client_id or None]
-            row.append(len(m.assignment))
-            if args.verbose:
-                row.append(_partitions_text(m.assignment))
-            rows.append(row)
-        for line in _table(header, rows):
-            print(line, file=out)
-        return
-    lag = admin.consumer_group_lag(group_id, description)
-    if args.json:
-        print(json.dumps(_describe_json(description, lag)), file=out)
-        return
-    _print_state_note(description, out)
-    for line in _table(
-        (
-            "GROUP",
-            "TOPIC",
-            "PARTITION",
-            "CURRENT-OFFSET",
-            "LOG-END-OFFSET",
-            "LAG",
-            "CONSUMER-ID",
-            "HOST",
-            "CLIENT-ID",
-        ),
-        (
-            (
-                group_id,
-                row.topic_partition.topic,
-                row.topic_partition.partition,
-                row.current_offset,
-                row.log_end_offset,
-                row.lag,
-                row.member_id,
-                row.host or None,
-                row.client_id or None,
-            )
-            for row in lag
-        ),
-    ):
-        print(line, file=out)
-
-
-def _print_state_note(description: ConsumerGroupDescription, out: TextIO) -> None:
-    """Kafka's notes above the table: no members, or a rebalance under way."""
-    if description.state == "Empty":
-        print(f"Consumer group '{description.group_id}' has no active members.", file=out)
-    elif description.state in ("Assigning", "Reconciling"):
-        print(
-            f"Warning: consumer group '{description.group_id}' is rebalancing "
-            f"(state {description.state}).",
-            file=out,
-        )
-
-
-def _partitions_text(partitions: Iterable[TopicPartition]) -> str:
-    by_topic: dict[str, list[int]] = {}
-    for tp in sorted(partitions):
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
-    return ",".join(f"{t}:{'+'.join(map(str, ps))}" for t, ps in by_topic.items()) or "-"
-
-
-def _describe_json(
-    description: ConsumerGroupDescription, lag: Sequence[GroupPartitionLag]
-) -> dict[str, Any]:
-    c = description.coordinator
-    return {
-        "group": description.group_id,
-        "state": description.state,
-        "type": description.type,
-        "group_epoch": description.group_epoch,
-        "assignment_epoch": description.assignment_epoch,
-        "assignor": description.assignor,
-        "coordinator": {"id": c.id, "host": c.host, "port": c.port},
-        "members": [
-            {
-                "member_id": m.member_id,
-                "client_id": m.client_id,
-                "host": m.host,
-                "member_epoch": m.member_epoch,
-                "assignment": [
-                    {"topic": tp.topic, "partition": tp.partition} for tp in sorted(m.assignment)
-                ],
-            }
-            for m in description.members
-        ],
-        "partitions": [
-            {
-                "topic": row.topic_partition.topic,
-                "partition": row.topic_partition.partition,
-                "current_offset": row.current_offset,
-                "log_end_offset": row.log_end_offset,
-                "lag": row.lag,
-                "member_id": row.member_id,
-                "host": row.host,
-                "client_id": row.client_id,
-            }
-            for row in lag
-        ],
-    }
-
-
-def _delete(admin: AdminClient, group_ids: Sequence[str], out: TextIO) -> None:
-    results = admin.delete_consumer_groups(list(group_ids))
-    deleted = [g for g in group_ids if results[g].exception() is None]
-    if deleted:
-        names = ", ".join(f"'{g}'" for g in deleted)
-        print(f"Deletion of requested consumer groups ({names}) was successful.", file=out)
-    for g in group_ids:
-        results[g].result()  # the first failure: lograft: ERROR_NAME: message, exit 1
-
-
-def _delete_offsets(
-    admin: AdminClient, group_id: str, scopes: Sequence[TopicScope], out: TextIO
-) -> None:
-    whole = {s.topic for s in scopes if s.partitions is None}
-    chosen = {TopicPartition(s.topic, p) for s in scopes for p in s.partitions or ()}
-    if whole:
-        committed = admin.list_consumer_group_offsets(group_id)
-        chosen.update(tp for tp in committed if tp.topic in whole)
-    if not chosen:
-        # Nothing committed for those topics: still tell an unknown group from a known one.
-        admin.describe_consumer_groups([group_id])
-        print(f"Group '{group_id}' has no committed offsets of those topics.", file=out)
-        return
-    results = admin.delete_consumer_group_offsets(group_id, chosen)
-    rows = []
-    for tp in sorted(results):
-        error = results[tp].exception()
-        name = getattr(error, "error_name", type(error).__name__)
-        status = "Successful" if error is None else f"Error: {name}"
-        rows.append((tp.topic, tp.partition, status))
-    for line in _table(("TOPIC", "PARTITION", "STATUS"), rows):
-        print(line, file=out)
-    for tp in sorted(results):
-        results[tp].result()  # the first failure: lograft: ERROR_NAME: message, exit 1
-
-
-def _reset(admin: AdminClient, args: argparse.Namespace, streams: Streams) -> None:
-    group_id: str = args.group
-    try:
-        description = admin.describe_consumer_groups([group_id])[group_id]
-        state = description.state
-    except GroupIdNotFoundError:
-        state = None  # a new group: the commit creates it, as Kafka's tool
-    if state is not None and state != "Empty":
-        raise GroupNotEmptyError(
-            f"assignments can only be reset if the group '{group_id}' is inactive, but the "
-            f"current state is {state} (stop its consumers first)"
-        )
-    partitions = _reset_partitions(admin, group_id, args)
-    plan = ResetPlan({}, ())
-    if partitions:
-        spec = reset_spec(args, int(time.time() * 1000))
-        committed = {
-            tp: (oam.offset if oam is not None else None)
-            for tp, oam in admin.list_consumer_group_offsets(group_id, partitions).items()
-        }
-        earliest = {
-            tp: r.offset
-            for tp, r in admin.list_offsets(dict.fromkeys(partitions, "earliest")).items()
-        }
-        latest = {
-            tp: r.offset
-            for tp, r in admin.list_offsets(dict.fromkeys(partitions, "latest")).items()
-        }
-        by_time = None
-        if spec.kind == "timestamp":
-            found = admin.list_offsets(dict.fromkeys(partitions, spec.value))
-            by_time = {tp: r.offset for tp, r in found.items()}
-        plan = plan_reset(
-            spec, partitions, committed=committed, earliest=earliest, latest=latest, by_time=by_time
-        )
-    for warning in plan.warnings:
-        print(f"WARN: {warning}", file=streams.stderr)
-    if not plan.offsets:
-        print(f"WARN: group '{group_id}' has no partitions to reset", file=streams.stderr)
-    if args.execute and plan.offsets:
-        results = admin.alter_consumer_group_offsets(group_id, plan.offsets)
-        for tp in sorted(results):
-            results[tp].result()  # the first failure: lograft: ERROR_NAME: message, exit 1
-    elif not args.execute and not args.dry_run:
-        print(
-            "WARN: no action was performed as the --execute option is missing "
-            "(add --dry-run to say so explicitly)",
-            file=streams.stderr,
-        )
-    _print_plan(group_id, plan, args.json, streams.stdout)
-
-
-def _reset_partitions(
-    admin: AdminClient, group_id: str, args: argparse.Namespace
-) -> list[TopicPartition]:
-    if args.all_topics:
-        return sorted(admin.list_consumer_group_offsets(group_id))
-    scopes: list[TopicScope] = args.topics
-    described = {t.name: t for t in admin.describe_topics(sorted({s.topic for s in scopes}))}
-    chosen: set[TopicPartition] = set()
-    for scope in scopes:
-        count = len(described[scope.topic].partitions)
-        if scope.partitions is None:
-            chosen.update(TopicPartition(scope.topic, p) for p in range(count))
-            continue
-        for p in scope.partitions:
-            if p >= count:
-                raise UnknownTopicOrPartitionError(
-                    f"partition {p} of {scope.topic} does not exist (it has {count})"
-                )
-            chosen.add(TopicPartition(scope.topic, p))
-    return sorted(chosen)
-
-
-def _print_plan(group_id: str, plan: ResetPlan, as_json: bool, out: TextIO) -> None:
-    if as_json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "group": group_id,
-                        "topic": tp.topic,
-                        "partition": tp.partition,
-                        "new_offset": o,
-                    }
-                    for tp, o in sorted(plan.offsets.items())
-                ]
-            ),
-            file=out,
-        )
-        return
-    for line in _table(
-        ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
-        ((group_id, tp.topic, tp.partition, o) for tp, o in sorted(plan.offsets.items())),
-    ):
-        print(line, file=out)
