@@ -19,6 +19,7 @@ from ._args import Streams, admin_client
 from ._group_actions import delete_groups, delete_offsets, describe_group, list_groups
 from ._group_reset import reset_offsets
 from ._reset_plan import (
+    ResetKind,
     ResetPlan,
     ResetSpec,
     TopicScope,
@@ -30,6 +31,7 @@ from ._reset_plan import (
 )
 
 __all__ = [
+    "ResetKind",
     "ResetPlan",
     "ResetSpec",
     "TopicScope",
