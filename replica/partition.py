@@ -33,6 +33,7 @@ from cluster.errors import LograftError, NotLeaderOrFollowerError
 from replica.batch_header import BatchHeader
 from replica.log.config import FlushPolicy, LogConfig
 from replica.log.partition_log import PartitionLog
+from replica.produce_validation import validate_produced
 from replica.producer_snapshots import (
     delete_snapshots_above,
     load_producer_state,
@@ -303,6 +304,14 @@ class Partition:
 
     # ---- leader: produce ------------------------------------------------------------------
 
+    def append_produced(self, records: bytes, acks: int, now_ms: int) -> LeaderAppend:
+        """Validate a producer's batches (:func:`~replica.produce_validation.validate_produced`)
+        and append them as leader (:meth:`append_as_leader`); raises a typed error and
+        appends nothing."""
+        buffer = bytearray(records)
+        headers = validate_produced(buffer, self.log.config, self.topic_partition)
+        return self.append_as_leader(buffer, headers, acks, now_ms)
+
     def append_as_leader(
         self, records: bytearray, headers: list[BatchHeader], acks: int, now_ms: int
     ) -> LeaderAppend:
@@ -372,15 +381,26 @@ class Partition:
             waiter.set_result(None)
         return waiter
 
-    async def wait_acked(self, required_offset: int, acks: int) -> None:
-        """Return once a produce ending before ``required_offset`` may be answered.
+    def _ack_rule(self, acks: int) -> tuple[bool, bool]:
+        """The ack rule, stated once: what a produce waits for before it is answered.
 
-        Under ``flush.policy=fsync`` the leader's own copy must be flushed (every ``acks``);
-        with ``acks=-1`` the high watermark must pass it as well.
+        ``(flush, high_watermark)``: under ``flush.policy=fsync`` the leader's own copy must
+        be flushed, whatever ``acks`` (0 included); with ``acks=-1`` the high watermark must
+        pass the records as well. Otherwise the answer goes at once, after the append.
         """
-        if self.log.config.flush_policy == FlushPolicy.FSYNC:
+        return self.log.config.flush_policy == FlushPolicy.FSYNC, acks == -1
+
+    def needs_ack_wait(self, acks: int) -> bool:
+        """Whether :meth:`wait_acked` has anything to wait for (else answer at once)."""
+        return any(self._ack_rule(acks))
+
+    async def wait_acked(self, required_offset: int, acks: int) -> None:
+        """Return once a produce ending before ``required_offset`` may be answered
+        (:meth:`_ack_rule`); at once when nothing needs waiting."""
+        flush, high_watermark = self._ack_rule(acks)
+        if flush:
             await self.wait_flushed(required_offset)
-        if acks == -1:
+        if high_watermark:
             await self.acks_all_waiter(required_offset)
 
     def _fail_acks_waiters(self, error: LograftError) -> None:

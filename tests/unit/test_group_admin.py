@@ -10,7 +10,6 @@ import struct
 import pytest
 
 from cluster.errors import GroupIdNotFoundError, GroupSubscribedToTopicError, UnknownMemberIdError
-from replica.broker_service import _client_host
 from replica.group import (
     GroupCoordinator,
     GroupRecord,
@@ -22,6 +21,7 @@ from replica.group import (
     encode,
     encode_key,
 )
+from replica.group_rpcs import _client_host
 from replica.topic_partition import TopicPartition
 
 

@@ -66,6 +66,7 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("replica/producer_state.py", Layer.CORE),
     ("replica/partition_roles.py", Layer.CORE),  # metadata image -> local partition roles
     ("replica/topic_config.py", Layer.CORE),  # topic config names, types, defaults, checks
+    ("replica/produce_validation.py", Layer.CORE),  # what a leader checks in produced bytes
     ("cluster/client/_sequencing.py", Layer.CORE),  # the idempotent producer's sequences
     # Config definitions and checks: pure values that the controller logic describes and
     # validates (DescribeConfigs on a broker), and that the node is built from.
@@ -80,6 +81,10 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("replica/fetcher.py", Layer.SHELL),
     ("replica/follower_fetch.py", Layer.SHELL),  # the fetcher's per-partition step
     ("replica/broker_service.py", Layer.SHELL),
+    ("replica/broker_rpcs.py", Layer.SHELL),  # what the broker servicer's parts share
+    ("replica/data_plane_rpcs.py", Layer.SHELL),  # Produce, Fetch, ListOffsets
+    ("replica/admin_rpcs.py", Layer.SHELL),  # metadata, topics, producer ids, configs
+    ("replica/group_rpcs.py", Layer.SHELL),  # the consumer-group RPCs
     ("replica/group_service.py", Layer.SHELL),
     ("replica/log_manager.py", Layer.SHELL),
     ("replica/log_cleaner_loop.py", Layer.SHELL),

@@ -1,0 +1,107 @@
+"""What the parts of the broker's client API (``lograft.v1.Broker``) share.
+
+:class:`~replica.broker_service.BrokerService` is composed of one class per concern
+(:mod:`replica.data_plane_rpcs`, :mod:`replica.admin_rpcs`, :mod:`replica.group_rpcs`);
+each builds on :class:`BrokerRpcs`, which holds what they read: the logs, this broker's
+endpoint, the clock, and, in a quorum, the :class:`ClusterFrontend` and the group service.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cluster.errors import LograftError
+from cluster.wire import broker_pb2 as pb
+from replica.group_service import GroupService
+from replica.log_manager import LogManager
+from replica.producer_ids import LocalProducerIdBlocks, ProducerIdAllocator
+
+__all__ = ["BrokerEndpoint", "BrokerRpcs", "ClusterFrontend", "error_fields"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    """How clients reach this broker."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str = ""
+
+
+class ClusterFrontend(Protocol):
+    """Where a broker that is part of a controller quorum gets cluster-wide answers."""
+
+    async def metadata(self, request: pb.MetadataRequest) -> pb.MetadataResponse:
+        """Brokers, topics and partitions from the metadata image."""
+        ...
+
+    async def create_topics(self, request: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:
+        """Forwarded to the active controller."""
+        ...
+
+    async def delete_topics(self, request: pb.DeleteTopicsRequest) -> pb.DeleteTopicsResponse:
+        """Forwarded to the active controller."""
+        ...
+
+    async def next_producer_id(self) -> int:
+        """A producer id from a block the active controller allocated to this broker."""
+        ...
+
+    async def find_coordinator(self, group_id: str) -> pb.FindCoordinatorResponse:
+        """The broker coordinating ``group_id``."""
+        ...
+
+    async def create_partitions(
+        self, request: pb.CreatePartitionsRequest
+    ) -> pb.CreatePartitionsResponse:
+        """Forwarded to the active controller."""
+        ...
+
+    async def incremental_alter_configs(
+        self, request: pb.IncrementalAlterConfigsRequest
+    ) -> pb.IncrementalAlterConfigsResponse:
+        """Forwarded to the active controller."""
+        ...
+
+    def describe_configs(self, request: pb.DescribeConfigsRequest) -> pb.DescribeConfigsResponse:
+        """Topic configs from the metadata image, this broker's own settings."""
+        ...
+
+    async def describe_cluster(
+        self, request: pb.DescribeClusterRequest
+    ) -> pb.DescribeClusterResponse:
+        """Cluster id, active controller and brokers from the metadata image."""
+        ...
+
+
+def error_fields(exc: LograftError) -> dict[str, Any]:
+    """``error_code`` and ``error_message`` of a response message, from ``exc``."""
+    return {"error_code": exc.code, "error_message": exc.message}
+
+
+class BrokerRpcs:
+    """The state of the broker servicer; its parts subclass this (one instance per node)."""
+
+    def __init__(
+        self,
+        logs: LogManager,
+        endpoint: BrokerEndpoint,
+        cluster_id: str,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        frontend: ClusterFrontend | None = None,
+        groups: GroupService | None = None,
+    ) -> None:
+        self._logs = logs
+        self._endpoint = endpoint
+        self._cluster_id = cluster_id
+        self._now_ms = now_ms
+        self._frontend = frontend
+        self._groups = groups
+        self._local_producer_ids = ProducerIdAllocator(LocalProducerIdBlocks(logs.data_dir))

@@ -1,0 +1,284 @@
+"""The data plane of the broker's client API: Produce, Fetch and ListOffsets.
+
+Record data is never decoded on the produce or fetch path: the partition validates produced
+batches by header and CRC (:meth:`~replica.partition.Partition.append_produced`), gives them
+offsets in place and appends them; fetches hand back log bytes. These methods translate
+protobuf into partition calls and back; per-partition failures are answered with Kafka's
+error codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+
+from cluster.errors import (
+    InvalidRequestError,
+    InvalidRequiredAcksError,
+    KafkaStorageError,
+    LograftError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+)
+from cluster.wire import broker_pb2 as pb
+from replica.batch_header import iter_headers
+from replica.broker_rpcs import BrokerRpcs, error_fields
+from replica.partition import Partition
+from replica.records import decode_records
+from replica.replication import DivergingEpoch
+
+__all__ = ["DataPlaneRpcs"]
+
+log = logging.getLogger(__name__)
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+MAX_FETCH_WAIT_MS = 60_000
+MAX_PRODUCE_TIMEOUT_MS = 300_000
+
+
+class DataPlaneRpcs(BrokerRpcs):
+    """Produce, Fetch and ListOffsets, answered by the partitions this broker leads."""
+
+    def _leader_partition(self, topic: str, index: int) -> Partition:
+        partition = self._logs.partition(topic, index)
+        if not partition.is_leader:
+            raise NotLeaderOrFollowerError(
+                f"{partition.topic_partition} is led by another broker "
+                f"(leader epoch {partition.leader_epoch})"
+            )
+        return partition
+
+    # ---- Produce ------------------------------------------------------------------------
+
+    async def Produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ProduceResponse:
+        """Append each partition's batches; answer after the append (and its fsync)."""
+        if request.acks not in (0, 1, -1):
+            error = InvalidRequiredAcksError(f"acks must be 0, 1 or -1, got {request.acks}")
+            return pb.ProduceResponse(
+                topics=[
+                    pb.TopicProduceResponse(
+                        name=topic.name,
+                        partitions=[
+                            pb.PartitionProduceResponse(
+                                partition=p.partition, base_offset=-1, **error_fields(error)
+                            )
+                            for p in topic.partitions
+                        ],
+                    )
+                    for topic in request.topics
+                ]
+            )
+        timeout_s = min(max(request.timeout_ms, 0) or 30_000, MAX_PRODUCE_TIMEOUT_MS) / 1000
+        pending: list[tuple[pb.PartitionProduceResponse, Partition, int]] = []
+        response = pb.ProduceResponse()
+        for topic in request.topics:
+            topic_response = response.topics.add(name=topic.name)
+            for data in topic.partitions:
+                result = topic_response.partitions.add(partition=data.partition, base_offset=-1)
+                try:
+                    partition = self._leader_partition(topic.name, data.partition)
+                    required_offset = self._append(partition, data.records, request.acks, result)
+                except LograftError as exc:
+                    result.error_code = exc.code
+                    result.error_message = exc.message
+                    continue
+                if partition.needs_ack_wait(request.acks):
+                    pending.append((result, partition, required_offset))
+        if pending:
+            await self._await_acks(pending, request.acks, timeout_s)
+        return response
+
+    def _append(
+        self, partition: Partition, records: bytes, acks: int, result: pb.PartitionProduceResponse
+    ) -> int:
+        """Append a producer's bytes to ``partition`` into ``result``; the offset acks wait for."""
+        appended = partition.append_produced(records, acks, self._now_ms())
+        result.base_offset = appended.batch_base_offsets[0]
+        if len(appended.batch_base_offsets) > 1:
+            result.batch_base_offsets.extend(appended.batch_base_offsets)
+        result.log_append_time_ms = appended.log_append_time_ms
+        result.log_start_offset = partition.log.log_start_offset
+        return appended.required_offset
+
+    async def _await_acks(
+        self,
+        pending: list[tuple[pb.PartitionProduceResponse, Partition, int]],
+        acks: int,
+        timeout_s: float,
+    ) -> None:
+        """Wait for each partition's acks, as its ack rule says (``Partition.wait_acked``)."""
+        outcomes = await asyncio.gather(
+            *(
+                asyncio.wait_for(partition.wait_acked(offset, acks), timeout_s)
+                for _, partition, offset in pending
+            ),
+            return_exceptions=True,
+        )
+        for (result, partition, _), outcome in zip(pending, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                error: LograftError
+                if isinstance(outcome, TimeoutError):
+                    error = RequestTimedOutError(
+                        "the records were not replicated and flushed within timeout_ms"
+                    )
+                elif isinstance(outcome, LograftError):
+                    error = outcome
+                else:
+                    error = KafkaStorageError(f"flush failed: {outcome}")
+                log.warning(
+                    "produce not acknowledged partition=%s error=%s",
+                    partition.topic_partition,
+                    error.error_name,
+                )
+                result.error_code = error.code
+                result.error_message = error.message
+                result.base_offset = -1
+                del result.batch_base_offsets[:]
+
+    # ---- Fetch --------------------------------------------------------------------------
+
+    async def Fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FetchResponse:
+        """Read below the high watermark; long-poll until ``min_bytes`` or ``max_wait_ms``."""
+        max_wait_s = min(max(request.max_wait_ms, 0), MAX_FETCH_WAIT_MS) / 1000
+        deadline = asyncio.get_running_loop().time() + max_wait_s
+        while True:
+            response, total_bytes, partitions = self._read_all(request)
+            remaining = deadline - asyncio.get_running_loop().time()
+            if total_bytes >= max(request.min_bytes, 1) or remaining <= 0 or not partitions:
+                return response
+            waiters = [p.data_waiter(replica=request.replica_id >= 0) for p in partitions]
+            try:
+                await asyncio.wait(waiters, timeout=remaining, return_when="FIRST_COMPLETED")
+            finally:
+                for partition, waiter in zip(partitions, waiters, strict=True):
+                    partition.discard_waiter(waiter)
+                    waiter.cancel()
+
+    def _read_all(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, list[Partition]]:
+        response = pb.FetchResponse()
+        budget = request.max_bytes if request.max_bytes > 0 else 50 * 1024 * 1024
+        total_bytes = 0
+        readable: list[Partition] = []
+        for topic in request.topics:
+            topic_response = response.topics.add(name=topic.name)
+            for wanted in topic.partitions:
+                result = topic_response.partitions.add(
+                    partition=wanted.partition, high_watermark=-1, log_start_offset=-1
+                )
+                try:
+                    partition = self._leader_partition(topic.name, wanted.partition)
+                    high_watermark = partition.high_watermark
+                    result.high_watermark = high_watermark
+                    result.log_start_offset = partition.log.log_start_offset
+                    upper_bound: int | None = high_watermark
+                    if request.replica_id >= 0:
+                        # A follower reads past the high watermark (that is how it moves),
+                        # after its epoch and its log's divergence are checked.
+                        decision = partition.on_follower_fetch(
+                            request.replica_id,
+                            wanted.fetch_offset,
+                            wanted.last_fetched_epoch,
+                            wanted.current_leader_epoch,
+                            self._now_ms(),
+                        )
+                        result.high_watermark = partition.high_watermark
+                        if isinstance(decision, DivergingEpoch):
+                            result.diverging_epoch.epoch = decision.diverging.epoch
+                            result.diverging_epoch.end_offset = decision.diverging.end_offset
+                            continue
+                        upper_bound = None
+                    elif wanted.fetch_offset > high_watermark and (
+                        wanted.fetch_offset <= partition.log.log_end_offset
+                    ):
+                        # Between the high watermark and the log end: not readable yet.
+                        readable.append(partition)
+                        continue
+                    limit = wanted.partition_max_bytes or 1024 * 1024
+                    # Kafka's rule: the first batch is always returned whole, whatever the
+                    # budget says, so a batch larger than max_bytes cannot block a consumer.
+                    if total_bytes > 0:
+                        limit = min(limit, budget - total_bytes)
+                    if limit <= 0:
+                        readable.append(partition)
+                        continue
+                    data = partition.log.read(wanted.fetch_offset, limit, upper_bound)
+                except LograftError as exc:
+                    result.error_code = exc.code
+                    result.error_message = exc.message
+                    continue
+                result.records = data
+                total_bytes += len(data)
+                readable.append(partition)
+        return response, total_bytes, readable
+
+    # ---- ListOffsets --------------------------------------------------------------------
+
+    async def ListOffsets(
+        self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListOffsetsResponse:
+        """Earliest (-2), latest (-1), max timestamp (-3), or the first offset at a time."""
+        response = pb.ListOffsetsResponse()
+        for topic in request.topics:
+            topic_response = response.topics.add(name=topic.name)
+            for wanted in topic.partitions:
+                result = topic_response.partitions.add(
+                    partition=wanted.partition, offset=-1, timestamp=-1
+                )
+                try:
+                    partition = self._leader_partition(topic.name, wanted.partition)
+                    offset, timestamp = self._offset_for(partition, wanted.timestamp)
+                except LograftError as exc:
+                    result.error_code = exc.code
+                    result.error_message = exc.message
+                    continue
+                result.offset = offset
+                result.timestamp = timestamp
+                result.leader_epoch = partition.leader_epoch
+        return response
+
+    def _offset_for(self, partition: Partition, timestamp: int) -> tuple[int, int]:
+        if timestamp == EARLIEST_TIMESTAMP:
+            return partition.log.log_start_offset, -1
+        if timestamp == LATEST_TIMESTAMP:
+            return partition.high_watermark, -1
+        if timestamp == MAX_TIMESTAMP:
+            found = partition.log.max_timestamp_offset()
+            if found is None or found[0] >= partition.high_watermark:
+                return -1, -1
+            # The log knows the batch; the record is the first in it with that timestamp.
+            return self._first_record_at_or_after(partition, found[0], found[1])
+        if timestamp < 0:
+            raise InvalidRequestError(f"timestamp {timestamp} is neither -1, -2, -3 nor >= 0")
+        found = partition.log.offset_for_timestamp(timestamp)
+        if found is None:
+            return -1, -1
+        return self._first_record_at_or_after(partition, found[0], timestamp)
+
+    def _first_record_at_or_after(
+        self, partition: Partition, batch_offset: int, timestamp: int
+    ) -> tuple[int, int]:
+        # The time index finds the batch; the record is found inside it (off the hot path),
+        # or in a later batch, as Kafka's segment search does: a compacted batch may be
+        # empty (kept for its producer) or have lost the record that made its timestamp.
+        offset = batch_offset
+        while offset < partition.high_watermark:
+            data = partition.log.read(offset, 64 * 1024, partition.high_watermark)
+            headers = list(iter_headers(data))
+            if not headers:
+                break
+            for header in headers:
+                if header.max_timestamp < timestamp or not header.records_count:
+                    continue
+                for record in decode_records(data, header):
+                    if record.timestamp >= timestamp and record.offset >= batch_offset:
+                        return record.offset, record.timestamp
+            offset = headers[-1].next_offset
+        return -1, -1
