@@ -1,6 +1,6 @@
 """The storage the Raft core reads, and an in-memory implementation of it.
 
-The core never writes storage: it hands the application a :class:`~controller.raft.node.Ready`
+The core never writes storage: it hands the application a :class:`~controller.raft.ready.Ready`
 with what to persist, the application writes and fsyncs it, then calls ``advance``. The core
 only *reads* what is already stored (its own not-yet-persisted entries it keeps in memory).
 This is etcd's ``Storage`` interface in KRaft's words.
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 from controller.raft.messages import Entry, HardState, Snapshot
 
 if TYPE_CHECKING:
-    from controller.raft.node import Ready
+    from controller.raft.ready import Ready
 
 __all__ = ["MemoryStorage", "PlannedWrite", "Storage"]
 

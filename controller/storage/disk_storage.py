@@ -74,7 +74,7 @@ from controller.storage.formats import (
 )
 
 if TYPE_CHECKING:
-    from controller.raft.node import Ready
+    from controller.raft.ready import Ready
 
 __all__ = ["LOCK_FILE", "LOG_FILE", "QUORUM_STATE_FILE", "DiskStorage"]
 
