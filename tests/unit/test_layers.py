@@ -94,6 +94,8 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     # -- 5. Node and tools: the process, and what users run.
     ("cluster/node.py", Layer.NODE),
     ("cluster/kraft_broker.py", Layer.NODE),
+    ("cluster/broker_frontend.py", Layer.NODE),  # the broker's ClusterFrontend answers
+    ("cluster/controller_client.py", Layer.NODE),  # calls to the active controller
     ("cluster/launcher*", Layer.NODE),
     ("cluster/client/*", Layer.NODE),
     ("cluster/cli/*", Layer.NODE),

@@ -1,0 +1,101 @@
+"""Calls to the active controller's ``Controller`` service, from a broker.
+
+Any voter may be the active controller; a call goes to the one the Raft driver or the last
+NOT_CONTROLLER answer names first, then to the others, until one answers as active.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import grpc
+
+from cluster.errors import NotControllerError, RequestTimedOutError
+from cluster.wire import controller_pb2_grpc as cpb_grpc
+from controller.quorum.driver import CHANNEL_OPTIONS, RaftDriver
+
+__all__ = ["CONTROLLER_CALL_TIMEOUT_S", "ControllerClient"]
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_CALL_TIMEOUT_S = 60.0
+RETRY_BACKOFF_S = 0.2
+
+
+class ControllerClient:
+    """Calls the ``Controller`` service of the active controller, following NOT_CONTROLLER."""
+
+    def __init__(self, voters: Mapping[int, str], driver: RaftDriver) -> None:
+        self._voters = dict(voters)
+        self._driver = driver
+        self._channels: dict[int, grpc.aio.Channel] = {}
+        self._hint: int | None = None
+
+    def _stub(self, node_id: int) -> cpb_grpc.ControllerStub:
+        channel = self._channels.get(node_id)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(self._voters[node_id], options=CHANNEL_OPTIONS)
+            self._channels[node_id] = channel
+        return cpb_grpc.ControllerStub(channel)
+
+    def _candidates(self) -> list[int]:
+        leader = self._driver.status().leader_id
+        order = [n for n in (leader, self._hint) if n is not None and n in self._voters]
+        return order + [n for n in sorted(self._voters) if n not in order]
+
+    async def call(
+        self, method: str, request: Any, timeout_s: float = CONTROLLER_CALL_TIMEOUT_S
+    ) -> Any:
+        """Call ``method`` on the active controller; retry others until ``timeout_s``.
+
+        Returns the first response that is not NOT_CONTROLLER (for responses that carry a
+        top-level ``error_code``) or an error-free one; raises ``NotControllerError`` when no
+        controller answered as active in time.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        last_error = "no controller reachable"
+        while loop.time() < deadline:
+            for node_id in self._candidates():
+                try:
+                    response = await getattr(self._stub(node_id), method)(
+                        request, timeout=max(0.1, deadline - loop.time())
+                    )
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                        # The controller may have acted on it: retrying could repeat it.
+                        raise RequestTimedOutError(
+                            f"controller {node_id} did not answer {method} in time"
+                        ) from None
+                    last_error = f"controller {node_id}: {exc.code().name}"
+                    continue
+                if _not_controller(response):
+                    self._hint = (
+                        response.leader_id if getattr(response, "leader_id", -1) >= 0 else None
+                    )
+                    last_error = f"controller {node_id} is not active"
+                    continue
+                self._hint = node_id
+                return response
+            await asyncio.sleep(RETRY_BACKOFF_S)
+        raise NotControllerError(last_error)
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+
+
+def _not_controller(response: Any) -> bool:
+    code = getattr(response, "error_code", None)
+    if code == NotControllerError.code:
+        return True
+    # Per-item answers: topics (CreateTopics), results (CreatePartitions), responses
+    # (IncrementalAlterConfigs); a non-active controller answers every item alike.
+    for field in ("topics", "results", "responses"):
+        items = list(getattr(response, field, ()))
+        if items:
+            return all(i.error_code == NotControllerError.code for i in items)
+    return False
