@@ -308,7 +308,7 @@ def test_a_cut_off_leader_truncates_its_uncommitted_writes_when_it_rejoins(
 
     cluster.nodes[old_leader].process.send_signal(signal.SIGCONT)
     wait_until(
-        lambda: "truncating diverged follower log" in cluster.nodes[old_leader].read_log(),
+        lambda: "partition follower truncate" in cluster.nodes[old_leader].read_log(),
         CLUSTER_TIMEOUT_S,
         "the old leader to truncate its divergent tail",
     )
