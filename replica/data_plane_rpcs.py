@@ -17,6 +17,7 @@ import grpc
 from cluster.errors import (
     InvalidRequestError,
     InvalidRequiredAcksError,
+    InvariantError,
     KafkaStorageError,
     LograftError,
     NotLeaderOrFollowerError,
@@ -121,6 +122,8 @@ class DataPlaneRpcs(BrokerRpcs):
             return_exceptions=True,
         )
         for (result, partition, _), outcome in zip(pending, outcomes, strict=True):
+            if isinstance(outcome, InvariantError):
+                raise outcome  # the node halts (cluster.halt); it is never answered
             if isinstance(outcome, BaseException):
                 error: LograftError
                 if isinstance(outcome, TimeoutError):

@@ -29,7 +29,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster.errors import LograftError, NotLeaderOrFollowerError
+from cluster.errors import InvariantError, LograftError, NotLeaderOrFollowerError
 from replica.batch_header import BatchHeader
 from replica.log.config import FlushPolicy, LogConfig
 from replica.log.partition_log import PartitionLog
@@ -570,6 +570,8 @@ class Partition:
         while self._flush_waiters:
             try:
                 flushed_offset = await loop.run_in_executor(None, self.log.flush)
+            except InvariantError:
+                raise  # the node halts (cluster.halt); never handed to a produce's answer
             except Exception as exc:
                 log.exception("flush failed partition=%s", self.topic_partition)
                 waiters, self._flush_waiters = self._flush_waiters, []
