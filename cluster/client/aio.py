@@ -63,21 +63,18 @@ has not come yet. ``send_bulk`` is the bulk path of ``Producer.send_bulk``; ``fl
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextvars
-import functools
-import inspect
 import logging
-import queue
-import threading
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, TypeVar
 
 from cluster.errors import IllegalStateError
 
+from ._aio_buffer import by_partition
+from ._aio_consumer_driver import ConsumerDriver
+from ._aio_rebalance import IN_CALLBACK, KINDS, bridge, handlers
+from ._aio_worker import Worker, observe
 from ._connection import TopicPartition
 from .consumer import Consumer, ConsumerRebalanceListener, ConsumerRecord, RebalanceCallback
 from .producer import BulkResult, Producer, RecordMetadata
@@ -98,164 +95,6 @@ AsyncRebalanceCallback = Callable[["AsyncConsumer", list[TopicPartition]], Await
 calls on a rebalance, on the event loop."""
 
 
-# ---- bridging threads and the event loop ----------------------------------------------------
-
-
-class _Stop:
-    """The worker's stop marker."""
-
-
-class _Wake:
-    """Wakes a worker that serves jobs while it waits (``serve_until``)."""
-
-
-_STOP = _Stop()
-_WAKE = _Wake()
-_Job = tuple["Future[Any]", Callable[..., Any], tuple[Any, ...], bool]
-"""(future, fn, args, nested_ok)"""
-
-
-class _Worker:
-    """One daemon thread running a client's blocking calls in the order they were submitted.
-
-    A job may wait for the event loop (a rebalance callback) with :meth:`serve_until`;
-    meanwhile the worker runs inside it only the jobs submitted with ``nested_ok`` (the
-    callback's own calls). Other jobs, and :meth:`stop`, submitted meanwhile wait until the
-    job is done, then come in their order: a call from another task never runs in the
-    middle of a rebalance. After :meth:`stop`, jobs still queued, and any submitted later,
-    fail with ``IllegalStateError``. Thread-safe.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[_Job | _Stop | _Wake] = queue.SimpleQueue()
-        self._deferred: deque[_Job | _Stop] = deque()
-        """(worker thread) What arrived during ``serve_until`` and waits for the outer job."""
-        self._lock = threading.Lock()
-        self._exited = False
-        self._depth = 0
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, fn: Callable[..., _T], *args: Any, nested_ok: bool = False) -> Future[_T]:
-        """Queue ``fn(*args)``; cancelling the future before it starts skips it.
-
-        ``nested_ok``: it may run inside a job waiting in ``serve_until`` (a call made by
-        the rebalance callback that job waits for).
-        """
-        future: Future[_T] = Future()
-        with self._lock:
-            if not self._exited:
-                self._jobs.put((future, fn, args, nested_ok))
-                return future
-        future.set_exception(IllegalStateError("client is closed"))
-        return future
-
-    def stop(self) -> None:
-        """Stop once the jobs queued so far (and those they wait for) are done."""
-        self._jobs.put(_STOP)
-
-    @property
-    def nested(self) -> bool:
-        """Whether the running job runs inside another (on the worker thread)."""
-        return self._depth > 0
-
-    def serve_until(self, waited: Future[Any]) -> None:
-        """Inside a job: run the ``nested_ok`` jobs submitted meanwhile until ``waited`` is
-        done; keep the others (and a stop) for after the job."""
-        if threading.current_thread() is not self._thread:
-            raise IllegalStateError("serve_until() belongs to the worker thread")
-        waited.add_done_callback(lambda _done: self._jobs.put(_WAKE))
-        self._depth += 1
-        try:
-            while not waited.done():
-                item = self._jobs.get()
-                if isinstance(item, _Wake):
-                    continue
-                if isinstance(item, _Stop) or not item[3]:
-                    self._deferred.append(item)
-                else:
-                    self._execute(item)
-        finally:
-            self._depth -= 1
-
-    def _run(self) -> None:
-        while True:
-            item = self._deferred.popleft() if self._deferred else self._jobs.get()
-            if isinstance(item, _Stop):
-                break
-            if not isinstance(item, _Wake):
-                self._execute(item)
-        with self._lock:
-            self._exited = True
-        left: list[_Job | _Stop | _Wake] = list(self._deferred)
-        self._deferred.clear()
-        while True:
-            try:
-                left.append(self._jobs.get_nowait())
-            except queue.Empty:
-                break
-        for item in left:
-            if isinstance(item, tuple) and item[0].set_running_or_notify_cancel():
-                item[0].set_exception(IllegalStateError("client is closed"))
-
-    @staticmethod
-    def _execute(job: _Job) -> None:
-        future, fn, args, _nested_ok = job
-        if not future.set_running_or_notify_cancel():
-            return  # cancelled before its turn
-        try:
-            result = fn(*args)
-        except BaseException as exc:  # handed to the awaiting task, whatever it is
-            future.set_exception(exc)
-        else:
-            future.set_result(result)
-
-
-def _observe(source: Future[_T], loop: asyncio.AbstractEventLoop) -> asyncio.Future[_T]:
-    """An asyncio future completing with ``source``'s outcome.
-
-    Unlike ``asyncio.wrap_future``, cancelling it leaves ``source`` alone: a record's or a
-    commit's future belongs to the client's threads, which complete it whatever happens.
-    """
-    destination: asyncio.Future[_T] = loop.create_future()
-
-    def settle(done: Future[_T]) -> None:
-        if destination.done():
-            return
-        if done.cancelled():
-            destination.cancel()
-            return
-        error = done.exception()
-        if error is not None:
-            destination.set_exception(error)
-        else:
-            destination.set_result(done.result())
-
-    def on_done(done: Future[_T]) -> None:
-        try:  # noqa: SIM105 - once per record sent: cheaper than contextlib.suppress
-            loop.call_soon_threadsafe(settle, done)
-        except RuntimeError:
-            pass  # the loop is closed: nobody can await the outcome any more
-
-    source.add_done_callback(on_done)
-    return destination
-
-
-def _by_partition(records: Sequence[ConsumerRecord]) -> dict[TopicPartition, list[ConsumerRecord]]:
-    grouped: dict[TopicPartition, list[ConsumerRecord]] = {}
-    for record in records:
-        grouped.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
-    return grouped
-
-
-def _first_offsets(records: Sequence[ConsumerRecord]) -> dict[TopicPartition, int]:
-    """The offset of each partition's first record (records of a partition are in order)."""
-    first: dict[TopicPartition, int] = {}
-    for record in records:
-        first.setdefault(TopicPartition(record.topic, record.partition), record.offset)
-    return first
-
-
 # ---- the producer ---------------------------------------------------------------------------
 
 
@@ -274,7 +113,7 @@ class AsyncProducer:
         self._producer = Producer(config, **overrides)
         self.config = self._producer.config
         """The resolved configuration (Kafka names)."""
-        self._worker = _Worker(f"lograft-aio-producer-{self.config['client.id']}")
+        self._worker = Worker(f"lograft-aio-producer-{self.config['client.id']}")
         self._closed = False
         self._close_future: asyncio.Future[None] | None = None
 
@@ -315,7 +154,7 @@ class AsyncProducer:
         queued = await self._call(
             self._producer.send, topic, value, key, partition, timestamp_ms, headers
         )
-        return _observe(queued, loop)
+        return observe(queued, loop)
 
     async def send_and_wait(
         self,
@@ -343,7 +182,7 @@ class AsyncProducer:
         queued = await self._call(
             self._producer.send_bulk, topic, values, partition, keys, timestamp_ms
         )
-        return _observe(queued, loop)
+        return observe(queued, loop)
 
     # ``timeout`` is Producer's: what the producer gives up on, not how long to await.
     async def flush(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
@@ -369,7 +208,7 @@ class AsyncProducer:
             self._closed = True
             closing = self._worker.submit(self._producer.close, timeout)
             self._worker.stop()
-            self._close_future = _observe(closing, loop)
+            self._close_future = observe(closing, loop)
         await asyncio.shield(self._close_future)
 
     async def stop(self) -> None:
@@ -411,15 +250,7 @@ class AsyncConsumerRebalanceListener:
         await self.on_partitions_revoked(lost)
 
 
-_Handler = Callable[["AsyncConsumer", list[TopicPartition]], object]
-
-_IN_CALLBACK: contextvars.ContextVar[AsyncConsumer | None] = contextvars.ContextVar(
-    "lograft_in_rebalance_callback", default=None
-)
-"""The consumer whose rebalance callback the current task runs, if any."""
-
-
-class AsyncConsumer:
+class AsyncConsumer(ConsumerDriver):
     """``Consumer`` for asyncio; see the module docstring.
 
     ``AsyncConsumer({"bootstrap.servers": "127.0.0.1:9092", "group.id": "billing"})`` or
@@ -432,159 +263,16 @@ class AsyncConsumer:
     """
 
     def __init__(self, config: Mapping[str, object] | None = None, **overrides: object) -> None:
-        self._consumer = Consumer(config, **overrides)
-        self.config = self._consumer.config
+        consumer = Consumer(config, **overrides)
+        self.config = consumer.config
         """The resolved configuration (Kafka names)."""
         max_records = self.config["max.poll.records"]
         assert isinstance(max_records, int)
         self._max_records = max_records
-        self._worker = _Worker(f"lograft-aio-consumer-{self.config['client.id']}")
-        self._lock = threading.Lock()
-        self._buffer: deque[ConsumerRecord] = deque()
-        """Records the sync consumer returned and this one has not handed out (_lock)."""
-        self._poll_lock = asyncio.Lock()
-        self._interrupt: threading.Event | None = None
-        """Set to cut the running poll short (another call is waiting for the worker)."""
-        self._assignment: frozenset[TopicPartition] = frozenset()
-        self._paused: frozenset[TopicPartition] = frozenset()
-        self._closed = False
+        super().__init__(consumer)
         self._close_future: asyncio.Future[None] | None = None
 
-    # ---- running calls on the worker -----------------------------------------------------
-
-    def _check_open(self) -> None:
-        # A callback run by close() may still use the consumer (commit in on_revoke).
-        if self._closed and _IN_CALLBACK.get() is not self:
-            raise IllegalStateError("consumer is closed")
-
-    async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """Run ``fn(*args)`` on the worker, after the calls made before it.
-
-        Cancelling the awaiting task before the call's turn skips it.
-        """
-        return await asyncio.wrap_future(self._submit(fn, *args))
-
-    def _submit(self, fn: Callable[..., _T], *args: Any) -> Future[_T]:
-        """Queue ``fn(*args)`` for the worker and cut a poll under way short.
-
-        A rebalance callback's own calls run inside the rebalance that awaits the callback;
-        any other task's calls wait until the rebalance is done.
-        """
-        self._check_open()
-        nested_ok = _IN_CALLBACK.get() is self
-        future = self._worker.submit(self._job, fn, args, nested_ok=nested_ok)
-        self._interrupt_poll()
-        return future
-
-    async def _aside(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """Run a thread-safe call of the sync consumer off the worker (and off the loop)."""
-        self._check_open()
-        return await asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))
-
-    def _job(self, fn: Callable[..., _T], args: tuple[Any, ...]) -> _T:
-        try:
-            return fn(*args)
-        finally:
-            self._publish()
-
-    def _publish(self) -> None:
-        """(worker) What the plain methods answer until the next call completes."""
-        self._assignment = frozenset(self._consumer.assignment())
-        self._paused = frozenset(self._consumer.paused())
-
-    def _interrupt_poll(self) -> None:
-        event = self._interrupt
-        if event is not None:
-            event.set()
-            self._consumer._wakeup()
-
-    # ---- the buffer ----------------------------------------------------------------------
-
-    def _take(self, limit: int) -> list[ConsumerRecord]:
-        with self._lock:
-            count = min(limit, len(self._buffer))
-            return [self._buffer.popleft() for _ in range(count)]
-
-    def _unbuffer(self, partitions: Collection[TopicPartition] | None) -> dict[TopicPartition, int]:
-        """Remove the buffered records of ``partitions`` (all if None); their first offsets."""
-        with self._lock:
-            if not self._buffer:
-                return {}
-            if partitions is None:
-                taken = list(self._buffer)
-                self._buffer.clear()
-            else:
-                taken = []
-                kept: deque[ConsumerRecord] = deque()
-                for record in self._buffer:
-                    tp = TopicPartition(record.topic, record.partition)
-                    (taken if tp in partitions else kept).append(record)
-                self._buffer = kept
-        return _first_offsets(taken)
-
-    def _reclaim(self, partitions: Collection[TopicPartition] | None = None) -> None:
-        """(worker) Give buffered records back: each partition seeks to its first one."""
-        for tp, offset in self._unbuffer(partitions).items():
-            try:
-                self._consumer.seek(tp, offset)
-            except IllegalStateError:
-                continue  # no longer assigned: nothing to give back
-
-    def _buffered_first(self, tp: TopicPartition) -> int | None:
-        with self._lock:
-            for record in self._buffer:
-                if record.topic == tp.topic and record.partition == tp.partition:
-                    return record.offset
-        return None
-
     # ---- polling -------------------------------------------------------------------------
-
-    def _check_pollable(self) -> None:
-        if _IN_CALLBACK.get() is self:
-            raise IllegalStateError("a rebalance callback must not poll its consumer")
-        self._check_open()
-
-    def _poll_job(self, timeout_ms: int, interrupt: threading.Event) -> None:
-        if self._worker.nested:
-            raise IllegalStateError("a rebalance callback must not poll its consumer")
-        with self._lock:
-            if self._buffer:
-                return  # the records of a cut-short poll: hand them out first
-        records = self._consumer._poll(timeout_ms, interrupt)
-        with self._lock:
-            self._buffer.extend(records)
-
-    async def _fill(self, timeout_ms: int) -> None:
-        """One poll of the sync consumer on the worker; its records go to the buffer."""
-        interrupt = threading.Event()
-        self._interrupt = interrupt
-        future = self._worker.submit(self._job, self._poll_job, (timeout_ms, interrupt))
-        try:
-            await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            # Not started: wrap_future cancelled it. Under way: cut it short; what it
-            # returns waits in the buffer for the next call.
-            interrupt.set()
-            self._consumer._wakeup()
-            raise
-        finally:
-            if self._interrupt is interrupt:
-                self._interrupt = None
-
-    async def _get(self, timeout_ms: int, limit: int) -> list[ConsumerRecord]:
-        self._check_pollable()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(timeout_ms, 0) / 1000.0
-        async with self._poll_lock:
-            while True:
-                self._check_open()
-                records = self._take(limit)
-                if records:
-                    return records
-                await self._fill(max(int((deadline - loop.time()) * 1000), 0))
-                records = self._take(limit)
-                if records or loop.time() >= deadline:
-                    return records
 
     async def getmany(self, timeout_ms: int = 0) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Up to ``max.poll.records`` records by partition, waiting at most ``timeout_ms``.
@@ -593,7 +281,7 @@ class AsyncConsumer:
         dict when none arrived in time. Carries out rebalances (awaiting the callbacks) and
         auto-commits, and raises what ``Consumer.poll`` raises.
         """
-        return _by_partition(await self._get(timeout_ms, self._max_records))
+        return by_partition(await self._get(timeout_ms, self._max_records))
 
     async def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
         """``Consumer.poll``: up to ``max.poll.records`` records, as a list."""
@@ -638,36 +326,14 @@ class AsyncConsumer:
         """
         if listener is not None and (on_assign or on_revoke or on_lost):
             raise ValueError("give either listener or on_assign/on_revoke/on_lost, not both")
-        handlers = _handlers(on_assign, on_revoke, on_lost, listener)
+        chosen = handlers(on_assign, on_revoke, on_lost, listener)
         bridges: list[RebalanceCallback | None] = [None, None, None]
-        if handlers:
+        if chosen:
             loop = asyncio.get_running_loop()
-            bridges = [self._bridge(loop, handlers.get(kind)) for kind in _KINDS]
+            bridges = [
+                bridge(self, loop, chosen.get(kind), self._worker, self._publish) for kind in KINDS
+            ]
         await self._call(self._consumer.subscribe, topics, *bridges)
-
-    def _bridge(
-        self, loop: asyncio.AbstractEventLoop, handler: _Handler | None
-    ) -> RebalanceCallback | None:
-        """A sync callback for the sync consumer that runs ``handler`` on the loop."""
-        if handler is None:
-            return None
-
-        def call(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
-            self._publish()
-            done = asyncio.run_coroutine_threadsafe(self._run(handler, partitions), loop)
-            self._worker.serve_until(done)
-            try:
-                done.result()
-            except concurrent.futures.CancelledError:
-                raise IllegalStateError("a rebalance callback was cancelled") from None
-
-        return call
-
-    async def _run(self, handler: _Handler, partitions: list[TopicPartition]) -> None:
-        _IN_CALLBACK.set(self)  # this task's own context: what the callback awaits sees it
-        result = handler(self, partitions)
-        if inspect.isawaitable(result):
-            await result
 
     def subscription(self) -> set[str]:
         """The subscribed topics (empty without ``subscribe``)."""
@@ -681,10 +347,6 @@ class AsyncConsumer:
         """``Consumer.assign``: read exactly these partitions."""
         await self._call(self._reclaiming, self._consumer.assign, list(partitions))
 
-    def _reclaiming(self, fn: Callable[..., None], *args: Any) -> None:
-        self._reclaim()
-        fn(*args)
-
     def assignment(self) -> set[TopicPartition]:
         """The partitions the consumer reads, as of the last call completed."""
         return set(self._assignment)
@@ -694,7 +356,7 @@ class AsyncConsumer:
 
         def seek() -> None:
             self._consumer.seek(tp, offset)
-            self._unbuffer([tp])
+            self._buffer.remove([tp])
 
         await self._call(seek)
 
@@ -703,7 +365,7 @@ class AsyncConsumer:
 
         def seek() -> None:
             self._consumer.seek_to_beginning(*partitions)
-            self._unbuffer(partitions or None)
+            self._buffer.remove(partitions or None)
 
         await self._call(seek)
 
@@ -712,7 +374,7 @@ class AsyncConsumer:
 
         def seek() -> None:
             self._consumer.seek_to_end(*partitions)
-            self._unbuffer(partitions or None)
+            self._buffer.remove(partitions or None)
 
         await self._call(seek)
 
@@ -720,7 +382,7 @@ class AsyncConsumer:
         """The offset of the next record returned for ``tp`` (resolving it if needed)."""
 
         def position() -> int:
-            first = self._buffered_first(tp)
+            first = self._buffer.first_offset(tp)
             return first if first is not None else self._consumer.position(tp)
 
         return await self._call(position)
@@ -734,7 +396,7 @@ class AsyncConsumer:
 
         def lag() -> int | None:
             lag = self._consumer.lag(tp)
-            first = self._buffered_first(tp)
+            first = self._buffer.first_offset(tp)
             high_watermark = self._consumer.highwater(tp)
             if lag is None or first is None or high_watermark is None:
                 return lag
@@ -793,14 +455,12 @@ class AsyncConsumer:
             if given is not None:
                 return self._consumer.commit(given, asynchronous=True)
             chosen = self._consumer._positions(self._consumer.assignment())
-            with self._lock:
-                buffered = list(self._buffer)
-            chosen.update(_first_offsets(buffered))
+            chosen.update(self._buffer.first_offsets())
             return self._consumer.commit(chosen, asynchronous=True)
 
         # Observed, not wrapped: cancelling the awaiting task does not withdraw the job.
-        sent = await _observe(self._submit(commit), loop)
-        return await _observe(sent, loop)
+        sent = await observe(self._submit(commit), loop)
+        return await observe(sent, loop)
 
     async def committed(
         self, partitions: Sequence[TopicPartition], timeout_ms: int | None = None
@@ -826,7 +486,7 @@ class AsyncConsumer:
         pass them. Runs to the end even if the awaiting task is cancelled. Not from a
         rebalance callback (``IllegalStateError``).
         """
-        if _IN_CALLBACK.get() is self:
+        if IN_CALLBACK.get() is self:
             raise IllegalStateError("a rebalance callback must not close its consumer")
         if self._close_future is None:
             loop = asyncio.get_running_loop()
@@ -836,7 +496,7 @@ class AsyncConsumer:
                 self._job, self._reclaiming, (self._consumer.close, timeout_ms)
             )
             self._worker.stop()
-            self._close_future = _observe(closing, loop)
+            self._close_future = observe(closing, loop)
         await asyncio.shield(self._close_future)
 
     async def stop(self) -> None:
@@ -854,38 +514,3 @@ class AsyncConsumer:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-
-_KINDS = ("assign", "revoke", "lost")
-
-
-def _handlers(
-    on_assign: AsyncRebalanceCallback | None,
-    on_revoke: AsyncRebalanceCallback | None,
-    on_lost: AsyncRebalanceCallback | None,
-    listener: AsyncConsumerRebalanceListener | ConsumerRebalanceListener | None,
-) -> dict[str, _Handler]:
-    """What to call on the loop for each kind of change (Kafka's defaults applied)."""
-    handlers: dict[str, _Handler] = {}
-    if listener is not None:
-        revoked = listener.on_partitions_revoked
-        # The sync listener's default on_partitions_lost calls on_partitions_revoked and
-        # drops its result: an async override would never run. Call it directly.
-        lost: Callable[[list[TopicPartition]], object] = (
-            revoked
-            if type(listener).on_partitions_lost is ConsumerRebalanceListener.on_partitions_lost
-            else listener.on_partitions_lost
-        )
-        assigned = listener.on_partitions_assigned
-        handlers["assign"] = lambda _consumer, partitions: assigned(partitions)
-        handlers["revoke"] = lambda _consumer, partitions: revoked(partitions)
-        handlers["lost"] = lambda _consumer, partitions: lost(partitions)
-        return handlers
-    if on_assign is not None:
-        handlers["assign"] = on_assign
-    if on_revoke is not None:
-        handlers["revoke"] = on_revoke
-    chosen_lost = on_lost if on_lost is not None else on_revoke
-    if chosen_lost is not None:
-        handlers["lost"] = chosen_lost
-    return handlers

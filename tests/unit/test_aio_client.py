@@ -26,7 +26,7 @@ from cluster.client import (
     AsyncProducer,
     TopicPartition,
 )
-from cluster.client.aio import _observe, _Worker
+from cluster.client._aio_worker import Worker, observe
 from cluster.client.consumer import ConsumerRecord
 from cluster.errors import IllegalStateError
 from tests.unit.test_consumer_groups import WAIT_S, FakeGroupBroker, _config, _serve
@@ -49,7 +49,7 @@ def fake() -> Iterator[FakeGroupBroker]:
 
 
 def test_worker_runs_jobs_in_order_skips_cancelled_ones_and_refuses_after_stop() -> None:
-    worker = _Worker("test-worker")
+    worker = Worker("test-worker")
     gate = threading.Event()
     ran: list[int] = []
     first = worker.submit(gate.wait, WAIT_S)
@@ -70,7 +70,7 @@ def test_worker_runs_jobs_in_order_skips_cancelled_ones_and_refuses_after_stop()
 def test_worker_runs_only_nested_jobs_inside_a_waiting_job_and_keeps_the_rest() -> None:
     """A rebalance callback's own calls run while poll waits for the callback; another
     task's calls, and a stop, wait until the poll is done, in their order."""
-    worker = _Worker("test-worker")
+    worker = Worker("test-worker")
     outside: Future[None] = Future()
     ran: list[str] = []
     other: list[Future[None]] = []
@@ -96,18 +96,18 @@ def test_worker_runs_only_nested_jobs_inside_a_waiting_job_and_keeps_the_rest() 
 async def test_cancelling_an_observed_future_leaves_the_source_alone() -> None:
     loop = asyncio.get_running_loop()
     source: Future[int] = Future()
-    observed = _observe(source, loop)
+    observed = observe(source, loop)
     observed.cancel()
     assert not source.cancelled(), "a record's future belongs to the producer's threads"
     source.set_result(7)
 
     ok: Future[int] = Future()
-    assert_ok = _observe(ok, loop)
+    assert_ok = observe(ok, loop)
     threading.Thread(target=ok.set_result, args=(3,)).start()
     assert await asyncio.wait_for(assert_ok, WAIT_S) == 3
 
     failing: Future[int] = Future()
-    observed_failure = _observe(failing, loop)
+    observed_failure = observe(failing, loop)
     failing.set_exception(IllegalStateError("boom"))
     with pytest.raises(IllegalStateError, match="boom"):
         await asyncio.wait_for(observed_failure, WAIT_S)
