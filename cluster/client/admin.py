@@ -33,22 +33,21 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Literal
 
 from cluster.errors import (
     BrokerNotAvailableError,
     InvalidRequestError,
-    LograftError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
 from cluster.wire import broker_pb2 as pb
 
+from ._admin_calls import AdminCalls, done, topic_futures
 from ._config_admin import (
     AlterConfigOp,
     AlterConfigOpType,
@@ -77,16 +76,14 @@ from ._connection import (
     int_at_least,
     resolve_config,
 )
-from ._coordinator import GroupCoordinatorCalls
 from ._group_admin import (
     ConsumerGroupDescription,
     ConsumerGroupListing,
     GroupPartitionLag,
     OffsetAndMetadata,
-    description_from_pb,
     group_lag,
-    partition_errors,
 )
+from ._group_admin_calls import GroupAdminCalls
 
 __all__ = [
     "ADMIN_CONFIGS",
@@ -113,8 +110,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
 
 ADMIN_CONFIGS: tuple[ConfigDef, ...] = (
     *COMMON_CONFIGS,
@@ -178,40 +173,6 @@ def _spec_timestamp(spec: OffsetSpec) -> int:
         ) from None
 
 
-def _topic_futures(answers: Iterable[Any], names: Iterable[str]) -> dict[str, Future[None]]:
-    """``{topic: done Future}`` from per-topic answers (``name``, ``error_code``,
-    ``error_message``); a topic asked for but not answered fails with INVALID_REQUEST."""
-    results = {
-        r.name: _done(
-            error_for_code(r.error_code, r.error_message or r.name) if r.error_code else None
-        )
-        for r in answers
-    }
-    for name in names:
-        results.setdefault(name, _done(InvalidRequestError(f"no result for topic {name!r}")))
-    return results
-
-
-def _done(error: LograftError | None) -> Future[None]:
-    future: Future[None] = Future()
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
-    return future
-
-
-def _group_result(response: Any, group_id: str, what: str) -> Any:
-    """The entry of ``group_id`` in a response answering per group; its typed error if it
-    failed (``what`` names the entry in the error of a response without one)."""
-    group = next((g for g in response.groups if g.group_id == group_id), None)
-    if group is None:
-        raise InvalidRequestError(f"no {what} group {group_id!r}")
-    if group.error_code:
-        raise error_for_code(group.error_code, group.error_message or group_id)
-    return group
-
-
 class AdminClient:
     """Administers topics of a lograft cluster.
 
@@ -223,7 +184,6 @@ class AdminClient:
     def __init__(self, config: Mapping[str, object] | None = None, **overrides: object) -> None:
         self.config = resolve_config("admin", ADMIN_CONFIGS, config, overrides)
         self._api_timeout_ms = int(self._int("default.api.timeout.ms"))
-        self._backoff_s = self._int("retry.backoff.ms") / 1000.0
         self._conn = Connections(
             str(self.config["bootstrap.servers"]),
             client_id=str(self.config["client.id"]),
@@ -231,6 +191,12 @@ class AdminClient:
             retry_backoff_ms=self._int("retry.backoff.ms"),
             metadata_max_age_ms=self._int("metadata.max.age.ms"),
         )
+        self._calls = AdminCalls(
+            self._conn,
+            api_timeout_ms=self._api_timeout_ms,
+            retry_backoff_ms=self._int("retry.backoff.ms"),
+        )
+        self._groups = GroupAdminCalls(self._calls, retry_backoff_ms=self._int("retry.backoff.ms"))
 
     def _int(self, name: str) -> int:
         value = self.config[name]
@@ -256,28 +222,6 @@ class AdminClient:
 
     # -- topics
 
-    def _controller_call(self, method: str, request: Any) -> Any:
-        """Send to the controller when the metadata names one, else to any broker; retry."""
-        deadline = time.monotonic() + self._api_timeout_ms / 1000.0
-        while True:
-            try:
-                controller = self._conn.metadata.controller_id
-                if controller in self._conn.metadata.brokers:
-                    return self._conn.call(method, request, node_id=controller)
-                return self._conn.call(method, request)
-            except LograftError as exc:
-                if not exc.retriable or time.monotonic() + self._backoff_s >= deadline:
-                    raise
-                logger.debug("admin call retry method=%s error=%s", method, exc)
-            time.sleep(self._backoff_s)
-            self._refresh_quietly()
-
-    def _refresh_quietly(self, topics: Iterable[str] | None = None) -> None:
-        try:
-            self._conn.refresh_metadata(topics)
-        except LograftError as exc:
-            logger.debug("metadata refresh failed error=%s", exc)
-
     def create_topics(
         self,
         new_topics: Sequence[NewTopic],
@@ -299,8 +243,8 @@ class AdminClient:
             timeout_ms=timeout_ms if timeout_ms is not None else self._conn.request_timeout_ms,
             validate_only=validate_only,
         )
-        response = self._controller_call("CreateTopics", request)
-        results = _topic_futures(response.topics, [t.name for t in new_topics])
+        response = self._calls.controller_call("CreateTopics", request)
+        results = topic_futures(response.topics, [t.name for t in new_topics])
         logger.info(
             "create_topics topics=%s failed=%s",
             ",".join(t.name for t in new_topics),
@@ -316,14 +260,14 @@ class AdminClient:
             topic_names=list(names),
             timeout_ms=timeout_ms if timeout_ms is not None else self._conn.request_timeout_ms,
         )
-        response = self._controller_call("DeleteTopics", request)
-        results = _topic_futures(response.topics, names)
+        response = self._calls.controller_call("DeleteTopics", request)
+        results = topic_futures(response.topics, names)
         logger.info("delete_topics topics=%s", ",".join(names))
         return results
 
     def list_topics(self) -> list[str]:
         """Names of every topic, sorted."""
-        metadata = self._with_retry(lambda: self._conn.refresh_metadata())
+        metadata = self._calls.with_retry(lambda: self._conn.refresh_metadata())
         return sorted(name for name, info in metadata.topics.items() if info.error_code == 0)
 
     def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
@@ -333,7 +277,7 @@ class AdminClient:
         ``UnknownTopicOrPartitionError``).
         """
         wanted = list(names) if names is not None else None
-        metadata = self._with_retry(lambda: self._conn.refresh_metadata(wanted))
+        metadata = self._calls.with_retry(lambda: self._conn.refresh_metadata(wanted))
         order = wanted if wanted is not None else sorted(metadata.topics)
         descriptions: list[TopicDescription] = []
         for name in order:
@@ -353,16 +297,6 @@ class AdminClient:
         timestamps = {tp: _spec_timestamp(spec) for tp, spec in specs.items()}
         found = self._conn.list_offsets(timestamps, self._api_timeout_ms)
         return {tp: ListOffsetsResult(*found[tp]) for tp in timestamps}
-
-    def _with_retry(self, fn: Callable[[], _T]) -> _T:
-        deadline = time.monotonic() + self._api_timeout_ms / 1000.0
-        while True:
-            try:
-                return fn()
-            except LograftError as exc:
-                if not exc.retriable or time.monotonic() + self._backoff_s >= deadline:
-                    raise
-            time.sleep(self._backoff_s)
 
     # -- partitions, configs and the cluster
 
@@ -387,8 +321,8 @@ class AdminClient:
             timeout_ms if timeout_ms is not None else self._conn.request_timeout_ms,
             validate_only,
         )
-        response = self._controller_call("CreatePartitions", request)
-        results = _topic_futures(response.results, list(new_partitions))
+        response = self._calls.controller_call("CreatePartitions", request)
+        results = topic_futures(response.results, list(new_partitions))
         logger.info(
             "create_partitions topics=%s validate_only=%s failed=%s",
             ",".join(new_partitions),
@@ -429,7 +363,7 @@ class AdminClient:
             if not wanted:
                 continue
             request = describe_configs_request(wanted, include_synonyms, include_documentation)
-            response = self._with_retry(
+            response = self._calls.with_retry(
                 functools.partial(self._conn.call, "DescribeConfigs", request, node_id=node_id)
             )
             answered = {(r.resource_type, r.resource_name): r for r in response.results}
@@ -451,7 +385,7 @@ class AdminClient:
                 f"broker resource {resource.name!r} is not a broker id"
             ) from None
         if broker_id not in self._conn.metadata.brokers:
-            self._with_retry(lambda: self._conn.refresh_metadata())
+            self._calls.with_retry(lambda: self._conn.refresh_metadata())
         if broker_id not in self._conn.metadata.brokers:
             known = ",".join(map(str, sorted(self._conn.metadata.brokers))) or "none"
             raise BrokerNotAvailableError(f"broker {broker_id} is not live (brokers: {known})")
@@ -486,9 +420,9 @@ class AdminClient:
         ``InvalidRequestError``. A resource's operations apply all or none.
         """
         request = alter_configs_request(configs, validate_only)
-        response = self._controller_call("IncrementalAlterConfigs", request)
+        response = self._calls.controller_call("IncrementalAlterConfigs", request)
         results = {
-            resource: _done(error) for resource, error in alter_results(configs, response).items()
+            resource: done(error) for resource, error in alter_results(configs, response).items()
         }
         logger.info(
             "incremental_alter_configs resources=%s validate_only=%s failed=%s",
@@ -502,38 +436,15 @@ class AdminClient:
         """The cluster id, the active controller and the brokers (fenced ones too, marked
         ``is_fenced``, with ``include_fenced_brokers``)."""
         request = pb.DescribeClusterRequest(include_fenced_brokers=include_fenced_brokers)
-        response = self._with_retry(lambda: self._conn.call("DescribeCluster", request))
+        response = self._calls.with_retry(lambda: self._conn.call("DescribeCluster", request))
         return cluster_description(response)
 
     # -- consumer groups
 
-    @functools.cached_property
-    def _group_calls(self) -> GroupCoordinatorCalls:
-        return GroupCoordinatorCalls(self._conn, retry_backoff_ms=self._int("retry.backoff.ms"))
-
     def list_consumer_groups(self) -> list[ConsumerGroupListing]:
         """Every consumer group of the cluster, sorted by id (each broker lists the groups
         it coordinates; all are asked). Retries while a coordinator is loading."""
-        deadline = time.monotonic() + self._api_timeout_ms / 1000.0
-        metadata = self._with_retry(lambda: self._conn.refresh_metadata())
-        found: dict[str, ConsumerGroupListing] = {}
-        for node_id in sorted(metadata.brokers):
-            while True:
-                try:
-                    response = self._conn.call(
-                        "ListGroups", pb.ListGroupsRequest(), node_id=node_id
-                    )
-                    if response.error_code:
-                        raise error_for_code(response.error_code, response.error_message)
-                    break
-                except LograftError as exc:
-                    if not exc.retriable or time.monotonic() + self._backoff_s >= deadline:
-                        raise
-                    logger.debug("list groups retry node=%d error=%s", node_id, exc)
-                time.sleep(self._backoff_s)
-            for g in response.groups:
-                found[g.group_id] = ConsumerGroupListing(g.group_id, g.state)
-        return [found[group_id] for group_id in sorted(found)]
+        return self._groups.list_consumer_groups()
 
     def describe_consumer_groups(
         self, group_ids: Sequence[str]
@@ -541,50 +452,12 @@ class AdminClient:
         """State, epochs, assignor, coordinator and members (with their assignments) of each
         group, in the order asked. Raises the first typed error, ``GroupIdNotFoundError``
         for a group that does not exist."""
-        described: dict[str, ConsumerGroupDescription] = {}
-        for group_id in group_ids:
-
-            def answer(response: Any, coordinator: Any, group_id: str = group_id) -> Any:
-                group = _group_result(response, group_id, "description of")
-                return description_from_pb(group, coordinator)
-
-            described[group_id] = self._group_calls.call(
-                group_id,
-                "DescribeGroups",
-                pb.DescribeGroupsRequest(group_ids=[group_id]),
-                answer,
-                timeout_ms=self._api_timeout_ms,
-            )
-        return described
+        return self._groups.describe_consumer_groups(group_ids)
 
     def delete_consumer_groups(self, group_ids: Sequence[str]) -> dict[str, Future[None]]:
         """Delete groups and their committed offsets; ``{group: done Future}`` failing with
         ``GroupIdNotFoundError`` or ``GroupNotEmptyError`` (it has members)."""
-        results: dict[str, Future[None]] = {}
-        for group_id in group_ids:
-
-            def answer(response: Any, _coordinator: Any, group_id: str = group_id) -> None:
-                _group_result(response, group_id, "result for")
-
-            try:
-                self._group_calls.call(
-                    group_id,
-                    "DeleteGroups",
-                    pb.DeleteGroupsRequest(group_ids=[group_id]),
-                    answer,
-                    timeout_ms=self._api_timeout_ms,
-                )
-                results[group_id] = _done(None)
-            except LograftError as exc:
-                if exc.retriable:
-                    raise
-                results[group_id] = _done(exc)
-        logger.info(
-            "delete_consumer_groups groups=%s failed=%s",
-            ",".join(group_ids),
-            ",".join(g for g, f in results.items() if f.exception() is not None) or "-",
-        )
-        return results
+        return self._groups.delete_consumer_groups(group_ids)
 
     def list_consumer_group_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None
@@ -592,37 +465,7 @@ class AdminClient:
         """The group's committed offsets: of ``partitions`` (``None`` for one without a
         committed offset), or of every partition it has committed. A group that does not
         exist has none."""
-        wanted = sorted(set(partitions)) if partitions is not None else None
-        by_topic: dict[str, list[int]] = {}
-        for tp in wanted or ():
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        request = pb.OffsetFetchRequest(
-            group_id=group_id,
-            topics=[pb.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()],
-        )
-
-        def answer(response: Any, _coordinator: Any) -> dict[TopicPartition, Any]:
-            if response.error_code:
-                raise error_for_code(response.error_code, response.error_message or group_id)
-            found: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(wanted or ())
-            for topic in response.topics:
-                for p in topic.partitions:
-                    tp = TopicPartition(topic.name, p.partition)
-                    if p.error_code:
-                        raise error_for_code(p.error_code, str(tp))
-                    if p.committed_offset >= 0:
-                        epoch = p.committed_leader_epoch
-                        found[tp] = OffsetAndMetadata(
-                            p.committed_offset, epoch if epoch >= 0 else None, p.metadata
-                        )
-            return found
-
-        if wanted == []:
-            return {}
-        result: dict[TopicPartition, OffsetAndMetadata | None] = self._group_calls.call(
-            group_id, "OffsetFetch", request, answer, timeout_ms=self._api_timeout_ms
-        )
-        return result
+        return self._groups.list_consumer_group_offsets(group_id, partitions)
 
     def alter_consumer_group_offsets(
         self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]
@@ -633,27 +476,7 @@ class AdminClient:
         Only while the group has no members: otherwise every future fails with
         ``UnknownMemberIdError``, as Kafka answers (stop the group's consumers first).
         """
-        by_topic: dict[str, list[Any]] = {}
-        for tp, value in sorted(offsets.items()):
-            oam = value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
-            by_topic.setdefault(tp.topic, []).append(
-                pb.OffsetCommitPartition(
-                    partition=tp.partition,
-                    committed_offset=oam.offset,
-                    committed_leader_epoch=-1 if oam.leader_epoch is None else oam.leader_epoch,
-                    metadata=oam.metadata,
-                )
-            )
-        request = pb.OffsetCommitRequest(
-            group_id=group_id,
-            member_id="",
-            member_epoch=-1,
-            topics=[pb.OffsetCommitTopic(name=n, partitions=ps) for n, ps in by_topic.items()],
-        )
-
-        return self._partition_futures(
-            "alter_consumer_group_offsets", group_id, "OffsetCommit", request, offsets
-        )
+        return self._groups.alter_consumer_group_offsets(group_id, offsets)
 
     def delete_consumer_group_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition]
@@ -664,51 +487,7 @@ class AdminClient:
         unknown group, and per partition with ``GroupSubscribedToTopicError`` while a member
         subscribes to its topic.
         """
-        wanted = sorted(set(partitions))
-        by_topic: dict[str, list[int]] = {}
-        for tp in wanted:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        request = pb.OffsetDeleteRequest(
-            group_id=group_id,
-            topics=[pb.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()],
-        )
-        return self._partition_futures(
-            "delete_consumer_group_offsets", group_id, "OffsetDelete", request, wanted
-        )
-
-    def _partition_futures(
-        self,
-        what: str,
-        group_id: str,
-        method: str,
-        request: Any,
-        partitions: Iterable[TopicPartition],
-    ) -> dict[TopicPartition, Future[None]]:
-        """One call answered per partition; a group-level error fails every future."""
-
-        def answer(response: Any, _coordinator: Any) -> dict[TopicPartition, Future[None]]:
-            if response.error_code:
-                raise error_for_code(response.error_code, response.error_message or group_id)
-            return {tp: _done(e) for tp, e in partition_errors(response.topics).items()}
-
-        try:
-            results: dict[TopicPartition, Future[None]] = self._group_calls.call(
-                group_id, method, request, answer, timeout_ms=self._api_timeout_ms
-            )
-        except LograftError as exc:
-            if exc.retriable:
-                raise
-            results = {tp: _done(exc) for tp in partitions}
-        for tp in partitions:
-            results.setdefault(tp, _done(InvalidRequestError(f"no result for {tp}")))
-        logger.info(
-            "%s group=%s partitions=%d failed=%d",
-            what,
-            group_id,
-            len(results),
-            sum(1 for f in results.values() if f.exception() is not None),
-        )
-        return results
+        return self._groups.delete_consumer_group_offsets(group_id, partitions)
 
     def consumer_group_lag(
         self, group_id: str, description: ConsumerGroupDescription | None = None
@@ -727,7 +506,7 @@ class AdminClient:
         ends: dict[TopicPartition, int] = {}
         if partitions:
             # A committed offset can outlive its topic: ask only for partitions that exist.
-            metadata = self._with_retry(
+            metadata = self._calls.with_retry(
                 lambda: self._conn.refresh_metadata({tp.topic for tp in partitions})
             )
             existing = {tp for tp in partitions if metadata.partition(tp.topic, tp.partition)}
