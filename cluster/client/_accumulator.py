@@ -78,6 +78,7 @@ class ProducerBatch:
         "follows_acked",
         "futures",
         "in_flight",
+        "maybe_written",
         "producer_epoch",
         "producer_id",
         "record_count",
@@ -120,6 +121,9 @@ class ProducerBatch:
         """Whether the batch before it had been acknowledged when this attempt was sent: an
         OUT_OF_ORDER_SEQUENCE_NUMBER then means a real gap, not a request overtaking its
         predecessor (gRPC may reorder the requests of one channel)."""
+        self.maybe_written = False
+        """Whether an attempt under the current sequence may have been written: such a
+        batch is retried under that sequence before its partition's epoch is bumped."""
 
 
 def requeue(q: deque[ProducerBatch], batch: ProducerBatch) -> None:

@@ -12,8 +12,9 @@ An answer completes each batch's futures (through the producer's ``Delivery``) o
 retriable error with ``retries`` and ``delivery.timeout.ms`` left, puts the batch back in
 its queue to go again after ``retry.backoff.ms`` (asking for fresh metadata after leadership
 errors). Idempotence decisions (which batch may go, its sequence, what an error means for
-the partition's sequence) come from the pure ``Sequencer``; the sender stamps the sequence
-into a batch's header when it first sends it.
+the partition's sequence, when a broken partition restarts under a new epoch) come from the
+pure ``Sequencer``; the sender stamps the sequence into a batch's header when it is sent
+under a sequence for the first time.
 
 Thread-safety: everything here runs in the sender thread, except ``on_response`` (gRPC's
 callback threads) and ``fail_all`` (also called by ``close`` once the thread has stopped).
@@ -460,7 +461,7 @@ class Sender:
         retry: list[ProducerBatch] = []
         for batch in batches:
             if (
-                Sequencer.retriable(batch, error)
+                self._retriable(batch, error)
                 and batch.attempts < self._retries
                 and now + self._backoff_s < batch.deadline
                 and not self._acc.closed
@@ -484,6 +485,13 @@ class Sender:
             if isinstance(error, _METADATA_ERRORS):
                 self._metadata.update_wanted = True
             self._acc.wake.notify()
+
+    def _retriable(self, batch: ProducerBatch, error: LograftError) -> bool:
+        """Whether ``error`` lets ``batch`` go again; the sequencer records what it proves."""
+        if self.sequencer is None or batch.base_sequence < 0:
+            return Sequencer.retriable(batch, error)
+        with self._acc.lock:
+            return self.sequencer.on_error(batch, error)
 
     def _expire_batches(self) -> None:
         for batch in self._acc.expire(self._clock.monotonic()):

@@ -6,13 +6,15 @@ It holds the producer id and epoch and, per partition, the batch sequences
 
 * ``may_send``: may the partition's head batch join a request now? A batch sent before goes
   only as its partition's oldest unresolved batch, alone, with nothing of the partition in
-  flight. A new batch waits while the partition has batches to retry, a broken sequence, a
-  full window or sequences of an old epoch; and until the broker has acknowledged a batch of
-  this epoch, the partition has at most one request in flight.
+  flight (and, once the sequence is broken, only if it may have been written). A new batch
+  waits while the partition has batches to retry, a broken sequence, a full window or
+  sequences of an old epoch; and until the broker has acknowledged a batch of this epoch,
+  the partition has at most one request in flight.
 * ``assign``: a batch leaves for the broker. Its first time it gets the partition's next
   sequence (base sequence, ``+ record count`` per batch, kept without wrapping; the header
   carries it modulo 2**31, see ``header_sequence``) and joins the partition's *window*; a
   retry keeps its sequence, so the leader answers a duplicate with its original offset.
+  From then on the batch *may have been written* under that sequence.
 * ``resolve``: a sequenced batch has its final outcome. Written: the partition's last
   acknowledged sequence moves on. Failed for good: nobody knows which sequence the broker
   expects next, so the partition ``needs_bump``.
@@ -21,10 +23,27 @@ It holds the producer id and epoch and, per partition, the batch sequences
   retry. Sent right after an acknowledged batch, it is a real gap: fail the batch (which
   then breaks the partition's sequence, as above). Any other error keeps its own flag; a
   fenced or invalid epoch is not retriable and breaks the sequence the same way.
-* ``restart``: once nothing of a broken partition is in flight, bump the epoch locally
-  (KIP-360; a new producer id, from InitProducerId, once the epoch is exhausted) and restart
-  the partition at sequence 0, re-sequencing the batches that wait for a retry. A partition
-  whose sequences belong to an older epoch restarts too, once it has no unresolved batch.
+  ``on_error`` answers the same for a sequenced batch and also records what the error
+  proves: the leader looks a batch up among the producer's last five before it checks the
+  sequence, so ``OUT_OF_ORDER_SEQUENCE_NUMBER`` means it does not hold the batch.
+* ``restart``: bump the epoch locally (KIP-360; a new producer id, from InitProducerId, once
+  the epoch is exhausted) and restart a broken partition at sequence 0, re-sequencing the
+  batches that wait for a retry, once nothing of it is in flight and none of those batches
+  may have been written (below). If every sequence sent was acknowledged after all (the
+  batch that failed had been written), the sequence is whole: no bump. A partition whose
+  sequences belong to an older epoch restarts too, once it has no unresolved batch.
+
+Resolving before a bump (Kafka's unresolved sequences, KIP-360, and KAFKA-14034): a batch
+that may have been written (its response was lost, or it timed out) must not be given a new
+epoch and sequence, or the leader would write it a second time. So a broken partition first
+retries its oldest unresolved batch under its original producer id, epoch and sequence,
+alone, until it is resolved (acknowledged, answered as a duplicate, or failed for good by
+``retries`` or ``delivery.timeout.ms``) or the leader answers that it does not hold it;
+then the next one. The leader appends a producer's batches only in sequence, so once the
+oldest unresolved batch is known not to be written and will not go again under its
+sequence, no later batch can be written either: those are the batches a restart
+re-sequences. Kafka gets the same from in-order responses (a lost response fails every
+later request on the connection); gRPC may answer a later request first.
 
 The window: the leader remembers a producer's last five batches per partition, so a retry is
 recognised as a duplicate only if at most four later batches were written after it. Kafka
@@ -76,7 +95,9 @@ class SequencedBatch(Protocol):
     without wrapping and ``producer_id``/``producer_epoch`` the identity it was sequenced
     under. ``stamped`` says whether the batch's bytes carry those values yet.
     ``follows_acked`` is whether the batch before it had been acknowledged when this
-    attempt was sent.
+    attempt was sent. ``maybe_written`` is whether an attempt under its current sequence may
+    have been written: set when an attempt goes, cleared when the leader answers that it
+    does not hold the batch, and when the batch is re-sequenced.
     """
 
     tp: TopicPartition
@@ -88,6 +109,7 @@ class SequencedBatch(Protocol):
     in_flight: bool
     resolved: bool
     follows_acked: bool
+    maybe_written: bool
 
 
 class PartitionSequences:
@@ -116,8 +138,8 @@ class PartitionSequences:
         self.window: deque[SequencedBatch] = deque()
         self.needs_bump = False
         """A sequenced batch failed for good, so the broker's sequence for this partition
-        has a gap or is unknown: restart at sequence 0 under a new epoch once nothing of
-        the partition is in flight."""
+        may have a gap: restart at sequence 0 under a new epoch once nothing of the
+        partition is in flight and no batch waiting for a retry may have been written."""
 
     def in_flight(self) -> int:
         """How many of the partition's batches are in flight."""
@@ -126,6 +148,14 @@ class PartitionSequences:
     def waiting_for_retry(self) -> bool:
         """Whether a batch sent before waits in the queue to be sent again."""
         return any(not b.in_flight and not b.resolved for b in self.window)
+
+    def oldest_may_be_written(self) -> bool:
+        """Whether the oldest unresolved batch may have been written under its sequence.
+
+        If it cannot have been, no later batch can (the leader appends in sequence), so a
+        restart may re-sequence every unresolved batch. Call after ``trim``.
+        """
+        return bool(self.window) and self.window[0].maybe_written
 
     def trim(self) -> None:
         """Drop resolved batches from the front of the window."""
@@ -176,16 +206,35 @@ class Sequencer:
         """Restart a partition's sequences at 0 under the current producer id and epoch.
 
         Once nothing of the partition is in flight: when its sequence is broken
-        (``needs_bump``), after bumping the epoch (returned as an ``EpochBump``; with the
-        epoch exhausted the producer id is dropped and the restart waits for a new one),
-        re-sequencing the batches that wait for a retry; or when the producer's epoch moved
-        on (another partition bumped it) and the partition has no unresolved batch left.
-        The broker accepts a newer epoch starting at sequence 0.
+        (``needs_bump``) and none of the batches waiting for a retry may have been written
+        (those go again under their own sequence first), after bumping the epoch (returned
+        as an ``EpochBump``; with the epoch exhausted the producer id is dropped and the
+        restart waits for a new one), re-sequencing the batches that wait for a retry; or
+        when the producer's epoch moved on (another partition bumped it) and the partition
+        has no unresolved batch left. The broker accepts a newer epoch starting at
+        sequence 0. A broken partition whose every sequence sent has been acknowledged
+        after all (Kafka's ``maybeResolveSequences``) is whole again: no bump.
         """
         if sequences.in_flight():
             return None
         bump: EpochBump | None = None
         current = (self.producer_id, self.producer_epoch)
+        if sequences.needs_bump and sequences.oldest_may_be_written():
+            return None  # retried under its own sequence first: it may be a duplicate
+        if (
+            sequences.needs_bump
+            and not sequences.window
+            and sequences.last_acked_sequence + 1 == sequences.next_sequence
+        ):
+            # The highest sequence sent was acknowledged, so the leader expects the next one:
+            # the batch that failed had been written after all (it appends in sequence).
+            log.debug(
+                "producer sequence whole again topic=%s partition=%d next_sequence=%d",
+                tp.topic,
+                tp.partition,
+                sequences.next_sequence,
+            )
+            sequences.needs_bump = False
         if sequences.needs_bump:
             if (sequences.producer_id, sequences.producer_epoch) == current and current[0] >= 0:
                 if self.producer_epoch >= MAX_PRODUCER_EPOCH:
@@ -227,12 +276,14 @@ class Sequencer:
         taken (it is open and has room), rather than start another.
 
         A batch sent before goes only as the partition's first unresolved batch, alone and
-        with nothing else of the partition in flight. A new batch waits while the partition
-        has batches to retry, a broken sequence, a full window (five batches from the oldest
-        unresolved one) or sequences of an old epoch. Until the broker has acknowledged one
-        batch of this producer epoch, the partition has at most one request in flight: a
-        broker that does not know the producer yet accepts any sequence, so a second request
-        overtaking the first could leave a gap.
+        with nothing else of the partition in flight; once the partition's sequence is
+        broken, only if it may have been written (otherwise it waits for the restart to
+        give it a new sequence). A new batch waits while the partition has batches to
+        retry, a broken sequence, a full window (five batches from the oldest unresolved
+        one) or sequences of an old epoch. Until the broker has acknowledged one batch of
+        this producer epoch, the partition has at most one request in flight: a broker that
+        does not know the producer yet accepts any sequence, so a second request overtaking
+        the first could leave a gap.
         """
         if batch.base_sequence >= 0:
             return (
@@ -240,6 +291,7 @@ class Sequencer:
                 and in_flight_before == 0
                 and bool(sequences.window)
                 and sequences.window[0] is batch
+                and (batch.maybe_written or not sequences.needs_bump)
             )
         if (
             self.producer_id < 0
@@ -263,6 +315,7 @@ class Sequencer:
             self._sequence(sequences, batch)
             sequences.window.append(batch)
         batch.in_flight = True
+        batch.maybe_written = True
         batch.follows_acked = sequences.last_acked_sequence + 1 == batch.base_sequence
 
     def resolve(self, batch: SequencedBatch, acked: bool) -> None:
@@ -281,6 +334,20 @@ class Sequencer:
             # Written or not, nobody knows which sequence the broker expects next.
             sequences.needs_bump = True
         sequences.trim()
+
+    def on_error(self, batch: SequencedBatch, error: LograftError) -> bool:
+        """An attempt of a sequenced ``batch`` failed with ``error``: may the batch go again?
+
+        Answers as ``retriable``, and records what the error proves. The leader looks a
+        batch up among the producer's last five (the window keeps a written batch among
+        them) before checking its sequence, so OUT_OF_ORDER_SEQUENCE_NUMBER means the leader
+        does not hold it, and no earlier attempt wrote it: the batch is not written. Any
+        other error proves nothing (a lost response or a timeout may follow a write, and an
+        earlier attempt may have been written).
+        """
+        if isinstance(error, OutOfOrderSequenceNumberError) and batch.base_sequence >= 0:
+            batch.maybe_written = False
+        return self.retriable(batch, error)
 
     @staticmethod
     def retriable(batch: SequencedBatch, error: LograftError) -> bool:
@@ -307,4 +374,5 @@ class Sequencer:
         batch.producer_epoch = sequences.producer_epoch
         batch.base_sequence = sequences.next_sequence
         batch.stamped = False
+        batch.maybe_written = False
         sequences.next_sequence += batch.record_count

@@ -19,7 +19,8 @@ import pytest
 
 from cluster.client import Producer
 from cluster.client._clock import ManualClock
-from cluster.errors import NotLeaderOrFollowerError, RequestTimedOutError
+from cluster.errors import MessageTooLargeError, NotLeaderOrFollowerError, RequestTimedOutError
+from replica.records import iter_records
 from tests.unit.producer_fixtures import TIMEOUT_S, FakeLeader, Plan, fake_leader
 
 COORDINATOR_NOT_AVAILABLE = 15
@@ -156,6 +157,48 @@ def test_a_record_fails_with_request_timed_out_after_delivery_timeout_ms(
             future.result(timeout=TIMEOUT_S)
     assert fake.init_calls == 9
     assert fake.requests == []
+
+
+def test_delivery_timeout_ms_bounds_the_retries_that_come_before_an_epoch_bump(
+    fake: FakeLeader, clock: ManualClock
+) -> None:
+    gate = threading.Event()
+    with _producer(
+        fake, clock, linger_ms=0, retry_backoff_ms=250, delivery_timeout_ms=1000
+    ) as producer:
+        producer.send("t", b"warm-up").result(timeout=TIMEOUT_S)
+        start = clock.monotonic()
+        # "written" is appended with its response lost after "refused" failed for good; its
+        # retries under its own sequence then meet NOT_LEADER_OR_FOLLOWER until the deadline.
+        fake.plans.extend(
+            [Plan(gate=gate, lose_response=True), Plan(error=MessageTooLargeError.code)]
+        )
+        fake.plans.extend(Plan(error=NotLeaderOrFollowerError.code) for _ in range(3))
+        written = producer.send("t", b"written")
+        assert fake.held.wait(TIMEOUT_S)
+        with pytest.raises(MessageTooLargeError):
+            producer.send("t", b"refused").result(timeout=TIMEOUT_S)
+        after = producer.send("t", b"after")  # waits: the partition's sequence is broken
+        gate.set()
+        # Retried at 250, 500 and 750 ms; another backoff would end at the 1000 ms deadline.
+        for attempt in range(1, 4):
+            clock.wait_for_parked(start + 0.25 * attempt)
+            assert len(fake.requests) == 2 + attempt and not after.done()
+            clock.advance(0.25)
+        with pytest.raises(NotLeaderOrFollowerError):
+            written.result(timeout=TIMEOUT_S)
+        # Only now does the partition restart, under epoch 1.
+        assert after.result(timeout=TIMEOUT_S).offset == 2
+        assert clock.monotonic() == start + 0.75
+    attempts = [
+        (r.headers[0].producer_epoch, r.headers[0].base_sequence)
+        for r in fake.received
+        if [record.value for record in iter_records(r.data)] == [b"written"]
+    ]
+    assert attempts == [(0, 1)] * 4
+    assert fake.values("t", 0) == [b"warm-up", b"written", b"after"]
+    last = fake.headers("t", 0)[-1]
+    assert (last.producer_epoch, last.base_sequence) == (1, 0)
 
 
 def test_flush_times_out_on_the_clock(fake: FakeLeader, clock: ManualClock) -> None:

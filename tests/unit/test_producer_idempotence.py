@@ -21,6 +21,7 @@ from cluster.client.producer import PRODUCER_CONFIGS
 from cluster.errors import (
     InvalidConfigError,
     InvalidRequestError,
+    MessageTooLargeError,
     NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
     RequestTimedOutError,
@@ -331,6 +332,35 @@ def test_a_real_gap_fails_the_batch_and_the_partition_restarts_under_a_new_epoch
         after = producer.send("t", b"after").result(timeout=TIMEOUT_S)
     assert after.offset == 1
     assert fake.values("t", 0) == [b"warm-up", b"after"]
+    last = _idempotent_headers(fake, "t", 0)[-1]
+    assert (last.producer_id, last.producer_epoch, last.base_sequence) == (PRODUCER_ID, 1, 0)
+
+
+def test_a_written_batch_whose_response_was_lost_is_not_written_again_after_a_bump(
+    fake: FakeLeader,
+) -> None:
+    fake.add_topic("t", 1)
+    gate = threading.Event()
+    with _producer(fake) as producer:
+        producer.send("t", b"warm-up").result(timeout=TIMEOUT_S)
+        # "written" is appended but its response is lost, after "refused" has failed for good.
+        fake.plans.extend(
+            [Plan(gate=gate, lose_response=True), Plan(error=MessageTooLargeError.code)]
+        )
+        written = producer.send("t", b"written")
+        assert fake.held.wait(TIMEOUT_S)
+        with pytest.raises(MessageTooLargeError):
+            producer.send("t", b"refused").result(timeout=TIMEOUT_S)
+        gate.set()
+        # Retried under its own epoch and sequence, it is answered as a duplicate; only then
+        # does the partition restart under a new epoch.
+        assert written.result(timeout=TIMEOUT_S).offset == 1
+        after = producer.send("t", b"after").result(timeout=TIMEOUT_S)
+    assert after.offset == 2
+    assert fake.values("t", 0) == [b"warm-up", b"written", b"after"]
+    assert fake.duplicates == 1
+    attempts = [r.headers[0] for r in fake.received if _values(r) == [b"written"]]
+    assert [(h.producer_epoch, h.base_sequence) for h in attempts] == [(0, 1), (0, 1)]
     last = _idempotent_headers(fake, "t", 0)[-1]
     assert (last.producer_id, last.producer_epoch, last.base_sequence) == (PRODUCER_ID, 1, 0)
 
