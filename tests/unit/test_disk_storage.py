@@ -48,7 +48,7 @@ from controller.storage.formats import (
     snapshot_file_name,
 )
 
-LOGGER = "controller.storage.disk_storage"
+LOGGER = "controller.storage.recovery"
 
 
 # --- helpers ----------------------------------------------------------------------------------
