@@ -13,7 +13,9 @@ hole.
 The segment never trusts its files: :meth:`LogSegment.load_indexes` checks the indexes and
 the log tail and raises ``CorruptIndexError`` when anything disagrees, and
 :meth:`LogSegment.recover` walks every batch (structure, CRC-32C, increasing offsets),
-truncates at the first bad byte and rebuilds both indexes.
+truncates at the first bad byte and rebuilds both indexes. The walk itself is
+:mod:`replica.log.segment_recovery`'s; which batches get index entries, and the int32 limits
+of those entries, are :mod:`replica.log.index_cursor`'s.
 
 Not thread-safe: :class:`replica.log.partition_log.PartitionLog` serialises every call. The
 one operation meant for another thread is ``fdatasync`` on the descriptors returned by
@@ -34,11 +36,17 @@ from replica.batch_header import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
-    check_stored_batch,
     iter_headers,
     parse_header,
 )
+from replica.log.index_cursor import (
+    MAX_RELATIVE_OFFSET,
+    MAX_SEGMENT_BYTES,
+    NO_TIMESTAMP,
+    IndexCursor,
+)
 from replica.log.offset_index import CorruptIndexError, OffsetIndex, write_all
+from replica.log.segment_recovery import SegmentRecovery, scan_segment
 from replica.log.time_index import TimeIndex
 
 __all__ = [
@@ -66,17 +74,9 @@ CLEANED_SUFFIX = ".cleaned"
 """Appended to the file names of a segment the log cleaner is still writing."""
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 
-NO_TIMESTAMP = -1
-"""Kafka's "no timestamp"; also the max timestamp of an empty segment."""
-MAX_SEGMENT_BYTES = 2**31 - 1
-"""Index positions are int32, so a segment never grows past this."""
-MAX_RELATIVE_OFFSET = 2**31 - 1
-"""Index offsets are int32 relative to the base offset."""
-
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _WALK_CHUNK = 16 * 1024
 """Bytes read per ``pread`` when walking headers; about one index interval of small batches."""
-_RECOVERY_CHUNK = 1024 * 1024
 _FILE_NAME = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
 
 
@@ -94,59 +94,6 @@ def parse_segment_file_name(name: str) -> tuple[int, str] | None:
     if base_offset >= 2**63:
         return None
     return base_offset, match.group(2)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SegmentRecovery:
-    """Outcome of :meth:`LogSegment.recover`: bytes kept, bytes cut off, and why."""
-
-    valid_bytes: int
-    truncated_bytes: int
-    reason: str | None
-
-
-class _IndexCursor:
-    """Decides where index entries go while batches are appended or scanned.
-
-    Kafka's rule: before a batch is written, if at least ``index.interval.bytes`` were
-    written since the last entry, the batch gets an offset-index entry, and the time index
-    gets ``(max timestamp so far, its offset)`` if that maximum grew since its last entry.
-    """
-
-    __slots__ = (
-        "bytes_since_entry",
-        "last_time_entry",
-        "max_timestamp",
-        "offset_entries",
-        "offset_of_max_timestamp",
-        "time_entries",
-    )
-
-    def __init__(
-        self,
-        bytes_since_entry: int,
-        max_timestamp: int,
-        offset_of_max_timestamp: int,
-        last_time_entry: int,
-    ) -> None:
-        self.bytes_since_entry = bytes_since_entry
-        self.max_timestamp = max_timestamp
-        self.offset_of_max_timestamp = offset_of_max_timestamp
-        self.last_time_entry = last_time_entry
-        self.offset_entries: list[tuple[int, int]] = []
-        self.time_entries: list[tuple[int, int]] = []
-
-    def add(self, header: BatchHeader, position: int, interval_bytes: int) -> None:
-        if header.max_timestamp > self.max_timestamp:
-            self.max_timestamp = header.max_timestamp
-            self.offset_of_max_timestamp = header.base_offset
-        if self.bytes_since_entry >= interval_bytes:
-            self.offset_entries.append((header.base_offset, position))
-            if self.max_timestamp > self.last_time_entry:
-                self.time_entries.append((self.max_timestamp, self.offset_of_max_timestamp))
-                self.last_time_entry = self.max_timestamp
-            self.bytes_since_entry = 0
-        self.bytes_since_entry += header.size
 
 
 class LogSegment:
@@ -331,47 +278,9 @@ class LogSegment:
         and position fit the int32 indexes and :func:`check_stored_batch` accepts it (magic,
         lengths, record count, CRC-32C). Raises ``OSError`` on I/O failure.
         """
-        file_size = os.fstat(self._fd).st_size
-        position = 0
-        next_offset = self.base_offset
-        cursor = _IndexCursor(0, NO_TIMESTAMP, self.base_offset, NO_TIMESTAMP)
-        reason: str | None = None
-        wanted = _RECOVERY_CHUNK
-        while position < file_size and reason is None:
-            length = min(max(wanted, _RECOVERY_CHUNK), file_size - position)
-            chunk = os.pread(self._fd, length, position)
-            if len(chunk) != length:
-                reason = f"short read: {len(chunk)} of {length} bytes"
-                break
-            offset_in_chunk = 0
-            wanted = 0
-            while True:
-                absolute = position + offset_in_chunk
-                available = len(chunk) - offset_in_chunk
-                if available < HEADER_SIZE:
-                    if available and absolute + available >= file_size:
-                        reason = f"torn batch header ({available} bytes)"
-                    break
-                header = parse_header(chunk, offset_in_chunk)
-                if header.batch_length < _MIN_BATCH_LENGTH or absolute + header.size > file_size:
-                    reason = f"torn or invalid batch (batchLength {header.batch_length})"
-                    break
-                if absolute + header.size > MAX_SEGMENT_BYTES:
-                    reason = "segment would exceed 2 GiB"
-                    break
-                if header.size > available:
-                    wanted = header.size  # re-read from this batch with a chunk that holds it
-                    break
-                reason = self._check_recovered_batch(chunk, header, next_offset)
-                if reason is not None:
-                    break
-                cursor.add(header, absolute, index_interval_bytes)
-                next_offset = header.next_offset
-                offset_in_chunk += header.size
-            if offset_in_chunk == 0 and not wanted and reason is None:
-                reason = "no progress"  # unreachable: a chunk holds a header or is the tail
-            position += offset_in_chunk
-        truncated = file_size - position
+        scan = scan_segment(self._fd, self.base_offset, index_interval_bytes)
+        position, next_offset, cursor = scan.valid_bytes, scan.next_offset, scan.cursor
+        truncated = scan.file_size - position
         if truncated:
             os.ftruncate(self._fd, position)
         self._size = position
@@ -383,23 +292,7 @@ class LogSegment:
         self._bytes_since_index_entry = cursor.bytes_since_entry
         if not position:
             self.first_append_ms = self.last_modified_ms = None
-        return SegmentRecovery(position, truncated, reason if truncated else None)
-
-    def _check_recovered_batch(
-        self, chunk: bytes, header: BatchHeader, expected_offset: int
-    ) -> str | None:
-        """Why a batch read back during recovery is not acceptable, or None if it is."""
-        if header.base_offset < expected_offset:
-            return f"baseOffset {header.base_offset}, expected {expected_offset} or more"
-        if header.last_offset_delta < 0 or (
-            header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET
-        ):
-            return f"lastOffsetDelta {header.last_offset_delta} out of range"
-        try:
-            check_stored_batch(chunk, header)
-        except CorruptMessageError as exc:
-            return exc.message
-        return None
+        return SegmentRecovery(position, truncated, scan.reason if truncated else None)
 
     # ---- writing --------------------------------------------------------------------------
 
@@ -418,7 +311,7 @@ class LogSegment:
         """
         position = self._size
         last_time_entry = self.time_index.last_entry()
-        cursor = _IndexCursor(
+        cursor = IndexCursor(
             self._bytes_since_index_entry,
             self._max_timestamp,
             self._offset_of_max_timestamp,
