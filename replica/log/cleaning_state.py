@@ -11,16 +11,26 @@ enough; the first segment that is not ends the range. Its *dirty* part starts at
 segment holding the first dirty offset (the end of the last cleaning, persisted in
 ``cleaner-offset-checkpoint``). With nothing dirty but tombstones past their delete horizon
 in the cleaned part, the range is all clean and still worth a cleaning: it drops them.
+
+A finished cleaning goes in through :mod:`replica.log.cleaner_swap` in two steps:
+:meth:`CleaningState.start_swap` checks that the log still holds the segments the cleaning
+read and writes the commit point; :meth:`CleaningState.finish_swap` installs the cleaned
+segments in the log and moves the dirty range on. A failure after the commit point leaves
+the swap half done (the next open finishes it), so the log must then be failed.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
+from pathlib import Path
 
 from cluster.errors import KafkaStorageError
 from replica.log.cleaner import CleanableView, CleaningInput, CleaningResult, SourceSegment
+from replica.log.cleaner_swap import commit_swap, install_swap, remove_staged
 from replica.log.local_log import LocalLog
+from replica.log.segment import LogSegment
 
 __all__ = ["CleaningState"]
 
@@ -70,14 +80,12 @@ class CleaningState:
         self.first_dirty_offset = max(self.first_dirty_offset, result.next_dirty_offset)
         self.tombstone_horizon_ms = result.tombstone_horizon_ms
 
-    def _cleanable(
-        self, local: LocalLog, flushed_offset: int, limit_offset: int, now_ms: int
-    ) -> tuple[int, int] | None:
+    def _cleanable(self, local: LocalLog, limit_offset: int, now_ms: int) -> tuple[int, int] | None:
         """``(first dirty segment index, first uncleanable segment index)`` or None (see
         the module docstring)."""
         segments = local.segments
         config = local.config
-        limit = min(limit_offset, flushed_offset)
+        limit = min(limit_offset, local.flushed_offset)
         youngest_ms = now_ms - config.min_compaction_lag_ms
         end_index = 0
         while end_index < len(segments) - 1:
@@ -93,11 +101,9 @@ class CleaningState:
             return end_index, end_index
         return None
 
-    def view(
-        self, local: LocalLog, flushed_offset: int, limit_offset: int, now_ms: int
-    ) -> CleanableView | None:
+    def view(self, local: LocalLog, limit_offset: int, now_ms: int) -> CleanableView | None:
         """How dirty the cleanable range is; see :meth:`PartitionLog.cleanable_view`."""
-        found = self._cleanable(local, flushed_offset, limit_offset, now_ms)
+        found = self._cleanable(local, limit_offset, now_ms)
         if found is None:
             return None
         first_dirty_index, end_index = found
@@ -116,7 +122,6 @@ class CleaningState:
     def prepare(
         self,
         local: LocalLog,
-        flushed_offset: int,
         limit_offset: int,
         now_ms: int,
         generation: int,
@@ -124,7 +129,7 @@ class CleaningState:
         """Snapshot the cleanable segments; see :meth:`PartitionLog.prepare_cleaning`."""
         if self.prepared:
             return None
-        found = self._cleanable(local, flushed_offset, limit_offset, now_ms)
+        found = self._cleanable(local, limit_offset, now_ms)
         if found is None:
             return None
         first_dirty_index, end_index = found
@@ -155,3 +160,54 @@ class CleaningState:
             generation=generation,
             segments=segments,
         )
+
+    def start_swap(
+        self, local: LocalLog, result: CleaningResult, generation: int | None
+    ) -> Sequence[LogSegment] | None:
+        """Commit to swapping ``result`` in for the segments it cleaned, which it returns.
+
+        ``generation`` is the log's (None if the log is closed or failed). If it changed
+        since the cleaning was prepared, or the log no longer starts with the segments the
+        cleaning read, the staged files are removed and None is returned. Otherwise
+        ``cleaner-swap`` is written (the commit point). Raises ``KafkaStorageError`` before
+        the commit point; the log is then as it was.
+        """
+        cleaning = result.input
+        replaced = cleaning.segments[: result.cleaned_sources]
+        new_bases = [group.new_base for group in result.groups if group.new_base is not None]
+        current = local.segments
+        unchanged = (
+            generation == cleaning.generation
+            and len(current) > len(replaced)
+            and all(a is b for a, b in zip(current, replaced, strict=False))
+        )
+        if not unchanged:
+            log.info("log cleaning abandoned, the log changed meanwhile dir=%s", local.directory)
+            remove_staged(local.directory, new_bases)
+            return None
+        commit_swap(local.directory, [segment.base_offset for segment in replaced], new_bases)
+        return replaced
+
+    def finish_swap(
+        self,
+        local: LocalLog,
+        result: CleaningResult,
+        replaced: Sequence[LogSegment],
+        now_ms: int,
+    ) -> list[Path]:
+        """After :meth:`start_swap`: install the cleaned segments in place of ``replaced``,
+        move the dirty range on, close the old segments; returns their files (``*.deleted``).
+
+        Raises ``OSError`` or ``KafkaStorageError``; the swap may then be half done.
+        """
+        deleted, fresh = install_swap(
+            local.directory, local.config.index_interval_bytes, replaced, result.groups, now_ms
+        )
+        local.replace_oldest(len(replaced), fresh)
+        self.committed(result)
+        for segment in replaced:
+            try:
+                segment.close()
+            except OSError:
+                log.exception("closing replaced segment failed dir=%s", local.directory)
+        return deleted

@@ -8,9 +8,13 @@ follower copied a leader whose log was compacted: then whole batches, or all bat
 segment, are missing, and every lookup of an offset in such a hole finds the next batch,
 as in Kafka.
 
-This class also tracks what a flush must sync (segments written since their last
-fdatasync, whether the directory changed). The log start offset, leader epochs,
-checkpoints, flushing and failure handling are :class:`replica.log.partition_log.PartitionLog`'s.
+This class also tracks what is durable, as Kafka's ``LocalLog`` keeps the recovery point:
+the flushed offset, and what a flush must sync (segments written since their last
+fdatasync, whether the directory changed). A flush takes that under the partition log's
+lock (:meth:`LocalLog.start_flush`), syncs without it (:meth:`LocalLog.sync`) and publishes
+the result under it again (:meth:`LocalLog.finish_flush`); a truncation meanwhile caps what
+it may publish. Leader epochs, checkpoints, the flush lock and failure handling are
+:class:`replica.log.partition_log.PartitionLog`'s.
 
 Not thread-safe: the partition log's lock guards every structural change; reads and
 lookups run on the event loop, which is the only thread that changes the segment list.
@@ -20,19 +24,35 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from cluster.errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
-from replica.batch_header import BatchHeader
+from cluster.durable import fsync_directory
+from cluster.errors import (
+    CorruptMessageError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+)
+from replica.batch_header import BatchHeader, assign_offsets, parse_header, set_log_append_time
 from replica.log.segment import MAX_RELATIVE_OFFSET, MAX_SEGMENT_BYTES, LogSegment
 from replica.topic_config import LogConfig
 
-__all__ = ["LocalLog", "check_tiling", "delete_files", "segment_runs"]
+__all__ = [
+    "LocalLog",
+    "batch_headers_from",
+    "check_follower_batches",
+    "check_tiling",
+    "delete_files",
+    "segment_runs",
+]
 
 log = logging.getLogger(__name__)
+
+_LOG_APPEND_TIME = "LogAppendTime"
 
 
 def delete_files(paths: list[Path]) -> None:
@@ -62,6 +82,43 @@ def check_tiling(records: bytearray, headers: list[BatchHeader]) -> None:
         raise ValueError("headers do not cover the records exactly")
     if len(records) > MAX_SEGMENT_BYTES:
         raise RecordListTooLargeError(f"{len(records)} bytes cannot fit in one segment")
+
+
+def check_follower_batches(
+    name: str, headers: list[BatchHeader], log_end_offset: int, latest_epoch: int
+) -> None:
+    """Batches fetched from the leader must continue log ``name`` (offsets from
+    ``log_end_offset`` on, holes allowed) with leader epochs that are set and never go below
+    ``latest_epoch`` nor the previous batch's; raises ``CorruptMessageError`` otherwise."""
+    expected_offset = log_end_offset
+    previous_epoch = latest_epoch
+    for header in headers:
+        epoch = header.partition_leader_epoch
+        if header.base_offset < expected_offset:
+            raise CorruptMessageError(
+                f"follower append to {name}: batch at position "
+                f"{header.position} has baseOffset {header.base_offset}, expected "
+                f"{expected_offset} or more"
+            )
+        if epoch < 0 or epoch < previous_epoch:
+            raise CorruptMessageError(
+                f"follower append to {name}: batch at offset "
+                f"{header.base_offset} has partitionLeaderEpoch {epoch}, after epoch "
+                f"{previous_epoch}"
+            )
+        expected_offset = header.next_offset
+        previous_epoch = epoch
+
+
+def batch_headers_from(segments: list[LogSegment], from_offset: int) -> Iterator[BatchHeader]:
+    """Headers of every batch of ``segments`` (a snapshot of a log's list) that ends at or
+    after ``from_offset``, oldest first; see :meth:`PartitionLog.batch_headers`."""
+    for index, segment in enumerate(segments):
+        if index + 1 < len(segments) and segments[index + 1].base_offset <= from_offset:
+            continue
+        for header in segment.batch_headers():
+            if header.last_offset >= from_offset:
+                yield header
 
 
 def segment_runs(
@@ -101,8 +158,10 @@ class LocalLog:
         config: LogConfig,
         segments: list[LogSegment],
         dirty: dict[int, LogSegment],
+        flushed_offset: int,
     ) -> None:
-        """Take over ``segments`` as opened; ``dirty`` are those not yet fdatasync'ed."""
+        """Take over ``segments`` as opened; ``dirty`` are those not yet fdatasync'ed, and
+        offsets below ``flushed_offset`` are known to be durable."""
         self.directory = directory
         self.config = config
         """The current configuration (rolls, indexes, retention)."""
@@ -115,6 +174,10 @@ class LocalLog:
         """Segments written since their last fdatasync, by base offset."""
         self.directory_dirty = False
         """Files were created, renamed or removed since the last directory fsync."""
+        self.flushed_offset = flushed_offset
+        """Offsets below this one were fdatasync'ed (Kafka's recovery point)."""
+        self.flush_cap = sys.maxsize
+        """Lowest truncation point since the running flush took its snapshot."""
 
     @property
     def log_start_offset(self) -> int:
@@ -131,6 +194,23 @@ class LocalLog:
         return bisect_right(self.bases, offset) - 1
 
     # ---- writing --------------------------------------------------------------------------
+
+    def stamp(
+        self, records: bytearray, headers: list[BatchHeader], leader_epoch: int, now_ms: int
+    ) -> tuple[list[BatchHeader], int]:
+        """Give a leader's batches their offsets from the log end and ``leader_epoch``, in
+        place, and LogAppendTime ``now_ms`` if configured.
+
+        Returns the headers as stamped and the append time (-1 unless LogAppendTime).
+        """
+        assign_offsets(records, headers, self.log_end_offset, leader_epoch)
+        log_append_time_ms = -1
+        if self.config.message_timestamp_type == _LOG_APPEND_TIME:
+            for header in headers:
+                set_log_append_time(records, header, now_ms)
+            log_append_time_ms = now_ms
+        # Re-read the headers: offsets and perhaps timestamps changed in place.
+        return [parse_header(records, header.position) for header in headers], log_append_time_ms
 
     def write(self, records: bytearray, headers: list[BatchHeader], now_ms: int) -> None:
         """Roll if due, write whole batches to the active segment, account for them.
@@ -207,7 +287,8 @@ class LocalLog:
 
     def truncate_to(self, offset: int) -> tuple[int, int]:
         """Remove whole batches at and above ``offset``; below the log start, empty the log
-        and restart it at ``offset``. Returns ``(bytes removed, segments removed)``.
+        and restart it at ``offset``. Returns ``(bytes removed, segments removed)``. The
+        flushed offset, and what a running flush may publish, come down to the new end.
 
         Raises ``OSError`` or ``KafkaStorageError``; the files are then in doubt.
         """
@@ -233,6 +314,10 @@ class LocalLog:
         self.dirty[active.base_offset] = active
         self.size_bytes = sum(segment.size for segment in segments)
         self.directory_dirty = True
+        # The end, not ``offset``: it may lie below ``offset`` (whole batches go).
+        log_end_offset = self.log_end_offset
+        self.flushed_offset = min(self.flushed_offset, log_end_offset)
+        self.flush_cap = min(self.flush_cap, log_end_offset)
         return removed_bytes, len(doomed)
 
     def seal_active(self) -> None:
@@ -317,19 +402,35 @@ class LocalLog:
                 count += 1
         return count, expired_by_time
 
-    def delete_oldest(self, renamed: list[Path]) -> LogSegment:
-        """Rename the oldest segment's files to ``*.deleted`` (appended to ``renamed``) and
-        drop it from the log. Raises ``OSError``; the segment then stays in the log."""
+    def delete_oldest(self, renamed: list[Path], reason: str) -> None:
+        """Rename the oldest segment's files to ``*.deleted`` (appended to ``renamed``), drop
+        it from the log and log why (``reason``). Raises ``KafkaStorageError``; the segment
+        then stays in the log."""
         segment = self.segments[0]
         try:
             renamed.extend(segment.rename_to_deleted())
+        except OSError as exc:
+            raise KafkaStorageError(
+                f"deleting {segment.log_path} failed: {exc}; renamed "
+                f"already: {[str(path) for path in renamed]}"
+            ) from exc
         finally:
             self.directory_dirty = True
         del self.segments[0]
         del self.bases[0]
         self.size_bytes -= segment.size
         self.dirty.pop(segment.base_offset, None)
-        return segment
+        log_start_offset = self.log_start_offset
+        # Deleted data needs no flushing: offsets below the start count as flushed.
+        self.flushed_offset = max(self.flushed_offset, log_start_offset)
+        log.info(
+            "deleted segment dir=%s base_offset=%d reason=%s size_bytes=%d log_start_offset=%d",
+            self.directory,
+            segment.base_offset,
+            reason,
+            segment.size,
+            log_start_offset,
+        )
 
     def replace_oldest(self, replaced: int, fresh: list[LogSegment]) -> None:
         """Put ``fresh`` (cleaned segments, already on disk) in place of the oldest
@@ -340,7 +441,41 @@ class LocalLog:
         self.bases[:] = [segment.base_offset for segment in self.segments]
         self.size_bytes = sum(segment.size for segment in self.segments)
 
-    # ---- files ----------------------------------------------------------------------------
+    # ---- flushing -------------------------------------------------------------------------
+
+    def start_flush(self) -> tuple[int, list[int], bool]:
+        """``(target offset, descriptors, directory changed)`` for a flush starting now (see
+        :meth:`take_unflushed`); what it may publish is capped from here on (see
+        :meth:`finish_flush`). Raises ``OSError``; nothing is taken then."""
+        target = self.log_end_offset
+        fds, directory_dirty = self.take_unflushed()
+        self.flush_cap = target
+        return target, fds, directory_dirty
+
+    def sync(self, fds: list[int], directory_dirty: bool) -> None:
+        """fdatasync and close ``fds``, then fsync the directory if ``directory_dirty``.
+
+        Touches no state of the log: runs on a flusher thread without the partition log's
+        lock. Raises ``OSError``; the descriptors are closed all the same.
+        """
+        try:
+            for fd in fds:
+                os.fdatasync(fd)
+            if directory_dirty:
+                fsync_directory(self.directory)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def finish_flush(self, target: int) -> int:
+        """Publish a flush that synced everything below ``target``; returns the flushed
+        offset. A truncation while it ran lowered the cap: what it synced above the new end
+        is gone, and what was written there since is not synced."""
+        flushed = min(target, self.flush_cap)
+        self.flush_cap = sys.maxsize
+        if flushed > self.flushed_offset:
+            self.flushed_offset = flushed
+        return self.flushed_offset
 
     def take_unflushed(self) -> tuple[list[int], bool]:
         """Duplicated descriptors of every segment written since the last call (to
@@ -359,6 +494,8 @@ class LocalLog:
         self.dirty.clear()
         directory_dirty, self.directory_dirty = self.directory_dirty, False
         return fds, directory_dirty
+
+    # ---- files ----------------------------------------------------------------------------
 
     def close_segments(self) -> None:
         """Close every segment's descriptors; failures are logged, not raised."""

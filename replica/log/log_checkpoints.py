@@ -10,9 +10,17 @@ everything", the cleaner checkpoint "everything is dirty" (work, not data, is lo
 
 :class:`LogCheckpoints` writes them and the ``leader-epoch-checkpoint``
 (:mod:`replica.log.epoch_checkpoint` holds its format) and remembers what each holds on
-disk, so that :class:`replica.log.partition_log.PartitionLog` writes only what changed. The
-order rule that makes the lazy epoch-checkpoint write safe (it is written before any
-recovery point that must cover it) is the log's; see :meth:`PartitionLog.flush`.
+disk, so that :class:`replica.log.partition_log.PartitionLog` writes only what changed: its
+``persist_*`` methods take the log's current value under the log's lock and write it only
+if it differs from the file (or, for the recovery point, if recovery would need it).
+
+The order rule that makes the lazy epoch-checkpoint write safe: the leader-epoch checkpoint
+is written before any recovery point that must cover it. :meth:`PartitionLog.flush`
+persists the epoch cache after its fdatasync and before it publishes the new flushed
+offset; every recovery point is a flushed offset read after that (by the flush, or by a
+truncation on another thread), so it finds the checkpoint already covering its offsets.
+After a crash the checkpoint's entries below the recovery point are right, and the open
+rebuilds the rest (:mod:`replica.log.log_loader`).
 """
 
 from __future__ import annotations
@@ -20,10 +28,16 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cluster.durable import write_file_atomically
 from cluster.errors import KafkaStorageError
 from replica.log.epoch_checkpoint import write_epoch_checkpoint
+
+if TYPE_CHECKING:
+    from replica.log.cleaning_state import CleaningState
+    from replica.log.local_log import LocalLog
+    from replica.log.log_epochs import LogEpochs
 
 __all__ = [
     "CLEANER_CHECKPOINT_FILE",
@@ -97,7 +111,9 @@ class LogCheckpoints:
     Thread-safety: a writer holds :attr:`lock` from taking the value to write (under the
     log's own lock) until the write returns and the remembered value is updated, so the
     last write always carries the latest value. The remembered values are read under
-    both locks.
+    both locks. The ``persist_*`` methods do exactly that and may run on any thread; the
+    ``write_*`` methods are for a caller that holds :attr:`lock` (or has the log to itself,
+    as the open does).
     """
 
     def __init__(
@@ -117,6 +133,62 @@ class LogCheckpoints:
         """``(first dirty offset, tombstone horizon ms)`` on disk."""
         self.epoch_version = 0 if epoch_cache_persisted else -1
         """The leader-epoch cache version on disk (-1: the file does not match the cache)."""
+
+    # ---- writing what changed -------------------------------------------------------------
+
+    def persist_recovery_point(
+        self, log_lock: threading.Lock, local: LocalLog, force: bool
+    ) -> None:
+        """Write the log's flushed offset as the recovery point if recovery would need it.
+
+        Needed when it moved to another segment (recovery always re-checks the segment
+        holding it, so a finer-grained checkpoint would buy nothing and cost two more fsyncs
+        per flush), or went down (truncation); ``force`` writes any change (the close). The
+        value is read under ``log_lock`` while holding :attr:`lock`, so the last write
+        always carries the latest value. Raises ``KafkaStorageError``.
+        """
+        with self.lock:
+            with log_lock:
+                offset = local.flushed_offset
+                persisted = self.recovery_point
+                if offset == persisted:
+                    return
+                if (
+                    not force
+                    and offset > persisted
+                    and local.segment_index(offset) == local.segment_index(persisted)
+                ):
+                    return
+            self.write_recovery_point(offset)
+
+    def persist_epoch_cache(self, log_lock: threading.Lock, epochs: LogEpochs) -> None:
+        """Write ``leader-epoch-checkpoint`` if the cache changed since the last write.
+
+        The text is taken under ``log_lock`` while holding :attr:`lock`, so the last write
+        always carries the latest cache. Raises ``KafkaStorageError``.
+        """
+        with self.lock:
+            with log_lock:
+                version = epochs.version
+                if version == self.epoch_version:
+                    return
+                text = epochs.cache.encode()
+            self.write_epoch_cache(version, text)
+
+    def persist_cleaner_checkpoint(self, log_lock: threading.Lock, cleaning: CleaningState) -> None:
+        """Write the first dirty offset and the tombstone horizon if they changed.
+
+        Taken under ``log_lock`` while holding :attr:`lock`, like the others. Raises
+        ``KafkaStorageError``.
+        """
+        with self.lock:
+            with log_lock:
+                checkpoint = cleaning.checkpoint
+                if checkpoint == self.cleaner_checkpoint:
+                    return
+            self.write_cleaner_checkpoint(checkpoint)
+
+    # ---- writing --------------------------------------------------------------------------
 
     def write_recovery_point(self, offset: int) -> None:
         """Persist ``offset`` as the recovery point; raises ``KafkaStorageError``."""

@@ -1,16 +1,19 @@
 """The log of one partition: appends, reads, truncation, retention, flushing, leader epochs.
 
 Kafka's ``UnifiedLog``: :class:`PartitionLog` is the one object the rest of the broker
-uses. It keeps the log-wide state (the flushed offset, the leader-epoch cache, where the
-cleaner's dirty part starts, whether the log failed) and its locking, and leaves the work
-to one module per concept:
+uses. It holds the log-wide state (the segments with what is flushed of them, the
+leader-epoch cache, where the cleaner's dirty part starts, whether the log failed) and its
+locking, decides in which order things happen, and leaves the work to one module per
+concept:
 
 * :mod:`replica.log.local_log`: the segments list, append, read, roll, truncate, deleting
-  old segments (Kafka's ``LocalLog``);
+  old segments, the flushed offset and what a flush must sync (Kafka's ``LocalLog``);
 * :mod:`replica.log.log_loader`: opening and recovering the directory, the clean-shutdown
   marker (Kafka's ``LogLoader``);
 * :mod:`replica.log.log_checkpoints`: the recovery-point, cleaner-offset and leader-epoch
-  checkpoint files;
+  checkpoint files, and the order in which a flush writes them;
+* :mod:`replica.log.log_epochs`: the leader-epoch cache, kept in step with the log;
+* :mod:`replica.log.cleaning_state`: what is dirty, what a cleaning may take;
 * :mod:`replica.log.cleaner_swap`: installing cleaned segments, crash-safely.
 
 A partition directory holds segments (``<20-digit base offset>.log``, ``.index``,
@@ -32,27 +35,28 @@ crash its entries below the recovery point are right; the open rebuilds the rest
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.durable import fsync_directory, write_file_atomically
-from cluster.errors import CorruptMessageError, KafkaStorageError
-from replica.batch_header import (
-    BatchHeader,
-    assign_offsets,
-    parse_header,
-    set_log_append_time,
-)
+from cluster.durable import write_file_atomically
+from cluster.errors import KafkaStorageError
+from replica.batch_header import BatchHeader
 from replica.log.cleaner import CleanableView, CleaningInput, CleaningResult
-from replica.log.cleaner_swap import CLEANER_SWAP_FILE, commit_swap, install_swap, remove_staged
+from replica.log.cleaner_swap import CLEANER_SWAP_FILE
 from replica.log.cleaning_state import CleaningState
-from replica.log.local_log import LocalLog, check_tiling, delete_files, segment_runs
+from replica.log.local_log import (
+    LocalLog,
+    batch_headers_from,
+    check_follower_batches,
+    check_tiling,
+    delete_files,
+    segment_runs,
+)
 from replica.log.log_checkpoints import CLEANER_CHECKPOINT_FILE, RECOVERY_POINT_FILE
+from replica.log.log_epochs import LogEpochs
 from replica.log.log_loader import CLEAN_SHUTDOWN_FILE, LoadedLog, load_log
 from replica.replication.leader_epoch_cache import LeaderEpochCache
 from replica.topic_config import LogConfig
@@ -68,8 +72,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_LOG_APPEND_TIME = "LogAppendTime"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,18 +108,16 @@ class PartitionLog:
     def __init__(self, directory: Path, config: LogConfig, loaded: LoadedLog) -> None:
         """Use :meth:`open`."""
         self._directory = directory
-        self._local = LocalLog(directory, config, loaded.segments, loaded.recovered)
-        self._flushed_offset = loaded.flushed_offset
+        self._local = LocalLog(
+            directory, config, loaded.segments, loaded.recovered, loaded.flushed_offset
+        )
+        """The segments, and what is flushed of them."""
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._checkpoints = loaded.checkpoints
-        self._flush_cap = sys.maxsize
-        """Lowest truncation point since the running flush took its snapshot."""
         self._failed = False
         self._closed = False
-        self._epoch_cache = loaded.epoch_cache
-        self._epoch_version = 0
-        """Bumped on every change of the epoch cache; compared with the version on disk."""
+        self._epochs = LogEpochs(directory, loaded.epoch_cache)
         self._generation = 0
         """Bumped by every truncation and retention deletion: a cleaning prepared before
         must not be committed after."""
@@ -162,7 +162,7 @@ class PartitionLog:
     @property
     def flushed_offset(self) -> int:
         """Offsets below this one were fdatasync'ed."""
-        return self._flushed_offset
+        return self._local.flushed_offset
 
     @property
     def leader_epoch_cache(self) -> LeaderEpochCache:
@@ -172,14 +172,14 @@ class PartitionLog:
         unpersisted); it is small (one entry per leader epoch in the log).
         """
         with self._lock:
-            return LeaderEpochCache(self._epoch_cache.entries)
+            return LeaderEpochCache(self._epochs.cache.entries)
 
     @property
     def latest_epoch(self) -> int:
         """The leader epoch of the last batch (``UNDEFINED_EPOCH``, -1, if the log is empty):
         what a follower sends as ``last_fetched_epoch``."""
         with self._lock:
-            return self._epoch_cache.latest_epoch
+            return self._epochs.latest_epoch
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """``(epoch, end offset)`` for a follower's diverging-epoch check (KIP-101/KIP-279).
@@ -189,7 +189,7 @@ class PartitionLog:
         :meth:`LeaderEpochCache.end_offset_for`.
         """
         with self._lock:
-            answer = self._epoch_cache.end_offset_for(epoch, self.log_end_offset)
+            answer = self._epochs.cache.end_offset_for(epoch, self.log_end_offset)
         return answer.epoch, answer.end_offset
 
     def batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]:
@@ -201,12 +201,7 @@ class PartitionLog:
         """
         with self._lock:
             segments = list(self._local.segments)
-        for index, segment in enumerate(segments):
-            if index + 1 < len(segments) and segments[index + 1].base_offset <= from_offset:
-                continue
-            for header in segment.batch_headers():
-                if header.last_offset >= from_offset:
-                    yield header
+        yield from batch_headers_from(segments, from_offset)
 
     def update_config(self, config: LogConfig) -> None:
         """Use ``config`` from the next operation on (rolls, indexes, retention)."""
@@ -237,27 +232,11 @@ class PartitionLog:
             raise ValueError(f"leader epoch {leader_epoch} is negative")
         with self._lock:
             self._check_writable()
-            latest_epoch = self._epoch_cache.latest_epoch
-            if leader_epoch < latest_epoch:
-                log.warning(
-                    "leader append with an epoch older than the log's dir=%s leader_epoch=%d "
-                    "latest_epoch=%d",
-                    self._directory,
-                    leader_epoch,
-                    latest_epoch,
-                )
-            config = self._local.config
+            self._epochs.check_leader_append(leader_epoch)
             first_offset = self._local.log_end_offset
-            assign_offsets(records, headers, first_offset, leader_epoch)
-            log_append_time_ms = -1
-            if config.message_timestamp_type == _LOG_APPEND_TIME:
-                for header in headers:
-                    set_log_append_time(records, header, now_ms)
-                log_append_time_ms = now_ms
-            # Re-read the headers: offsets and perhaps timestamps changed in place.
-            stamped = [parse_header(records, header.position) for header in headers]
+            stamped, log_append_time_ms = self._local.stamp(records, headers, leader_epoch, now_ms)
             self._write_locked(records, stamped, now_ms)
-            self._assign_epoch_locked(leader_epoch, first_offset)
+            self._epochs.assign(leader_epoch, first_offset)
         return AppendResult(
             first_offset, stamped[-1].last_offset, log_append_time_ms, tuple(stamped)
         )
@@ -287,28 +266,13 @@ class PartitionLog:
         with self._lock:
             self._check_writable()
             first_offset = self._local.log_end_offset
-            expected_offset = first_offset
-            previous_epoch = self._epoch_cache.latest_epoch
-            for header in headers:
-                epoch = header.partition_leader_epoch
-                if header.base_offset < expected_offset:
-                    raise CorruptMessageError(
-                        f"follower append to {self._directory.name}: batch at position "
-                        f"{header.position} has baseOffset {header.base_offset}, expected "
-                        f"{expected_offset} or more"
-                    )
-                if epoch < 0 or epoch < previous_epoch:
-                    raise CorruptMessageError(
-                        f"follower append to {self._directory.name}: batch at offset "
-                        f"{header.base_offset} has partitionLeaderEpoch {epoch}, after epoch "
-                        f"{previous_epoch}"
-                    )
-                expected_offset = header.next_offset
-                previous_epoch = epoch
+            check_follower_batches(
+                self._directory.name, headers, first_offset, self._epochs.latest_epoch
+            )
             for run_records, run_headers in segment_runs(records, headers):
                 self._write_locked(run_records, run_headers, now_ms)
                 for header in run_headers:
-                    self._assign_epoch_locked(header.partition_leader_epoch, header.base_offset)
+                    self._epochs.assign(header.partition_leader_epoch, header.base_offset)
         return AppendResult(first_offset, headers[-1].last_offset, -1, tuple(headers))
 
     def _write_locked(self, records: bytearray, headers: list[BatchHeader], now_ms: int) -> None:
@@ -319,17 +283,6 @@ class PartitionLog:
             # The segment written to is the active one, even if the write rolled first.
             self._failed = self._failed or self._local.segments[-1].damaged
             raise
-
-    def _assign_epoch_locked(self, epoch: int, start_offset: int) -> None:
-        """Note that ``epoch`` has data from ``start_offset`` on; cheap when not new."""
-        if self._epoch_cache.assign(epoch, start_offset):
-            self._epoch_version += 1
-            log.info(
-                "new leader epoch dir=%s epoch=%d start_offset=%d",
-                self._directory,
-                epoch,
-                start_offset,
-            )
 
     def roll_if_due(self, now_ms: int) -> bool:
         """Roll if the active segment is non-empty and ``segment.ms`` (for a compacted log at
@@ -364,20 +317,11 @@ class PartitionLog:
                 raise KafkaStorageError(
                     f"truncating log dir={self._directory} to {offset} failed: {exc}"
                 ) from exc
+            # The end, not ``offset``: it may lie below ``offset`` (whole batches go).
             log_end_offset = self.log_end_offset
             self._generation += 1
             first_dirty_lowered = self._cleaning.truncated(log_end_offset)
-            # The end, not ``offset``: it may lie below ``offset`` (whole batches go). An
-            # emptied log restarting at ``offset`` keeps no history (Kafka clears the cache).
-            if emptied:
-                removed_epochs = self._epoch_cache.entries
-                self._epoch_cache.clear()
-            else:
-                removed_epochs = self._epoch_cache.truncate_from_end(log_end_offset)
-            if removed_epochs:
-                self._epoch_version += 1
-            self._flushed_offset = min(self._flushed_offset, log_end_offset)
-            self._flush_cap = min(self._flush_cap, log_end_offset)
+            removed_epochs = self._epochs.truncated(log_end_offset, emptied)
         log.info(
             "truncated log dir=%s offset=%d log_end_offset=%d bytes_removed=%d "
             "segments_removed=%d leader_epochs_removed=%s",
@@ -388,7 +332,7 @@ class PartitionLog:
             removed_segments,
             [(entry.epoch, entry.start_offset) for entry in removed_epochs],
         )
-        self._persist_recovery_point(force=False)
+        self._checkpoints.persist_recovery_point(self._lock, self._local, force=False)
         if first_dirty_lowered:
             # A stale, higher value on disk would, once the log grows past it again, make
             # the next open treat the new records (a tombstone, say) as already cleaned.
@@ -453,29 +397,14 @@ class PartitionLog:
             if count:
                 self._generation += 1
             for position in range(count):
+                reason = "retention.ms" if position < expired_by_time else "retention.bytes"
                 try:
-                    segment = self._local.delete_oldest(paths)
-                except OSError as exc:
+                    self._local.delete_oldest(paths, reason)
+                except KafkaStorageError:
                     self._failed = True
-                    raise KafkaStorageError(
-                        f"deleting {self._local.segments[0].log_path} failed: {exc}; renamed "
-                        f"already: {[str(path) for path in paths]}"
-                    ) from exc
-                log_start_offset = self.log_start_offset
-                # Deleted data needs no flushing: offsets below the start count as flushed.
-                self._flushed_offset = max(self._flushed_offset, log_start_offset)
+                    raise
                 # Per segment, so that a failed rename later in the loop leaves it in step.
-                if self._epoch_cache.truncate_from_start(log_start_offset):
-                    self._epoch_version += 1
-                log.info(
-                    "deleted segment dir=%s base_offset=%d reason=%s size_bytes=%d "
-                    "log_start_offset=%d",
-                    self._directory,
-                    segment.base_offset,
-                    "retention.ms" if position < expired_by_time else "retention.bytes",
-                    segment.size,
-                    log_start_offset,
-                )
+                self._epochs.start_moved(self.log_start_offset)
             return paths
 
     # ---- compaction -----------------------------------------------------------------------
@@ -507,7 +436,7 @@ class PartitionLog:
         first dirty batch).
         """
         with self._lock:
-            return self._cleaning.view(self._local, self._flushed_offset, limit_offset, now_ms)
+            return self._cleaning.view(self._local, limit_offset, now_ms)
 
     def prepare_cleaning(self, limit_offset: int, now_ms: int) -> CleaningInput | None:
         """Snapshot the cleanable segments for :func:`replica.log.cleaner.clean_log`.
@@ -519,9 +448,7 @@ class PartitionLog:
         """
         with self._lock:
             self._check_writable()
-            return self._cleaning.prepare(
-                self._local, self._flushed_offset, limit_offset, now_ms, self._generation
-            )
+            return self._cleaning.prepare(self._local, limit_offset, now_ms, self._generation)
 
     def abandon_cleaning(self) -> None:
         """Forget a prepared cleaning that failed or stopped (its staged files are gone)."""
@@ -540,48 +467,20 @@ class PartitionLog:
         cache do not change. Raises ``KafkaStorageError`` (the log is then failed if the
         swap may be half done).
         """
-        cleaning = result.input
-        replaced = cleaning.segments[: result.cleaned_sources]
-        new_bases = [group.new_base for group in result.groups if group.new_base is not None]
         with self._lock:
             self._cleaning.prepared = False
-            current = self._local.segments
-            unchanged = (
-                not self._closed
-                and not self._failed
-                and self._generation == cleaning.generation
-                and len(current) > len(replaced)
-                and all(a is b for a, b in zip(current, replaced, strict=False))
-            )
-            if not unchanged:
-                log.info(
-                    "log cleaning abandoned, the log changed meanwhile dir=%s", self._directory
-                )
-                remove_staged(self._directory, new_bases)
+            generation = None if self.failed else self._generation
+            replaced = self._cleaning.start_swap(self._local, result, generation)
+            if replaced is None:
                 return None
-            commit_swap(self._directory, [segment.base_offset for segment in replaced], new_bases)
             try:
-                deleted, fresh = install_swap(
-                    self._directory,
-                    self._local.config.index_interval_bytes,
-                    replaced,
-                    result.groups,
-                    now_ms,
-                )
+                return self._cleaning.finish_swap(self._local, result, replaced, now_ms)
             except (OSError, KafkaStorageError) as exc:
                 self._failed = True
                 raise KafkaStorageError(
                     f"cleaner swap of dir={self._directory} failed after commit: {exc}; the "
                     "next open finishes it"
                 ) from exc
-            self._local.replace_oldest(len(replaced), fresh)
-            self._cleaning.committed(result)
-            for segment in replaced:
-                try:
-                    segment.close()
-                except OSError:
-                    log.exception("closing replaced segment failed dir=%s", self._directory)
-        return deleted
 
     def persist_cleaner_checkpoint(self) -> None:
         """Write the first dirty offset and the tombstone horizon to
@@ -590,13 +489,7 @@ class PartitionLog:
         Thread-safe; run it off the event loop. Raises ``KafkaStorageError``. Losing it
         costs only work: the next cleaning then treats more of the log as dirty.
         """
-        checkpoints = self._checkpoints
-        with checkpoints.lock:
-            with self._lock:
-                checkpoint = self._cleaning.checkpoint
-                if checkpoint == checkpoints.cleaner_checkpoint:
-                    return
-            checkpoints.write_cleaner_checkpoint(checkpoint)
+        self._checkpoints.persist_cleaner_checkpoint(self._lock, self._cleaning)
 
     # ---- durability -----------------------------------------------------------------------
 
@@ -613,21 +506,17 @@ class PartitionLog:
             return self._flush_locked()
 
     def _flush_locked(self) -> int:
+        local = self._local
         with self._lock:
             if self._closed:
-                return self._flushed_offset
+                return local.flushed_offset
             self._check_writable()
-            target = self.log_end_offset
             try:
-                fds, directory_dirty = self._local.take_unflushed()
+                target, fds, directory_dirty = local.start_flush()
             except OSError as exc:
                 raise KafkaStorageError(f"flush of dir={self._directory} failed: {exc}") from exc
-            self._flush_cap = target
         try:
-            for fd in fds:
-                os.fdatasync(fd)
-            if directory_dirty:
-                fsync_directory(self._directory)
+            local.sync(fds, directory_dirty)
         except OSError as exc:
             # After a failed fsync the kernel may have dropped the dirty pages: retrying
             # could "succeed" without the data. Give up on this log, as Kafka does.
@@ -635,58 +524,14 @@ class PartitionLog:
                 self._failed = True
             log.error("fdatasync failed dir=%s error=%s", self._directory, exc)
             raise KafkaStorageError(f"flush of dir={self._directory} failed: {exc}") from exc
-        finally:
-            for fd in fds:
-                os.close(fd)
         # Before the flushed offset is published: every recovery point persisted from it
         # (here, or by a truncation on another thread) must find the epoch checkpoint
         # already covering its offsets, or a crash would lose epoch entries.
-        self._persist_epoch_checkpoint()
+        self._checkpoints.persist_epoch_cache(self._lock, self._epochs)
         with self._lock:
-            flushed = min(target, self._flush_cap)
-            self._flush_cap = sys.maxsize
-            if flushed > self._flushed_offset:
-                self._flushed_offset = flushed
-            flushed = self._flushed_offset
-        self._persist_recovery_point(force=False)
+            flushed = local.finish_flush(target)
+        self._checkpoints.persist_recovery_point(self._lock, local, force=False)
         return flushed
-
-    def _persist_recovery_point(self, force: bool) -> None:
-        """Write the flushed offset as the recovery point if recovery would need it.
-
-        Needed when it moved to another segment, or went down (truncation). The value is
-        read under the main lock while holding the checkpoint lock, so the last write
-        always carries the latest value.
-        """
-        checkpoints = self._checkpoints
-        with checkpoints.lock:
-            with self._lock:
-                offset = self._flushed_offset
-                persisted = checkpoints.recovery_point
-                if offset == persisted:
-                    return
-                if (
-                    not force
-                    and offset > persisted
-                    and self._local.segment_index(offset) == self._local.segment_index(persisted)
-                ):
-                    return
-            checkpoints.write_recovery_point(offset)
-
-    def _persist_epoch_checkpoint(self) -> None:
-        """Write ``leader-epoch-checkpoint`` if the cache changed since the last write.
-
-        The text is taken under the main lock while holding the checkpoint lock, so the last
-        write always carries the latest cache. Raises ``KafkaStorageError``.
-        """
-        checkpoints = self._checkpoints
-        with checkpoints.lock:
-            with self._lock:
-                version = self._epoch_version
-                if version == checkpoints.epoch_version:
-                    return
-                text = self._epoch_cache.encode()
-            checkpoints.write_epoch_cache(version, text)
 
     def close(self) -> None:
         """Flush, persist the exact recovery point and the cleaner checkpoint, write the
@@ -710,7 +555,7 @@ class PartitionLog:
             try:
                 if not failed:
                     self._flush_locked()
-                    self._persist_recovery_point(force=True)
+                    self._checkpoints.persist_recovery_point(self._lock, self._local, force=True)
                     self.persist_cleaner_checkpoint()
                     write_file_atomically(self._directory / CLEAN_SHUTDOWN_FILE, b"")
             finally:
