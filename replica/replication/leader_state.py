@@ -44,14 +44,15 @@ from dataclasses import dataclass
 
 from cluster.errors import (
     FencedLeaderEpochError,
-    InvalidUpdateVersionError,
+    IneligibleReplicaError,
     LograftError,
-    NotControllerError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
 )
 from replica.replication.errors import ReplicationInvariantError
 from replica.replication.leader_epoch_cache import (
@@ -74,7 +75,8 @@ __all__ = [
 
 log = logging.getLogger("replica.replication")
 
-_WAIT_FOR_METADATA = (InvalidUpdateVersionError, FencedLeaderEpochError, NotControllerError)
+# Answers that prove an AlterPartition was not applied at the current partition epoch.
+_NOT_APPLIED = (IneligibleReplicaError, UnknownTopicIdError, UnknownTopicOrPartitionError)
 
 
 class IsrState(enum.Enum):
@@ -477,17 +479,23 @@ class LeaderState:
         return IsrProposal(self._pending_isr, self.leader_epoch, self._partition_epoch)
 
     def on_alter_partition_failed(self, error: LograftError) -> bool:
-        """The controller refused the proposal; returns whether it was forgotten.
+        """The AlterPartition call failed; returns whether the proposal was forgotten.
 
+        Only an answer that says the proposal was *not applied* at the current partition
+        epoch (``INELIGIBLE_REPLICA``, an unknown topic or partition) forgets it; a later
+        shrink or expand proposes again (Kafka's ``handleAlterPartitionError``). Any other
+        failure leaves it in flight, so the HW keeps waiting for the maximal ISR:
         ``INVALID_UPDATE_VERSION``, ``FENCED_LEADER_EPOCH`` and ``NOT_CONTROLLER`` say the
         partition changed meanwhile (perhaps by this very proposal, answered before and
-        resent): the proposal stays in flight, so the HW keeps waiting for the maximal
-        ISR, until the metadata log brings the new partition state (Kafka does the same).
-        Any other error forgets the proposal; a later shrink or expand proposes again.
+        resent), and the metadata log will bring the new state; a timeout or a lost
+        connection says nothing about whether the controller applied it, so the shell
+        sends it again. Forgetting such a proposal would let the HW pass a follower that
+        the controller may still add to the ISR (a late copy of the request), which an
+        election could then make leader without records below the HW.
         """
         if self._isr_state is IsrState.COMMITTED:
             return False
-        if isinstance(error, _WAIT_FOR_METADATA):
+        if not isinstance(error, _NOT_APPLIED):
             return False
         log.info(
             "partition isr change failed replica=%d leader_epoch=%d proposed=%s error=%s",

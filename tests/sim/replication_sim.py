@@ -40,6 +40,7 @@ from cluster.errors import (
     InvalidUpdateVersionError,
     LograftError,
     NotLeaderOrFollowerError,
+    RequestTimedOutError,
 )
 from replica.follower_fetch import NextFetch, handle_fetch_response
 from replica.replication import (
@@ -291,6 +292,9 @@ class Replica:
     crashes: int = 0
     last_leader_hw: int = 0
     checkpointed_hw: int = 0
+    alter_seq: int = 0
+    alter_in_flight: int | None = None
+    alter_deadline_ms: int = 0
 
 
 class _SimLog:
@@ -487,7 +491,11 @@ class ReplicationSimulator:
             self.send(Message("metadata", CONTROLLER, message.src, (message.body, meta)))
         elif message.kind == "alter":
             error = self.controller.on_alter_partition(message.src, message.body)
-            self.send(Message("alter_response", CONTROLLER, message.src, (message.body, error)))
+            self.send(
+                Message(
+                    "alter_response", CONTROLLER, message.src, (message.body, error), message.seq
+                )
+            )
             if error is None:
                 incarnation = self.controller.incarnation[message.src]
                 meta = self.controller.meta
@@ -505,6 +513,9 @@ class ReplicationSimulator:
         elif message.kind == "fetch_response":
             self._on_fetch_response(replica, message)
         elif message.kind == "alter_response":
+            if message.seq != replica.alter_in_flight:
+                return  # the broker's call for it ended (timed out): nobody reads the answer
+            replica.alter_in_flight = None
             proposal, error = message.body
             role = replica.role
             if (
@@ -578,11 +589,17 @@ class ReplicationSimulator:
         role = replica.role
         if not isinstance(role, LeaderState) or role.leader_epoch != leader_epoch:
             return
+        if replica.alter_in_flight is not None and self.now_ms >= replica.alter_deadline_ms:
+            # The call timed out; the broker tells the core, which keeps the proposal.
+            replica.alter_in_flight = None
+            proposal = role.pending_proposal
+            if proposal is not None:
+                role.on_alter_partition_failed(RequestTimedOutError("AlterPartition timed out"))
         proposal = role.maybe_shrink_isr(self.now_ms, self.cfg.replica_lag_time_max_ms)
         if proposal is None:
             proposal = role.pending_proposal  # resend: the answer may have been lost
         if proposal is not None:
-            self.send(Message("alter", replica.replica_id, CONTROLLER, proposal))
+            self._send_alter(replica, proposal)
         self._complete_acks(replica)
         self.schedule(10, _LEADER_TICK, replica.replica_id, (replica.generation, leader_epoch))
 
@@ -703,7 +720,26 @@ class ReplicationSimulator:
         self._complete_acks(leader)
         proposal = role.maybe_expand_isr(request.replica_id)
         if proposal is not None:
-            self.send(Message("alter", leader.replica_id, CONTROLLER, proposal))
+            self._send_alter(leader, proposal)
+
+    def _send_alter(self, replica: Replica, proposal: IsrProposal) -> None:
+        """One AlterPartition call at a time per partition, as the broker makes them.
+
+        A call ends with its answer or at its deadline; a gRPC request is delivered at most
+        once, so the network may drop or delay it but not duplicate it.
+        """
+        if replica.alter_in_flight is not None:
+            return
+        replica.alter_seq += 1
+        replica.alter_in_flight = replica.alter_seq
+        replica.alter_deadline_ms = self.now_ms + self.cfg.fetch_timeout_ms
+        message = Message("alter", replica.replica_id, CONTROLLER, proposal, replica.alter_seq)
+        rng = self.rng_net
+        if (message.src, message.dst) in self.blocked or (
+            self.faulty and rng.random() < self.cfg.drop
+        ):
+            return
+        self.schedule(rng.randint(0, self.cfg.delay_max_ms), _DELIVER, message.dst, message)
 
     def _on_fetch_response(self, replica: Replica, message: Message) -> None:
         role = replica.role
@@ -747,6 +783,7 @@ class ReplicationSimulator:
         replica.high_watermark = min(replica.checkpointed_hw, len(replica.log))
         replica.fsync_pending = False
         replica.pending_acks = []
+        replica.alter_in_flight = None
 
     def _restart(self, replica: Replica) -> None:
         replica.alive = True
