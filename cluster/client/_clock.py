@@ -25,20 +25,36 @@ through it: a blocking ``queue.get(timeout=...)`` has to become a deque guarded 
 ``threading.Condition`` (notified where the queue was put to) and ``clock.wait`` on it;
 ``threading.Event.wait(t)`` likewise becomes a flag under a condition. Timeouts enforced by
 gRPC itself (call deadlines) stay on real time.
+
+Two such replacements are here for that: ``ClockQueue`` (``queue.SimpleQueue`` whose
+``get(timeout)`` waits through a clock) and ``future_result`` (``Future.result(timeout)``
+with the timeout on a clock).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import queue
 import threading
 import time
+from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
-__all__ = ["SYSTEM_CLOCK", "Clock", "ManualClock", "SystemClock"]
+__all__ = [
+    "SYSTEM_CLOCK",
+    "Clock",
+    "ClockQueue",
+    "ManualClock",
+    "SystemClock",
+    "future_result",
+]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 class Clock(Protocol):
@@ -200,3 +216,65 @@ class ManualClock:
     def _deadlines_locked(self) -> list[float | None]:
         parked = [p.deadline for p in self._parked.values()]
         return sorted(parked, key=lambda d: (d is None, d or 0.0))
+
+
+class ClockQueue(Generic[_T]):
+    """A FIFO for many producers and one consumer whose blocking ``get`` waits via a clock.
+
+    ``queue.SimpleQueue``'s interface (``put``, ``get(timeout)``, ``get_nowait``, raising
+    ``queue.Empty``), but a ``ManualClock`` can end a ``get``'s wait. Thread-safe.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._items: deque[_T] = deque()
+        self._nonempty = threading.Condition()
+
+    def put(self, item: _T) -> None:
+        """Append ``item`` and wake a waiting ``get``."""
+        with self._nonempty:
+            self._items.append(item)
+            self._nonempty.notify()
+
+    def get(self, timeout: float) -> _T:
+        """The oldest item, waiting at most ``timeout`` seconds on the clock for one."""
+        with self._nonempty:
+            deadline = self._clock.monotonic() + timeout
+            while not self._items:
+                remaining = deadline - self._clock.monotonic()
+                if remaining <= 0:
+                    raise queue.Empty
+                self._clock.wait(self._nonempty, remaining)
+            return self._items.popleft()
+
+    def get_nowait(self) -> _T:
+        """The oldest item; ``queue.Empty`` if there is none."""
+        with self._nonempty:
+            if not self._items:
+                raise queue.Empty
+            return self._items.popleft()
+
+
+def future_result(clock: Clock, future: Future[_T], timeout: float | None) -> _T:
+    """``future.result(timeout)``, the timeout counted on ``clock``.
+
+    Raises ``TimeoutError`` when ``future`` is not done ``timeout`` seconds after the call,
+    and whatever ``future.result()`` raises once it is. ``None`` waits without a limit.
+    """
+    if timeout is None:
+        return future.result()
+    done = threading.Condition()
+
+    def wake(_future: Future[_T]) -> None:
+        with done:
+            done.notify_all()
+
+    future.add_done_callback(wake)
+    with done:
+        deadline = clock.monotonic() + max(timeout, 0.0)
+        while not future.done():
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            clock.wait(done, remaining)
+    return future.result()

@@ -10,17 +10,19 @@
   committed every ``auto.commit.interval.ms`` from ``poll``, before partitions are given
   up and on close; an auto-commit failure is logged, never raised.
 * ``committed`` reads the group's committed offsets back.
+
+The auto-commit interval and every commit timeout are counted on the consumer's ``Clock``.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from cluster.errors import IllegalStateError, LograftError, StaleMemberEpochError
 
+from ._clock import Clock, future_result
 from ._connection import TopicPartition
 from ._group_client import CoordinatorClient, GroupMember
 from ._subscription import SubscriptionState
@@ -47,12 +49,14 @@ class Committer:
         auto_commit_interval_s: float,
         request_timeout_ms: int,
         group_id: str | None,
+        clock: Clock,
     ) -> None:
         self._coordinator = coordinator
         self._subscriptions = subscriptions
         self._auto_commit = auto_commit
         self._auto_commit_interval_s = auto_commit_interval_s
-        self._next_auto_commit = time.monotonic() + auto_commit_interval_s
+        self._clock = clock
+        self._next_auto_commit = clock.monotonic() + auto_commit_interval_s
         self._request_timeout_ms = request_timeout_ms
         self._group_id = group_id
         self._executor: ThreadPoolExecutor | None = None
@@ -104,9 +108,10 @@ class Committer:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lograft-commit")
 
         timeout_s = self._request_timeout_ms / 1000.0
+        clock = self._clock
 
         def send() -> dict[TopicPartition, int]:
-            deadline = time.monotonic() + timeout_s
+            deadline = clock.monotonic() + timeout_s
             while True:
                 # The member's epoch as of sending: a rebalance may have bumped it meanwhile.
                 member_id, member_epoch = member.member() if member is not None else ("", -1)
@@ -120,7 +125,7 @@ class Committer:
                         member is None
                         or exc.code != StaleMemberEpochError.code
                         or not member.wait_for_new_epoch(
-                            member_id, member_epoch, deadline - time.monotonic()
+                            member_id, member_epoch, deadline - clock.monotonic()
                         )
                     ):
                         raise
@@ -145,7 +150,11 @@ class Committer:
         if not offsets:
             return
         try:
-            self.commit_async(offsets).result(None if timeout_s is None else max(timeout_s, 0))
+            future_result(
+                self._clock,
+                self.commit_async(offsets),
+                None if timeout_s is None else max(timeout_s, 0),
+            )
         except (LograftError, TimeoutError) as exc:
             logger.warning(
                 "auto-commit failed group=%s partitions=%d error=%s",
@@ -158,7 +167,7 @@ class Committer:
         """Auto-commit every position once ``auto.commit.interval.ms`` has passed."""
         if not self._auto_commit or self._subscriptions.mode is None:
             return
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if now < self._next_auto_commit:
             return
         self._next_auto_commit = now + self._auto_commit_interval_s
@@ -169,7 +178,7 @@ class Committer:
         if self._executor is None:
             return
         try:
-            self._executor.submit(lambda: None).result(timeout_s)
+            future_result(self._clock, self._executor.submit(lambda: None), timeout_s)
         except TimeoutError:
             logger.warning("commits still pending at close group=%s", self._group_id)
         self._executor.shutdown(wait=False, cancel_futures=True)

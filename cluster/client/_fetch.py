@@ -13,13 +13,14 @@
   raises), retriable ones back the partition off and ask for fresh metadata, others raise.
   A corrupt batch raises on every poll until the user seeks past it.
 
+Backoffs are counted on the consumer's ``Clock``; a ``Fetch``'s gRPC deadline is real time.
+
 Not thread-safe: the consumer's polling thread owns it.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from cluster.wire import broker_pb2 as pb
 from replica.batch_header import iter_headers
 from replica.records import iter_records
 
+from ._clock import Clock
 from ._connection import Connections, TopicPartition, map_rpc_error
 from ._subscription import CompletedFetch, PartitionState, SubscriptionState
 
@@ -81,8 +83,10 @@ class Fetcher:
         partition_max_bytes: int,
         request_timeout_ms: int,
         backoff_s: float,
+        clock: Clock,
     ) -> None:
         self._conn = conn
+        self._clock = clock
         self._subscriptions = subscriptions
         self._respond = respond
         self._want_metadata = want_metadata
@@ -155,7 +159,7 @@ class Fetcher:
 
     def send(self) -> None:
         """Send a ``Fetch`` to each leader with fetchable partitions and none in flight."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         metadata = self._conn.metadata
         by_node: dict[int, list[tuple[TopicPartition, PartitionState]]] = {}
         for tp, state in self._subscriptions.states.items():
@@ -232,7 +236,7 @@ class Fetcher:
             except Exception as exc:
                 error = map_rpc_error(exc) if hasattr(exc, "code") else NetworkError(str(exc))
                 response = None
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if error is not None:
             if not error.retriable:
                 raise error
@@ -301,5 +305,5 @@ class Fetcher:
             tp.partition,
             error.error_name,
         )
-        state.retry_at = time.monotonic() + self._backoff_s
+        state.retry_at = self._clock.monotonic() + self._backoff_s
         self._want_metadata()

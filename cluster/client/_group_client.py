@@ -14,13 +14,16 @@
   only touched under the member's lock; RPCs are sent without holding it.
 
 Group error codes become the typed errors of :mod:`cluster.errors`.
+
+Time is read, and every wait (retry backoff, the heartbeat timer, the poll timer, waits for
+an epoch or the leave) is made, through the consumer's :class:`~cluster.client._clock.Clock`;
+the deadlines of the gRPC calls themselves stay on real time.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -37,6 +40,7 @@ from cluster.errors import (
 )
 from cluster.wire import broker_pb2 as pb
 
+from ._clock import Clock
 from ._connection import Connections, TopicPartition, map_rpc_error
 from ._membership import GroupMembership, HeartbeatFields, MemberState, Reconciliation
 
@@ -54,10 +58,6 @@ def _rpc_error(exc: Exception) -> LograftError:
     if isinstance(exc, grpc.RpcError):
         return map_rpc_error(exc)
     return NetworkError(str(exc))
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 def _partitions_pb(partitions: Iterable[TopicPartition]) -> list[Any]:
@@ -84,11 +84,14 @@ class CoordinatorClient:
         *,
         request_timeout_ms: int,
         retry_backoff_ms: int,
+        clock: Clock,
     ) -> None:
         self.conn = conn
         self.group_id = group_id
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
+        self.clock = clock
+        """Where retries back off and deadlines are counted (the member's clock too)."""
         self._lock = threading.Lock()
         self._coordinator: tuple[int, str, int] | None = None
         self.lookups = 0
@@ -139,6 +142,7 @@ class CoordinatorClient:
         """One call to the coordinator (looking it up first if needed); no retries.
 
         Failures raise typed errors; network failures also forget the coordinator.
+        ``timeout_ms`` is the gRPC deadline: real time, whatever the clock.
         """
         timeout = self.request_timeout_ms if timeout_ms is None else timeout_ms
         try:
@@ -153,10 +157,11 @@ class CoordinatorClient:
     def _retrying(self, what: str, attempt: Callable[[int], Any], timeout_ms: int | None) -> Any:
         """Run ``attempt(remaining_ms)`` until it returns or fails for good or time is up."""
         budget_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
-        deadline = time.monotonic() + budget_ms / 1000.0
+        clock = self.clock
+        deadline = clock.monotonic() + budget_ms / 1000.0
         backoff_s = self.retry_backoff_ms / 1000.0
         while True:
-            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            remaining_ms = int((deadline - clock.monotonic()) * 1000)
             try:
                 return attempt(max(remaining_ms, 1))
             except LograftError as exc:
@@ -164,10 +169,10 @@ class CoordinatorClient:
                     raise
                 if exc.code in _FORGET_COORDINATOR:
                     self.forget_coordinator()
-                if time.monotonic() + backoff_s >= deadline:
+                if clock.monotonic() + backoff_s >= deadline:
                     raise
                 logger.debug("%s retry group=%s error=%s", what, self.group_id, exc)
-                time.sleep(backoff_s)
+                clock.sleep(backoff_s)
 
     def commit_offsets(
         self,
@@ -272,14 +277,17 @@ class GroupMember:
         self.max_poll_interval_ms = max_poll_interval_ms
         self.client_id = client_id
         self._wakeup = wakeup
+        self._clock = coordinator.clock
         self._membership = GroupMembership(self.group_id, assignor, max_poll_interval_ms)
         self._cond = threading.Condition()
         self._steps: deque[Reconciliation] = deque()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._finished = False
+        """The heartbeat thread has returned (``close`` waits for it through the clock)."""
         self._retry_at_ms = 0
         self._failures = 0
-        self._last_poll_ms = _now_ms()
+        self._last_poll_ms = self._now_ms()
         self._poll_expired = False
         self._fatal: LograftError | None = None
 
@@ -307,7 +315,7 @@ class GroupMember:
         with self._cond:
             if self._fatal is not None:
                 raise self._fatal
-            self._last_poll_ms = _now_ms()
+            self._last_poll_ms = self._now_ms()
             self._membership.subscribe(topics)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -346,7 +354,7 @@ class GroupMember:
         without a poll: the consumer then drops its partitions as lost and subscribes again.
         """
         with self._cond:
-            self._last_poll_ms = _now_ms()
+            self._last_poll_ms = self._now_ms()
             expired, self._poll_expired = self._poll_expired, False
             return expired
 
@@ -356,7 +364,8 @@ class GroupMember:
         For a commit refused with ``STALE_MEMBER_EPOCH``: the heartbeat answer with the
         new epoch is on its way. False on timeout, or when the member is out of the group.
         """
-        deadline = time.monotonic() + timeout_s
+        clock = self._clock
+        deadline = clock.monotonic() + timeout_s
         with self._cond:
             while True:
                 m = self._membership
@@ -367,32 +376,40 @@ class GroupMember:
                     member_epoch,
                 ):
                     return True
-                remaining = deadline - time.monotonic()
+                remaining = deadline - clock.monotonic()
                 if remaining <= 0:
                     return False
-                self._cond.wait(remaining)
+                clock.wait(self._cond, remaining)
 
     def wait_unsubscribed(self, timeout_s: float) -> bool:
         """Wait until the member is out of the group (the leave was answered)."""
-        deadline = time.monotonic() + timeout_s
+        clock = self._clock
+        deadline = clock.monotonic() + timeout_s
         with self._cond:
             while self._membership.state not in (MemberState.UNSUBSCRIBED, MemberState.FATAL):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._thread is None or not self._thread.is_alive():
+                remaining = deadline - clock.monotonic()
+                if remaining <= 0 or self._thread is None or self._finished:
                     return False
-                self._cond.wait(remaining)
+                clock.wait(self._cond, remaining)
             return True
 
     def close(self, timeout_s: float) -> None:
         """Stop the heartbeat thread, waiting at most ``timeout_s`` for it."""
+        clock = self._clock
+        deadline = clock.monotonic() + max(timeout_s, 0.0)
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-            thread = self._thread
-        if thread is not None:
-            thread.join(max(timeout_s, 0.0))
-            if thread.is_alive():
-                logger.warning("heartbeat thread still running group=%s", self.group_id)
+            # Not thread.join(timeout): a manual clock could not end that wait.
+            while self._thread is not None and not self._finished:
+                remaining = deadline - clock.monotonic()
+                if remaining <= 0:
+                    logger.warning("heartbeat thread still running group=%s", self.group_id)
+                    return
+                clock.wait(self._cond, remaining)
+
+    def _now_ms(self) -> int:
+        return int(self._clock.monotonic() * 1000)
 
     # ---- the heartbeat thread ------------------------------------------------------------
 
@@ -411,12 +428,16 @@ class GroupMember:
                 self._enqueue(self._membership.fail(error))
                 self._cond.notify_all()
             self._wakeup()
+        finally:
+            with self._cond:
+                self._finished = True
+                self._cond.notify_all()
 
     def _next_heartbeat(self) -> HeartbeatFields | None:
         """Wait until a heartbeat is due; its fields, or ``None`` when stopping."""
         with self._cond:
             while not self._stopping:
-                now = _now_ms()
+                now = self._now_ms()
                 self._check_poll_timer(now)
                 wait_ms = self._membership.heartbeat_wait_ms(now)
                 if wait_ms is not None:
@@ -430,7 +451,7 @@ class GroupMember:
                 ):
                     poll_ms = self._last_poll_ms + self.max_poll_interval_ms - now + 1
                     wait_ms = poll_ms if wait_ms is None else min(wait_ms, poll_ms)
-                self._cond.wait(None if wait_ms is None else max(wait_ms, 1) / 1000.0)
+                self._clock.wait(self._cond, None if wait_ms is None else max(wait_ms, 1) / 1000.0)
             return None
 
     def _check_poll_timer(self, now_ms: int) -> None:
@@ -485,7 +506,7 @@ class GroupMember:
                         exc,
                     )
                     self._membership.on_heartbeat_failed()
-                    self._retry_at_ms = _now_ms() + backoff_ms
+                    self._retry_at_ms = self._now_ms() + backoff_ms
                     self._cond.notify_all()
                     return
                 logger.error("heartbeat failed for good group=%s error=%s", self.group_id, exc)
@@ -515,7 +536,7 @@ class GroupMember:
             )
             if code:
                 self._failures += 1
-                self._retry_at_ms = _now_ms() + backoff_ms
+                self._retry_at_ms = self._now_ms() + backoff_ms
                 if self._membership.state is MemberState.FATAL:
                     self._fatal = error_for_code(code, response.error_message)
             else:

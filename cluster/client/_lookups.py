@@ -9,6 +9,9 @@ queue to ``handle``, which applies the answer to the partitions whose state (epo
 moved since. ``position`` uses the blocking forms, ``load_committed`` and
 ``resolve_positions``.
 
+Retry backoffs are counted on the consumer's ``Clock``; the blocking lookups of
+``Connections`` (and every gRPC deadline) stay on real time.
+
 Not thread-safe: the consumer's polling thread owns it (only the lookups themselves run on
 the pool).
 """
@@ -16,7 +19,6 @@ the pool).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from typing import Any, Literal
 
 from cluster.errors import LograftError
 
+from ._clock import Clock
 from ._connection import Connections, TopicPartition
 from ._group_client import CoordinatorClient
 from ._subscription import PartitionState, SubscriptionState
@@ -60,8 +63,10 @@ class Lookups:
         request_timeout_ms: int,
         backoff_s: float,
         group_id: str | None,
+        clock: Clock,
     ) -> None:
         self._conn = conn
+        self._clock = clock
         self._subscriptions = subscriptions
         self._coordinator = coordinator
         self._respond = respond
@@ -83,7 +88,7 @@ class Lookups:
 
         In the background: the answers come through ``respond``.
         """
-        now = time.monotonic()
+        now = self._clock.monotonic()
         committed: dict[TopicPartition, int] = {}
         resets: dict[TopicPartition, int] = {}
         epochs: dict[TopicPartition, int] = {}
@@ -108,7 +113,7 @@ class Lookups:
 
     def refresh_metadata(self) -> None:
         """Refresh the metadata in the background (one refresh at a time)."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if self._metadata_refreshing or now - self._metadata_at < self._backoff_s:
             return
         self._metadata_at = now
@@ -163,7 +168,7 @@ class Lookups:
                 len(live),
                 exc,
             )
-            retry_at = time.monotonic() + self._backoff_s
+            retry_at = self._clock.monotonic() + self._backoff_s
             for state in live.values():
                 state.retry_at = retry_at
             if lookup.kind == "offsets":

@@ -13,16 +13,16 @@ The group member (``GroupMember``, with its heartbeat thread) queues reconciliat
 A member that missed ``max.poll.interval.ms`` has left its group: ``check_poll_timer``
 drops its partitions as lost and joins again. ``leave_group`` revokes everything, then
 sends the leave. Callbacks are called as ``callback(consumer, partitions)``, or as the
-methods of a ``ConsumerRebalanceListener``.
+methods of a ``ConsumerRebalanceListener``. Deadlines are on the consumer's ``Clock``.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ._clock import Clock
 from ._commits import Committer
 from ._connection import Connections, TopicPartition
 from ._group_client import GroupMember
@@ -52,8 +52,10 @@ class Rebalancer:
         *,
         want_metadata: Callable[[], None],
         group_id: str | None,
+        clock: Clock,
     ) -> None:
         self._consumer = consumer
+        self._clock = clock
         self._subscriptions = subscriptions
         self._commits = commits
         self._conn = conn
@@ -148,7 +150,7 @@ class Rebalancer:
         )
         try:
             self._commits.auto_commit_sync(
-                partitions, None if deadline is None else deadline - time.monotonic()
+                partitions, None if deadline is None else deadline - self._clock.monotonic()
             )
             self._callback("revoke", partitions)
         finally:

@@ -49,7 +49,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -60,6 +59,7 @@ from typing import Any, Literal, overload
 from cluster.errors import IllegalStateError, UnknownTopicOrPartitionError
 from replica.topic_partition import validate_topic_name
 
+from ._clock import SYSTEM_CLOCK, Clock, ClockQueue
 from ._commits import Committer
 from ._connection import Connections, TopicPartition, resolve_config
 from ._consumer_config import CONSUMER_CONFIGS
@@ -78,6 +78,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+# Time: the consumer and its helpers read time and wait only through a ``Clock`` (``_clock``):
+# poll's timeout, auto.commit.interval.ms, retry.backoff.ms, max.poll.interval.ms, commit and
+# close timeouts. ``Consumer._with_clock`` gives it a ``ManualClock`` in tests. The deadlines
+# of gRPC calls, and the blocking lookups of ``Connections``, stay on real time.
 
 _CLOSE_TIMEOUT_MS = 30000
 
@@ -129,7 +134,26 @@ class Consumer:
     """
 
     def __init__(self, config: Mapping[str, object] | None = None, **overrides: object) -> None:
+        self._setup(config, overrides, SYSTEM_CLOCK)
+
+    @classmethod
+    def _with_clock(
+        cls, clock: Clock, config: Mapping[str, object] | None = None, **overrides: object
+    ) -> Consumer:
+        """A consumer that reads time and waits through ``clock`` (a ``ManualClock`` in
+        tests); otherwise exactly ``Consumer(config, **overrides)``.
+
+        Private, as Kafka's ``Time`` injection is: the clock is a testing seam, not API.
+        """
+        consumer = cls.__new__(cls)
+        consumer._setup(config, overrides, clock)
+        return consumer
+
+    def _setup(
+        self, config: Mapping[str, object] | None, overrides: dict[str, object], clock: Clock
+    ) -> None:
         self.config = resolve_config("consumer", CONSUMER_CONFIGS, config, overrides)
+        self._clock = clock
         self._max_poll_records = self._int("max.poll.records")
         self._backoff_s = self._int("retry.backoff.ms") / 1000.0
         self._request_timeout_ms = self._int("request.timeout.ms")
@@ -140,7 +164,7 @@ class Consumer:
             retry_backoff_ms=self._int("retry.backoff.ms"),
             metadata_max_age_ms=self._int("metadata.max.age.ms"),
         )
-        self._responses: queue.SimpleQueue[_Response] = queue.SimpleQueue()
+        self._responses: ClockQueue[_Response] = ClockQueue(clock)
         self._iter_buffer: deque[ConsumerRecord] = deque()
         self._closed = False
         # Groups and commits.
@@ -152,6 +176,7 @@ class Consumer:
                 self._group_id,
                 request_timeout_ms=self._request_timeout_ms,
                 retry_backoff_ms=self._int("retry.backoff.ms"),
+                clock=clock,
             )
             if self._group_id is not None
             else None
@@ -169,6 +194,7 @@ class Consumer:
             request_timeout_ms=self._request_timeout_ms,
             backoff_s=self._backoff_s,
             group_id=self._group_id,
+            clock=clock,
         )
         self._fetcher = Fetcher(
             self._conn,
@@ -182,6 +208,7 @@ class Consumer:
             partition_max_bytes=self._int("max.partition.fetch.bytes"),
             request_timeout_ms=self._request_timeout_ms,
             backoff_s=self._backoff_s,
+            clock=clock,
         )
         self._commits = Committer(
             self._coordinator,
@@ -190,6 +217,7 @@ class Consumer:
             auto_commit_interval_s=self._int("auto.commit.interval.ms") / 1000.0,
             request_timeout_ms=self._request_timeout_ms,
             group_id=self._group_id,
+            clock=clock,
         )
         self._rebalance = Rebalancer(
             self,
@@ -198,6 +226,7 @@ class Consumer:
             self._conn,
             want_metadata=self._lookups.want_metadata,
             group_id=self._group_id,
+            clock=clock,
         )
 
     def _int(self, name: str) -> int:
@@ -482,7 +511,8 @@ class Consumer:
         blocked wait ends at once (``AsyncConsumer`` does, to run its other calls).
         """
         self._check_open()
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000.0
+        clock = self._clock
+        deadline = clock.monotonic() + max(timeout_ms, 0) / 1000.0
         self._rebalance.check_poll_timer()
         self._rebalance.run_steps()
         self._commits.maybe_auto_commit()
@@ -499,7 +529,7 @@ class Consumer:
             fetcher.send()
             if records:
                 return records
-            remaining = deadline - time.monotonic()
+            remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 return []
             if not fetcher.in_flight:
@@ -516,7 +546,7 @@ class Consumer:
         while True:
             try:
                 if first and block_s > 0:
-                    item = self._responses.get(timeout=block_s)
+                    item = self._responses.get(block_s)
                 else:
                     item = self._responses.get_nowait()
             except queue.Empty:
@@ -551,10 +581,11 @@ class Consumer:
         if self._closed:
             return
         budget_s = (_CLOSE_TIMEOUT_MS if timeout_ms is None else max(timeout_ms, 0)) / 1000.0
-        deadline = time.monotonic() + budget_s
+        clock = self._clock
+        deadline = clock.monotonic() + budget_s
 
         def remaining() -> float:
-            return max(deadline - time.monotonic(), 0.0)
+            return max(deadline - clock.monotonic(), 0.0)
 
         try:
             member = self._rebalance.member
