@@ -13,8 +13,8 @@ Three places can see such an error, and each is covered here:
   callback to every task, and a loop exception handler for plain callbacks;
 * a gRPC handler, whose exceptions grpc would otherwise turn into an ``UNKNOWN`` reply:
   :class:`HaltOnInvariantInterceptor` wraps every handler;
-* code that catches broad exceptions to keep a loop alive must re-raise it: use
-  :func:`reraise_invariant` in such ``except Exception`` blocks.
+* code that catches broad exceptions to keep a loop alive re-raises it first
+  (``except InvariantError: raise`` before ``except Exception``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ __all__ = [
     "HaltOnInvariantInterceptor",
     "halt",
     "install",
-    "reraise_invariant",
 ]
 
 log = logging.getLogger(__name__)
@@ -62,12 +61,6 @@ def halt(error: BaseException, where: str) -> NoReturn:
             handler.flush()
     sys.stderr.flush()
     os._exit(HALT_EXIT_CODE)
-
-
-def reraise_invariant(error: BaseException) -> None:
-    """Raise ``error`` again if it is a broken invariant (call first in broad handlers)."""
-    if isinstance(error, InvariantError):
-        raise error
 
 
 def _on_task_done(task: asyncio.Future[Any]) -> None:

@@ -37,7 +37,6 @@ from controller.quorum.metadata_machine import MetadataStateMachine
 from replica.broker_rpcs import BrokerEndpoint
 from replica.fetcher import FollowedPartition, ReplicaFetcherManager
 from replica.group_service import GroupService
-from replica.log.config import LogConfig
 from replica.log_manager import LogManager, remove_directories
 from replica.partition import Partition
 from replica.partition_roles import (
@@ -49,6 +48,7 @@ from replica.partition_roles import (
 )
 from replica.producer_ids import ProducerIdAllocator
 from replica.replication import IsrProposal
+from replica.topic_config import LogConfig
 from replica.topic_partition import TopicPartition
 
 __all__ = ["ControllerClient", "KRaftBroker"]

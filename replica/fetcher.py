@@ -176,9 +176,9 @@ class ReplicaFetcher:
                 if delayed[0] is state and delayed[1] > now:
                     continue
                 del self._delayed[tp]
-            core_request = partition.fetch_request()
-            if core_request is None:
-                continue
+            core_request = state.fetch_request(
+                partition.log_end_offset, partition.leader_epoch_cache
+            )
             sent[tp] = _Sent(partition, state, core_request)
             topics.setdefault(tp.topic, []).append(
                 pb.FetchPartition(

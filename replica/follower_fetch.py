@@ -49,10 +49,12 @@ class FollowerLog(Protocol[R_contra]):
         ...
 
     def truncate_diverged(self, offset: int) -> None:
-        """Drop the log and the leader-epoch cache from ``offset`` on (whole batches).
+        """Drop the log and its leader-epoch cache from ``offset`` on (whole batches; the
+        log may end below ``offset``); nothing at or beyond the log end.
 
-        Also when ``offset`` is the log end: the epoch cache may hold an epoch that starts
-        there and wrote nothing (this replica led it), which must go (Kafka does the same).
+        The log's own cache never holds an epoch that wrote nothing (a leader assigns its
+        epoch in a copy; the log learns it from the first record), so a truncation at the
+        log end has nothing to remove.
         """
         ...
 

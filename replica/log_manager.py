@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -73,6 +74,9 @@ class LogManager:
         # replication-offset-checkpoint as last read or written; a partition opens at its
         # entry. Entries of partitions not (yet) open again are kept until they are removed.
         self._checkpointed: dict[TopicPartition, int] = {}
+        # The periodic write runs on a worker thread and may still be running when close
+        # writes the last one: both replace the same file through the same temporary name.
+        self._checkpoint_write_lock = threading.Lock()
 
     # ---- start-up and shutdown ----------------------------------------------------------
 
@@ -155,7 +159,8 @@ class LogManager:
         self, high_watermarks: Mapping[TopicPartition, int]
     ) -> None:
         """Write ``replication-offset-checkpoint`` (disk work: off the event loop)."""
-        write_high_watermarks(self.data_dir, high_watermarks)
+        with self._checkpoint_write_lock:
+            write_high_watermarks(self.data_dir, high_watermarks)
 
     # ---- topics -------------------------------------------------------------------------
 

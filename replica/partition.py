@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 from cluster.errors import InvariantError, LograftError, NotLeaderOrFollowerError
 from replica.batch_header import BatchHeader
-from replica.log.config import FlushPolicy, LogConfig
 from replica.log.partition_log import PartitionLog
 from replica.produce_validation import validate_produced
 from replica.producer_snapshots import (
@@ -43,12 +42,12 @@ from replica.producer_state import Duplicate, ProducerStateManager
 from replica.replication import (
     DivergingEpoch,
     FetchDecision,
-    FetchRequest,
     FollowerState,
     IsrProposal,
     LeaderEpochCache,
     LeaderState,
 )
+from replica.topic_config import FlushPolicy, LogConfig
 from replica.topic_partition import TopicPartition
 
 __all__ = ["FetchedBatches", "IsrProposer", "LeaderAppend", "Partition", "TopicPartition"]
@@ -478,13 +477,6 @@ class Partition:
     def follower_state(self) -> FollowerState | None:
         """The follower core while this broker follows a leader, else None."""
         return self._follower
-
-    def fetch_request(self) -> FetchRequest | None:
-        """The next replica fetch for this partition (None: not following anyone)."""
-        follower = self._follower
-        if follower is None:
-            return None
-        return follower.fetch_request(self.log.log_end_offset, self.log.leader_epoch_cache)
 
     def append_fetched(self, fetch_offset: int, records: FetchedBatches) -> None:
         """Append what a fetch brought (``FollowerLog``; ``fetch_offset`` is the log end)."""

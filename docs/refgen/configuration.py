@@ -19,7 +19,7 @@ from refgen.command_lines import command_lines
 from refgen.markdown import GENERATED_NOTE, code_span, inline, summary, table
 from refgen.values import show_default, show_text_default
 from replica.compression import CompressionType
-from replica.log.config import TOPIC_CONFIGS, LogConfig
+from replica.topic_config import TOPIC_CONFIGS, LogConfig
 
 __all__ = ["render_configuration"]
 
@@ -133,7 +133,7 @@ def _topic_configs() -> list[str]:
     for broker_name, topic_name in BROKER_TO_TOPIC_CONFIG.items():
         broker_names.setdefault(topic_name, []).append(broker_name)
     lines = [
-        "## Topic configs (`replica.log.config.TOPIC_CONFIGS`)",
+        "## Topic configs (`replica.topic_config.TOPIC_CONFIGS`)",
         "",
         "Set when a topic is created: `lograft topics create NAME --config NAME=VALUE`, or "
         '`NewTopic(name, partitions, configs={"retention.ms": "60000"})`. A topic that does not '
@@ -210,7 +210,7 @@ def render_configuration() -> str:
         "# Configuration reference",
         "",
         GENERATED_NOTE.format(
-            source="the config definitions in cluster/client, replica/log/config.py, "
+            source="the config definitions in cluster/client, replica/topic_config.py, "
             "cluster/node_config.py and the argument parsers"
         ),
         "",

@@ -617,11 +617,15 @@ class ReplicationSimulator:
         if acks_all and role.check_produce_acks_all() is not None:
             self.refused += 1
             return
+        self._leader_append(replica, role, record_id)
+        if acks_all:
+            replica.pending_acks.append((len(replica.log), record_id))
+
+    def _leader_append(self, replica: Replica, role: LeaderState, record_id: int) -> None:
+        """The leader's produce path: append (the log learns the epoch), then group commit."""
         replica.cache.assign(role.leader_epoch, len(replica.log))
         replica.log.append((role.leader_epoch, record_id))
         role.on_local_append(len(replica.log), durable_end_offset=replica.synced)
-        if acks_all:
-            replica.pending_acks.append((len(replica.log), record_id))
         self._schedule_fsync(replica)
 
     def _schedule_fsync(self, replica: Replica) -> None:
@@ -963,10 +967,7 @@ class ScriptedReplication(ReplicationSimulator):
         assert isinstance(role, LeaderState)
         for _ in range(count):
             self._next_record_id += 1
-            replica.cache.assign(role.leader_epoch, len(replica.log))
-            replica.log.append((role.leader_epoch, self._next_record_id))
-            role.on_local_append(len(replica.log), durable_end_offset=replica.synced)
-            self._schedule_fsync(replica)
+            self._leader_append(replica, role, self._next_record_id)
 
     def isolate(self, node: int, *, keep_controller: bool = False) -> None:
         """Cut ``node`` off from the other replicas (and the controller, unless kept)."""
