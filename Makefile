@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA ?= data/cluster
 
-.PHONY: sim lock install run test lint format typecheck unit integration proto proto-check bench clean docs
+.PHONY: sim lock install run test lint format typecheck unit integration docker-test image proto proto-check bench clean docs
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,15 @@ unit: $(STAMP)
 
 integration: $(STAMP)
 	$(BIN)/pytest -q tests/integration
+
+## The docker-compose cluster's tests (they build the image first).
+docker-test: $(STAMP)
+	$(BIN)/pytest -q tests/docker
+
+## Build the lograft:latest image: FROM python:3.11-slim-bookworm if a registry answers, else
+## FROM a local Debian base (mmdebstrap + docker import). Then: docker-compose up -d
+image: $(STAMP)
+	PYTHON=$(BIN)/python docker/build-image.sh
 
 ## Regenerate cluster/wire from proto/*.proto.
 proto: $(STAMP)

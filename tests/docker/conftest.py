@@ -1,0 +1,44 @@
+"""Fixtures of the docker tests: the image ``make image`` builds and the compose cluster.
+
+Without a docker engine these tests skip, unless ``LOGRAFT_REQUIRE_DOCKER=1`` (``.ci/run``
+sets it): then they fail, so that a CI machine without docker cannot pass them by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tests.docker.compose import ComposeCluster, build_image, docker_missing_reason, free_ports
+
+REQUIRE_DOCKER_ENV = "LOGRAFT_REQUIRE_DOCKER"
+
+
+@pytest.fixture(scope="session")
+def lograft_image() -> str:
+    """Build the image with ``make image``'s script (cached layers make a rebuild quick)."""
+    reason = docker_missing_reason()
+    if reason is not None:
+        if os.environ.get(REQUIRE_DOCKER_ENV) == "1":
+            pytest.fail(f"{REQUIRE_DOCKER_ENV}=1 but {reason}")
+        pytest.skip(reason)
+    return build_image(sys.executable)
+
+
+@pytest.fixture(scope="module")
+def compose_cluster(lograft_image: str) -> Iterator[ComposeCluster]:
+    """The repository's docker-compose.yml, up and healthy, under a project of its own."""
+    cluster = ComposeCluster(project=f"lograft-test-{os.getpid()}", ports=free_ports(3))
+    try:
+        cluster.up()
+    except BaseException:
+        print(cluster.logs(), file=sys.stderr)
+        cluster.down()
+        raise
+    try:
+        yield cluster
+    finally:
+        cluster.down()
