@@ -2,8 +2,10 @@
 the admin calls it forwards to the active controller.
 
 Metadata, DescribeCluster, DescribeConfigs and FindCoordinator are answered from this
-broker's image; CreateTopics, DeleteTopics, CreatePartitions and IncrementalAlterConfigs go
-to the active controller, and are answered once this broker's image shows their effect
+broker's image, each broker's address being the one it registered for the listener the
+request arrived on (a broker without that listener is left out, as in Kafka);
+CreateTopics, DeleteTopics, CreatePartitions and IncrementalAlterConfigs go to the active
+controller, and are answered once this broker's image shows their effect
 (read-your-writes, bounded). :class:`~cluster.kraft_broker.KRaftBroker` builds on
 :class:`BrokerFrontend` and tells it of each new image (:meth:`BrokerFrontend._image_arrived`).
 """
@@ -117,19 +119,22 @@ class BrokerFrontend:
 
     # ---- ClusterFrontend ----------------------------------------------------------------
 
-    async def metadata(self, request: pb.MetadataRequest) -> pb.MetadataResponse:
-        """Unfenced brokers, the active controller, and topics from the metadata image."""
+    async def metadata(self, request: pb.MetadataRequest, listener: str) -> pb.MetadataResponse:
+        """Unfenced brokers (their addresses on ``listener``), the active controller, and
+        topics from the metadata image."""
         image = self._machine.image
         leader = self._driver.status().leader_id
         response = pb.MetadataResponse(
             cluster_id=self._cluster_id, controller_id=-1 if leader is None else leader
         )
         for broker in image.unfenced_brokers():
-            listener = broker.listeners[0]
+            address = broker.listener(listener)
+            if address is None:
+                continue
             response.brokers.add(
                 node_id=broker.broker_id,
-                host=listener.host,
-                port=listener.port,
+                host=address.host,
+                port=address.port,
                 rack=broker.rack or "",
             )
         names = list(request.topics) or sorted(image.topics_by_name)
@@ -157,8 +162,9 @@ class BrokerFrontend:
                 )
         return response
 
-    async def find_coordinator(self, group_id: str) -> pb.FindCoordinatorResponse:
-        """The broker leading ``group_id``'s partition of ``__consumer_offsets``.
+    async def find_coordinator(self, group_id: str, listener: str) -> pb.FindCoordinatorResponse:
+        """The broker leading ``group_id``'s partition of ``__consumer_offsets``, its address
+        on ``listener``.
 
         The topic is created on first use (``offsets.topic.num.partitions`` partitions,
         ``offsets.topic.replication.factor`` replicas); until it has a leader for the
@@ -181,9 +187,15 @@ class BrokerFrontend:
             return _coordinator_error(
                 CoordinatorNotAvailableError(f"{OFFSETS_TOPIC}-{partition} has no leader")
             )
-        listener = broker.listeners[0]
+        address = broker.listener(listener)
+        if address is None:
+            return _coordinator_error(
+                CoordinatorNotAvailableError(
+                    f"the coordinator, broker {broker.broker_id}, has no listener {listener}"
+                )
+            )
         return pb.FindCoordinatorResponse(
-            node_id=broker.broker_id, host=listener.host, port=listener.port
+            node_id=broker.broker_id, host=address.host, port=address.port
         )
 
     async def _create_offsets_topic(self) -> None:
@@ -366,22 +378,23 @@ class BrokerFrontend:
         )
 
     async def describe_cluster(
-        self, request: pb.DescribeClusterRequest
+        self, request: pb.DescribeClusterRequest, listener: str
     ) -> pb.DescribeClusterResponse:
-        """Cluster id, the active controller and the registered brokers, from the image."""
+        """Cluster id, the active controller and the registered brokers (their addresses on
+        ``listener``), from the image."""
         image = self._machine.image
         leader = self._driver.status().leader_id
         response = pb.DescribeClusterResponse(
             cluster_id=self._cluster_id, controller_id=-1 if leader is None else leader
         )
         for broker_id, broker in sorted(image.brokers.items()):
-            if broker.fenced and not request.include_fenced_brokers:
+            address = broker.listener(listener)
+            if address is None or (broker.fenced and not request.include_fenced_brokers):
                 continue
-            listener = broker.listeners[0]
             response.brokers.add(
                 broker_id=broker_id,
-                host=listener.host,
-                port=listener.port,
+                host=address.host,
+                port=address.port,
                 rack=broker.rack or "",
                 is_fenced=broker.fenced,
             )

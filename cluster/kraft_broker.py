@@ -9,6 +9,10 @@ the active controller (those answers are :class:`~cluster.broker_frontend.Broker
 the calls go through :class:`~cluster.controller_client.ControllerClient`). It registers
 with the controller once per process start (a new incarnation) and heartbeats; the
 controller unfences it once its metadata has caught up with its own registration.
+
+It registers every listener it has (Kafka's ``advertised.listeners``); replication fetches
+from other brokers at their addresses on the inter-broker listener, which is the listener of
+the endpoint it is built with.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from cluster.broker_frontend import BrokerFrontend
 from cluster.controller_client import ControllerClient
@@ -83,7 +87,10 @@ class KRaftBroker(BrokerFrontend):
         offsets_topic_partitions: int = 50,
         offsets_topic_replication_factor: int = 3,
         node_config: NodeConfig | None = None,
+        listeners: Sequence[BrokerEndpoint] = (),
     ) -> None:
+        """``endpoint`` is this broker on the inter-broker listener; ``listeners`` every
+        listener it registers (default: ``endpoint``'s alone)."""
         super().__init__(
             endpoint,
             cluster_id,
@@ -96,6 +103,9 @@ class KRaftBroker(BrokerFrontend):
             offsets_topic_replication_factor,
         )
         self._replica_lag_time_max_ms = replica_lag_time_max_ms
+        self._listeners = tuple(listeners) or (endpoint,)
+        if endpoint not in self._listeners:
+            raise InvalidConfigError(f"the inter-broker listener {endpoint.listener} is not listed")
         self._isr_calls: dict[TopicPartition, asyncio.Task[None]] = {}
         self._isr_task: asyncio.Task[None] | None = None
         self._producer_ids = ProducerIdAllocator(self._allocate_producer_ids)
@@ -187,6 +197,10 @@ class KRaftBroker(BrokerFrontend):
                 host=self._endpoint.host,
                 port=self._endpoint.port,
                 rack=self._endpoint.rack,
+                listeners=[
+                    cpb.BrokerListener(name=x.listener, host=x.host, port=x.port)
+                    for x in self._listeners
+                ],
             ),
         )
         if response.error_code:
@@ -211,6 +225,14 @@ class KRaftBroker(BrokerFrontend):
                 "broker %s node_id=%d", "fenced" if response.is_fenced else "unfenced", self.node_id
             )
         self.is_fenced = response.is_fenced
+
+    def fenced_in_image(self) -> bool:
+        """Whether this process is fenced in the image applied here: not registered yet,
+        registered by an earlier incarnation, or fenced."""
+        if self.broker_epoch < 0:
+            return True
+        broker = self._machine.image.broker(self.node_id)
+        return broker is None or broker.broker_epoch != self.broker_epoch or broker.fenced
 
     # ---- the image decides what this broker hosts and leads -----------------------------
 
@@ -267,9 +289,11 @@ class KRaftBroker(BrokerFrontend):
                 followed[tp] = FollowedPartition(local.role.leader_id, local.role.leader_epoch)
         for name, count in reconfigured.items():
             log.info("topic config applied topic=%s partitions=%d", name, count)
+        inter_broker = self._endpoint.listener
         addresses = {
-            b.broker_id: f"{b.listeners[0].host}:{b.listeners[0].port}"
+            b.broker_id: f"{address.host}:{address.port}"
             for b in image.unfenced_brokers()
+            if (address := b.listener(inter_broker)) is not None
         }
         await self._fetchers.update(followed, addresses)
         # Partition counts are kept per image, not recomputed for every group request.

@@ -1,7 +1,12 @@
 """The node process: ``lograft node`` / ``python -m cluster.node``.
 
 A node has the broker role, the controller role or both (Kafka's ``process.roles``; with
-``--controller-quorum-voters`` both by default, without it a standalone broker). It can be
+``--controller-quorum-voters`` both by default, without it a standalone broker). It serves
+every gRPC service on each of its listeners (Kafka's ``listeners``), one server per
+listener, so each answer gives broker addresses on the listener it was asked on.
+``lograft node health`` asks a running node whether it is healthy (:mod:`cluster.node_health`).
+Every setting can be given by its Kafka name as ``--config NAME=VALUE``
+(:func:`cluster.node_config.node_setting_names`); the flags win over them. It can be
 killed at any moment (``kill -9``) and restarted from its data directory: logs recover by
 CRC, and every acknowledged write was fsync'ed before its acknowledgement (under the
 default flush policy). SIGTERM and SIGINT shut down cleanly: stop accepting
@@ -16,6 +21,7 @@ import logging
 import random
 import resource
 import signal
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -32,12 +38,15 @@ from cluster.errors import (
     LograftError,
 )
 from cluster.kraft_broker import ControllerClient, KRaftBroker
-from cluster.node_config import NodeConfig
+from cluster.node_config import NodeConfig, NodeListener
+from cluster.node_health import NodeHealthService, health_main
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from cluster.wire import controller_pb2_grpc
+from cluster.wire import node_pb2 as npb
+from cluster.wire import node_pb2_grpc as npb_grpc
 from cluster.wire import raft_pb2_grpc as raft_pb_grpc
 from controller.logic.decision import ControllerConfig
-from controller.quorum.controller import QuorumController
+from controller.quorum.controller import ControllerOnListener, QuorumController
 from controller.quorum.driver import RaftDriver, RaftTransport
 from controller.quorum.metadata_machine import MetadataStateMachine
 from controller.raft import RaftConfig
@@ -46,6 +55,7 @@ from replica.broker_service import BrokerEndpoint, BrokerService
 from replica.log.partition_log import delete_files
 from replica.log_cleaner_loop import LogCleaner
 from replica.log_manager import LogManager
+from replica.producer_ids import LocalProducerIdBlocks, ProducerIdAllocator
 from replica.topic_config import FlushPolicy
 from replica.topic_partition import TopicPartition
 
@@ -125,7 +135,7 @@ def load_or_create_identity(data_dir: Path, node_id: int, expected_cluster_id: s
 
 
 class Node:
-    """One lograft process: a gRPC server, its log manager and its background tasks."""
+    """One lograft process: a gRPC server per listener, its log manager and its tasks."""
 
     def __init__(self, config: NodeConfig, *, halt_on_invariant: bool = False) -> None:
         """``halt_on_invariant``: a broken invariant ends the process (the node's own
@@ -136,24 +146,27 @@ class Node:
             config.data_dir, config.node_id, quorum_cluster_id(config)
         )
         self.logs = LogManager(config.data_dir, config.log_defaults, wall_clock_ms)
-        self._server: grpc.aio.Server | None = None
+        self._servers: list[grpc.aio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._starters: list[Callable[[], Awaitable[None]]] = []
         self._stoppables: list[Callable[[], Awaitable[None]]] = []
         self._storage: DiskStorage | None = None
         self._cleaner: LogCleaner | None = None
-        self.bound_port = config.port
+        self._driver: RaftDriver | None = None
+        self._machine: MetadataStateMachine | None = None
+        self._controller: QuorumController | None = None
+        self._broker: KRaftBroker | None = None
+        self.bound_ports: dict[str, int] = {x.name: x.port for x in config.listeners}
+        """Listener name → the port it is bound to (differs from its config for port 0)."""
 
-    async def start(self) -> None:
-        """Recover the logs (and the metadata log in a quorum), then start serving."""
-        loop = asyncio.get_running_loop()
-        if self._halt_on_invariant:
-            halt.install(loop)
-        open_files = raise_open_file_limit()
-        # In a quorum the metadata image says which partitions exist; standalone, topics.json.
-        await loop.run_in_executor(None, self.logs.open, not self.config.in_quorum)
+    @property
+    def bound_port(self) -> int:
+        """The port of the first listener."""
+        return self.bound_ports[self.config.listeners[0].name]
+
+    def _new_server(self) -> grpc.aio.Server:
         limit = self.config.socket_request_max_bytes
-        server = grpc.aio.server(
+        return grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
@@ -161,25 +174,67 @@ class Node:
             ],
             interceptors=[halt.HaltOnInvariantInterceptor()] if self._halt_on_invariant else None,
         )
-        endpoint = BrokerEndpoint(
-            self.config.node_id, self.config.advertised_host, self.config.port, self.config.rack
-        )
-        frontend = await self._start_quorum(server, endpoint) if self.config.in_quorum else None
-        if "broker" in self.config.process_roles:
-            service = BrokerService(
-                self.logs,
-                endpoint,
-                self.cluster_id,
-                wall_clock_ms,
-                frontend,
-                groups=frontend.groups if frontend is not None else None,
+
+    def _bind(self, server: grpc.aio.Server, listener: NodeListener) -> int:
+        where = f"{listener.name}://{listener.bind_address}"
+        try:
+            port = int(server.add_insecure_port(listener.bind_address))
+        except RuntimeError as exc:
+            raise InvalidConfigError(f"listeners: cannot listen on {where}: {exc}") from None
+        if port == 0:
+            raise InvalidConfigError(f"listeners: cannot listen on {where}")
+        return port
+
+    async def start(self) -> None:
+        """Recover the logs (and the metadata log in a quorum), then start serving."""
+        config = self.config
+        loop = asyncio.get_running_loop()
+        if self._halt_on_invariant:
+            halt.install(loop)
+        open_files = raise_open_file_limit()
+        # In a quorum the metadata image says which partitions exist; standalone, topics.json.
+        await loop.run_in_executor(None, self.logs.open, not config.in_quorum)
+        servers = {x.name: self._new_server() for x in config.listeners}
+        for listener in config.listeners:
+            self.bound_ports[listener.name] = self._bind(servers[listener.name], listener)
+        endpoints = {
+            x.name: BrokerEndpoint(
+                config.node_id,
+                x.advertised_host,
+                x.advertised_port or self.bound_ports[x.name],
+                config.rack,
+                x.name,
             )
-            pb_grpc.add_BrokerServicer_to_server(service, server)
-        self.bound_port = server.add_insecure_port(f"{self.config.host}:{self.config.port}")
-        if self.bound_port == 0:
-            raise InvalidConfigError(f"cannot listen on {self.config.host}:{self.config.port}")
-        await server.start()
-        self._server = server
+            for x in config.listeners
+        }
+        if config.in_quorum:
+            await self._start_quorum(
+                endpoints[config.inter_broker_listener_name], tuple(endpoints.values())
+            )
+        # A standalone node's producer-id blocks: one allocator for every listener.
+        producer_ids = ProducerIdAllocator(LocalProducerIdBlocks(config.data_dir))
+        for name, server in servers.items():
+            if self._driver is not None:
+                raft_pb_grpc.add_RaftServicer_to_server(self._driver, server)
+            if self._controller is not None:
+                controller_pb2_grpc.add_ControllerServicer_to_server(
+                    ControllerOnListener(self._controller, name), server
+                )
+            if "broker" in config.process_roles:
+                service = BrokerService(
+                    self.logs,
+                    endpoints[name],
+                    self.cluster_id,
+                    wall_clock_ms,
+                    self._broker,
+                    groups=self._broker.groups if self._broker is not None else None,
+                    local_producer_ids=producer_ids,
+                )
+                pb_grpc.add_BrokerServicer_to_server(service, server)
+            npb_grpc.add_NodeServicer_to_server(NodeHealthService(self.health, name), server)
+        for server in servers.values():
+            await server.start()
+            self._servers.append(server)
         for starter in self._starters:
             await starter()
         self._tasks = [
@@ -187,25 +242,55 @@ class Node:
             asyncio.create_task(self._interval_flusher(), name="interval-flusher"),
             asyncio.create_task(self._high_watermark_checkpointer(), name="hw-checkpoint"),
         ]
-        if "broker" in self.config.process_roles and self.config.log_cleaner_enable:
+        if "broker" in config.process_roles and config.log_cleaner_enable:
             self._cleaner = LogCleaner(
-                self.logs, wall_clock_ms, backoff_ms=self.config.log_cleaner_backoff_ms
+                self.logs, wall_clock_ms, backoff_ms=config.log_cleaner_backoff_ms
             )
             self._cleaner.start()
         log.info(
-            "node ready node_id=%d listen=%s:%d cluster_id=%s roles=%s open_file_limit=%d",
-            self.config.node_id,
-            self.config.host,
-            self.bound_port,
+            "node ready node_id=%d listeners=%s advertised=%s inter_broker_listener=%s "
+            "cluster_id=%s roles=%s open_file_limit=%d",
+            config.node_id,
+            ",".join(
+                f"{x.name}://{x.host or '0.0.0.0'}:{self.bound_ports[x.name]}"
+                for x in config.listeners
+            ),
+            ",".join(f"{e.listener}://{e.host}:{e.port}" for e in endpoints.values()),
+            config.inter_broker_listener_name,
             self.cluster_id,
-            ",".join(sorted(self.config.process_roles)),
+            ",".join(sorted(config.process_roles)),
             open_files,
         )
 
+    def health(self) -> npb.NodeHealthResponse:
+        """What this node knows of itself now: the answer of ``NodeHealth``."""
+        config = self.config
+        facts = npb.NodeHealthResponse(
+            node_id=config.node_id,
+            roles=sorted(config.process_roles),
+            in_quorum=config.in_quorum,
+            cluster_id=self.cluster_id,
+            broker_epoch=-1,
+            quorum_leader_id=-1,
+        )
+        if self._driver is not None and self._machine is not None:
+            status = self._driver.status()
+            facts.metadata_applied_offset = self._machine.applied_end_offset
+            facts.metadata_high_watermark = status.high_watermark
+            facts.quorum_leader_id = -1 if status.leader_id is None else status.leader_id
+            facts.quorum_epoch = status.epoch
+        if self._broker is not None:
+            facts.broker_epoch = self._broker.broker_epoch
+            facts.fenced = self._broker.fenced_in_image()
+        return facts
+
     async def _start_quorum(
-        self, server: grpc.aio.Server, endpoint: BrokerEndpoint
-    ) -> KRaftBroker | None:
-        """Wire the Raft driver, the controller and the broker's metadata follower."""
+        self, endpoint: BrokerEndpoint, listeners: tuple[BrokerEndpoint, ...]
+    ) -> None:
+        """Wire the Raft driver, the controller and the broker's metadata follower.
+
+        ``endpoint`` is this broker on the inter-broker listener, ``listeners`` on each.
+        """
         config = self.config
         assert config.quorum_voters is not None
         loop = asyncio.get_running_loop()
@@ -231,7 +316,8 @@ class Node:
             random.Random(),
             tick_ms=tick_ms,
         )
-        raft_pb_grpc.add_RaftServicer_to_server(driver, server)
+        self._driver = driver
+        self._machine = machine
         self._starters.append(driver.start)
         self._stoppables.append(driver.stop)
         if "controller" in config.process_roles:
@@ -246,11 +332,11 @@ class Node:
                     default_replication_factor=config.default_replication_factor,
                 ),
             )
-            controller_pb2_grpc.add_ControllerServicer_to_server(controller, server)
+            self._controller = controller
             self._starters.append(controller.start)
             self._stoppables.insert(0, controller.stop)
         if "broker" not in config.process_roles:
-            return None
+            return
         broker = KRaftBroker(
             endpoint,
             self.cluster_id,
@@ -262,10 +348,11 @@ class Node:
             offsets_topic_partitions=config.offsets_topic_num_partitions,
             offsets_topic_replication_factor=config.offsets_topic_replication_factor,
             node_config=config,
+            listeners=listeners,
         )
+        self._broker = broker
         self._starters.append(broker.start)
         self._stoppables.insert(0, broker.stop)
-        return broker
 
     async def stop(self) -> None:
         """Stop accepting requests, let in-flight ones finish, flush and close the logs."""
@@ -276,8 +363,7 @@ class Node:
             await self._cleaner.stop()  # before the logs close: its thread reads them
         for stop in self._stoppables:
             await stop()
-        if self._server is not None:
-            await self._server.stop(SHUTDOWN_GRACE_S)
+        await asyncio.gather(*(server.stop(SHUTDOWN_GRACE_S) for server in self._servers))
         await asyncio.get_running_loop().run_in_executor(None, self.logs.close)
         if self._storage is not None:
             self._storage.close()
@@ -361,20 +447,35 @@ class Node:
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="lograft node",
-        description="Run a lograft node (broker, controller or both) serving gRPC.",
+        description="Run a lograft node (broker, controller or both) serving gRPC on each of "
+        "its listeners. Every setting can be given by its Kafka name with --config; a flag "
+        "wins over the --config of the same setting.",
+        epilog="`lograft node health [--bootstrap HOST:PORT] [--timeout-s S] [--json]` asks a "
+        "running node whether it is healthy (exit 0) or not (exit 1).",
     )
-    parser.add_argument("--node-id", type=int, required=True, help="this node's node.id")
-    parser.add_argument("--data-dir", type=Path, required=True, help="log directory")
     parser.add_argument(
-        "--listen", default="127.0.0.1:9092", help="host:port to serve on (default %(default)s)"
+        "--node-id", type=int, default=None, help="this node's node.id (or --config node.id=N)"
     )
-    parser.add_argument("--advertised-host", default="", help="host clients should dial")
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="data directory (or --config log.dir=DIR)"
+    )
+    parser.add_argument(
+        "--listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="one listener, PLAINTEXT, on HOST:PORT (default: --config listeners, else "
+        "127.0.0.1:9092)",
+    )
+    parser.add_argument(
+        "--advertised-host", default="", help="host clients should dial (with --listen)"
+    )
     parser.add_argument(
         "--config",
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="broker setting by Kafka name, e.g. log.segment.bytes=1048576 (repeatable)",
+        help="a setting by Kafka name, e.g. log.segment.bytes=1048576 or "
+        "listeners=INTERNAL://0.0.0.0:19092,EXTERNAL://0.0.0.0:9092 (repeatable)",
     )
     parser.add_argument(
         "--process-roles",
@@ -398,6 +499,62 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+_LISTENER_SETTINGS = ("listeners", "advertised.listeners", "inter.broker.listener.name")
+
+
+def node_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The settings of ``lograft node``'s arguments, by Kafka name: every ``--config``, then
+    the flags over them (a flag wins over the ``--config`` of its setting).
+
+    ``--listen HOST:PORT`` (with ``--advertised-host``) stands for ``listeners`` (and
+    ``advertised.listeners``) of one listener named ``PLAINTEXT``. Raises
+    ``InvalidConfigError`` for a ``--config`` that is not ``NAME=VALUE``.
+    """
+    settings: dict[str, str] = {}
+    for item in args.config:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise InvalidConfigError(f"--config {item!r} is not NAME=VALUE")
+        settings[name.strip()] = value.strip()
+    flags = {
+        "node.id": None if args.node_id is None else str(args.node_id),
+        "process.roles": args.process_roles,
+        "controller.quorum.voters": args.controller_quorum_voters,
+        "cluster.id": args.cluster_id,
+        "broker.rack": args.rack,
+    }
+    settings.update({name: value for name, value in flags.items() if value})
+    if args.data_dir is not None:
+        settings.pop("log.dirs", None)
+        settings["log.dir"] = str(args.data_dir)
+    if args.listen is not None or args.advertised_host:
+        if args.listen is None and "listeners" in settings:
+            raise InvalidConfigError(
+                "--advertised-host goes with --listen; with listeners, set advertised.listeners"
+            )
+        listen = args.listen or "127.0.0.1:9092"
+        host, _, port = listen.rpartition(":")
+        if not host or not port.isdigit():
+            raise InvalidConfigError(f"--listen {listen!r} is not HOST:PORT")
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"  # an IPv6 address
+        overridden = [name for name in _LISTENER_SETTINGS if settings.pop(name, None)]
+        if overridden:
+            log.warning("--listen wins over %s", ", ".join(overridden))
+        settings["listeners"] = f"PLAINTEXT://{host}:{port}"
+        if args.advertised_host:
+            advertised = args.advertised_host
+            if ":" in advertised and not advertised.startswith("["):
+                advertised = f"[{advertised}]"
+            settings["advertised.listeners"] = f"PLAINTEXT://{advertised}:{port}"
+        elif host.strip("[]") in ("", "0.0.0.0", "::"):
+            raise InvalidConfigError(
+                f"--listen {listen} binds every interface: give --advertised-host, the host "
+                "clients dial"
+            )
+    return settings
+
+
 async def _serve(config: NodeConfig) -> None:
     node = Node(config, halt_on_invariant=True)
     stop = asyncio.Event()
@@ -411,38 +568,17 @@ async def _serve(config: NodeConfig) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``lograft node``; returns the process exit code."""
-    args = _parse_args(argv)
+    """Entry point of ``lograft node`` (and ``lograft node health``); returns the exit code."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["health"]:
+        return health_main(arguments[1:])
+    args = _parse_args(arguments)
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    overrides: dict[str, str] = {}
-    for item in args.config:
-        name, sep, value = item.partition("=")
-        if not sep:
-            log.error("invalid --config %r: expected NAME=VALUE", item)
-            return 2
-        overrides[name.strip()] = value.strip()
-    # Kafka's server.properties names work as --config too; the flags win.
-    process_roles = args.process_roles or overrides.pop("process.roles", "")
-    voters = args.controller_quorum_voters or overrides.pop("controller.quorum.voters", "")
-    rack = args.rack or overrides.pop("broker.rack", "")
-    overrides.pop("process.roles", None)
-    overrides.pop("controller.quorum.voters", None)
-    overrides.pop("broker.rack", None)
     try:
-        config = NodeConfig.build(
-            args.node_id,
-            args.data_dir,
-            args.listen,
-            args.advertised_host,
-            overrides,
-            process_roles,
-            voters,
-            args.cluster_id,
-            rack,
-        )
+        config = NodeConfig.from_settings(node_settings(args), Path)
         asyncio.run(_serve(config))
     except LograftError as exc:
         log.error("node failed to start: %s", exc)

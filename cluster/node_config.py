@@ -1,23 +1,78 @@
-"""Node configuration: identity, listener, data directory and broker-wide defaults.
+"""Node configuration: identity, listeners, data directory and broker-wide defaults.
 
-Broker-level names are Kafka's (``log.segment.bytes``, ``message.max.bytes``, ...). Those that
-have a topic-level counterpart become the defaults of every topic's ``LogConfig``.
+Every name is Kafka's (``node.id``, ``listeners``, ``log.segment.bytes``, ...);
+:func:`node_setting_names` lists each name ``lograft node --config NAME=VALUE`` accepts and
+:meth:`NodeConfig.from_settings` turns such settings into a config. Broker settings that have
+a topic-level counterpart become the defaults of every topic's ``LogConfig``.
+
+**Listeners**, as Kafka's: ``listeners`` names where the node binds
+(``INTERNAL://0.0.0.0:19092,EXTERNAL://0.0.0.0:9092``), ``advertised.listeners`` what it
+tells clients and other brokers for each (``INTERNAL://lograft-1:19092,EXTERNAL://127.0.0.1:9092``;
+a listener not named there advertises its bind address), and ``inter.broker.listener.name``
+the one brokers use to reach each other (default: the first listener). The node serves every
+service on every listener; a Metadata answer gives each broker's address on the listener the
+request arrived on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from cluster.errors import InvalidConfigError
-from replica.topic_config import LogConfig
+from replica.topic_config import TOPIC_CONFIGS, LogConfig
 
 if TYPE_CHECKING:
     # Only the type of ``data_dir``: parsing a config touches no disk (tests/unit/test_layers.py).
     from pathlib import Path
 
-__all__ = ["BROKER_TO_TOPIC_CONFIG", "NODE_CONFIGS", "NodeConfig"]
+__all__ = [
+    "BROKER_TO_TOPIC_CONFIG",
+    "DEFAULT_LISTENER",
+    "IDENTITY_SETTINGS",
+    "NODE_CONFIGS",
+    "NodeConfig",
+    "NodeListener",
+    "node_setting_names",
+    "parse_listeners",
+]
+
+DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
+"""``listeners`` of a node given neither ``--listen`` nor ``listeners``."""
+
+IDENTITY_SETTINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "node.id": "This node's id, a number >= 0 (required; the --node-id flag wins).",
+        "log.dir": "The node's data directory (required; the --data-dir flag wins).",
+        "log.dirs": "Kafka's list of data directories; lograft takes exactly one (as log.dir).",
+        "listeners": "Where the node listens, NAME://HOST:PORT,... e.g. "
+        "INTERNAL://0.0.0.0:19092,EXTERNAL://0.0.0.0:9092 (default "
+        f"{DEFAULT_LISTENER}; the --listen flag wins). Every listener serves every service.",
+        "advertised.listeners": "The address clients and other brokers are given for each "
+        "listener, NAME://HOST:PORT,... e.g. INTERNAL://lograft-1:19092,EXTERNAL://127.0.0.1:9092; "
+        "a listener not named here advertises its bind address (which must then not be "
+        "0.0.0.0).",
+        "inter.broker.listener.name": "The listener brokers use to reach each other "
+        "(replication, the metadata of other brokers); default: the first of listeners.",
+        "process.roles": "broker, controller or broker,controller (default: both with "
+        "controller.quorum.voters, else broker; the --process-roles flag wins).",
+        "controller.quorum.voters": "The controller quorum, ID@HOST:PORT,... e.g. "
+        "1@lograft-1:19092,2@lograft-2:19092 (dialled as given); without it the node is a "
+        "standalone broker (the --controller-quorum-voters flag wins).",
+        "cluster.id": "The cluster id (default: derived from controller.quorum.voters; the "
+        "--cluster-id flag wins).",
+        "broker.rack": "The rack of the broker: replicas of a partition go to distinct racks "
+        "(the --rack flag wins).",
+    }
+)
+"""The node's identity settings by Kafka name → description: who it is, where its data is,
+where it listens and which quorum it belongs to."""
+
+_LISTENER_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+_UNROUTABLE_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
 BROKER_TO_TOPIC_CONFIG: dict[str, str] = {
     "log.segment.bytes": "segment.bytes",
@@ -127,15 +182,64 @@ NODE_CONFIGS: dict[str, tuple[int, int, str]] = {
 setting takes true or false."""
 
 
+def node_setting_names() -> Mapping[str, str]:
+    """Every name ``lograft node --config NAME=VALUE`` accepts → a one-line description.
+
+    The identity settings (:data:`IDENTITY_SETTINGS`), the broker defaults of topic configs
+    (:data:`BROKER_TO_TOPIC_CONFIG`) and the node-wide settings (:data:`NODE_CONFIGS`): the
+    one list a container entrypoint maps its environment variables from.
+    """
+    names: dict[str, str] = dict(IDENTITY_SETTINGS)
+    for broker_name, topic_name in BROKER_TO_TOPIC_CONFIG.items():
+        names[broker_name] = f"Default of the topic config {topic_name}: " + (
+            TOPIC_CONFIGS[topic_name].doc
+        )
+    for name, (_, _, doc) in NODE_CONFIGS.items():
+        names[name] = doc
+    return MappingProxyType(names)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeListener:
+    """One named listener: the address the node binds and the one it advertises for it.
+
+    ``advertised_port`` 0 (only when ``port`` is 0) means "the port the listener was given
+    when it bound".
+    """
+
+    name: str
+    host: str
+    port: int
+    advertised_host: str
+    advertised_port: int
+
+    @property
+    def bind_address(self) -> str:
+        """``host:port`` to bind (IPv6 hosts in brackets)."""
+        return _join_host_port(self.host or "0.0.0.0", self.port)
+
+    @property
+    def advertised_address(self) -> str:
+        """``host:port`` clients on this listener dial."""
+        return _join_host_port(self.advertised_host, self.advertised_port)
+
+
+def _join_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+_DEFAULT_LISTENERS = (NodeListener("PLAINTEXT", "127.0.0.1", 9092, "127.0.0.1", 9092),)
+
+
 @dataclass(frozen=True, slots=True)
 class NodeConfig:
     """Everything a node process needs to start."""
 
     node_id: int
     data_dir: Path
-    host: str = "127.0.0.1"
-    port: int = 9092
-    advertised_host: str = ""
+    listeners: tuple[NodeListener, ...] = _DEFAULT_LISTENERS
+    """Every listener, in the order of the ``listeners`` setting."""
+    inter_broker_listener_name: str = "PLAINTEXT"
     rack: str = ""
     log_defaults: LogConfig = field(default_factory=LogConfig)
     retention_check_interval_ms: int = 30_000
@@ -162,6 +266,51 @@ class NodeConfig:
         """Whether the node takes part in a controller quorum (KRaft mode)."""
         return self.quorum_voters is not None
 
+    @property
+    def inter_broker_listener(self) -> NodeListener:
+        """The listener other brokers reach this one on (``inter.broker.listener.name``)."""
+        return next(x for x in self.listeners if x.name == self.inter_broker_listener_name)
+
+    @classmethod
+    def from_settings(
+        cls, settings: Mapping[str, str], make_path: Callable[[str], Path]
+    ) -> NodeConfig:
+        """Validate settings named as :func:`node_setting_names` lists them; raises
+        ``InvalidConfigError`` naming the first bad or unknown setting.
+
+        ``node.id`` and ``log.dir`` (or ``log.dirs`` with one entry) are required;
+        ``make_path`` turns the data directory's text into a path (parsing touches no disk).
+        """
+        known = node_setting_names()
+        for name in settings:
+            if name not in known:
+                raise InvalidConfigError(f"unknown node config {name!r}")
+        values = {name: value.strip() for name, value in settings.items()}
+        node_text = values.get("node.id", "")
+        if not node_text:
+            raise InvalidConfigError("node.id is required (--node-id or --config node.id=N)")
+        try:
+            node_id = int(node_text)
+        except ValueError:
+            raise InvalidConfigError(f"node.id={node_text!r} is not an integer") from None
+        data_dir = make_path(_log_dir(values))
+        listeners, inter_broker = parse_listeners(
+            values.get("listeners", "") or DEFAULT_LISTENER,
+            values.get("advertised.listeners", ""),
+            values.get("inter.broker.listener.name", ""),
+        )
+        return cls._assemble(
+            node_id,
+            data_dir,
+            listeners,
+            inter_broker,
+            {n: v for n, v in settings.items() if n not in IDENTITY_SETTINGS},
+            values.get("process.roles", ""),
+            values.get("controller.quorum.voters", ""),
+            values.get("cluster.id", ""),
+            values.get("broker.rack", ""),
+        )
+
     @classmethod
     def build(
         cls,
@@ -175,9 +324,12 @@ class NodeConfig:
         cluster_id: str = "",
         rack: str = "",
     ) -> NodeConfig:
-        """Validate and assemble a node config; raises ``InvalidConfigError``."""
-        if node_id < 0:
-            raise InvalidConfigError(f"node.id must be >= 0, got {node_id}")
+        """Validate and assemble a node config with one listener, ``PLAINTEXT`` on ``listen``
+        (``host:port``), advertised as ``advertised_host`` (default: its host) — the
+        ``--listen``/``--advertised-host`` flags; raises ``InvalidConfigError``.
+
+        ``overrides`` are broker and node-wide settings (not the identity ones).
+        """
         host, _, port_text = listen.rpartition(":")
         try:
             port = int(port_text)
@@ -185,10 +337,42 @@ class NodeConfig:
             raise InvalidConfigError(f"listener {listen!r} is not host:port") from None
         if not host or not 0 <= port <= 65535:
             raise InvalidConfigError(f"listener {listen!r} is not host:port")
+        host = host.removeprefix("[").removesuffix("]")
+        listener = NodeListener("PLAINTEXT", host, port, advertised_host or host, port)
+        for name in overrides or {}:
+            if name in IDENTITY_SETTINGS:
+                raise InvalidConfigError(f"{name} is set by an argument of its own here")
+        return cls._assemble(
+            node_id,
+            data_dir,
+            (listener,),
+            listener.name,
+            overrides or {},
+            process_roles,
+            quorum_voters,
+            cluster_id,
+            rack,
+        )
+
+    @classmethod
+    def _assemble(
+        cls,
+        node_id: int,
+        data_dir: Path,
+        listeners: tuple[NodeListener, ...],
+        inter_broker_listener_name: str,
+        overrides: Mapping[str, str],
+        process_roles: str,
+        quorum_voters: str,
+        cluster_id: str,
+        rack: str,
+    ) -> NodeConfig:
+        if node_id < 0:
+            raise InvalidConfigError(f"node.id must be >= 0, got {node_id}")
         topic_overrides: dict[str, str] = {}
         node_configs = NODE_CONFIGS
         node_values = {name: default for name, (default, _, _) in node_configs.items()}
-        for name, value in (overrides or {}).items():
+        for name, value in overrides.items():
             if name in BROKER_TO_TOPIC_CONFIG:
                 topic_overrides[BROKER_TO_TOPIC_CONFIG[name]] = value
             elif isinstance(node_configs.get(name, (0,))[0], bool):
@@ -241,9 +425,8 @@ class NodeConfig:
             offsets_topic_segment_bytes=node_values["offsets.topic.segment.bytes"],
             node_id=node_id,
             data_dir=data_dir,
-            host=host,
-            port=port,
-            advertised_host=advertised_host or host,
+            listeners=listeners,
+            inter_broker_listener_name=inter_broker_listener_name,
             rack=rack,
             log_defaults=LogConfig().with_overrides(topic_overrides),
             retention_check_interval_ms=node_values["log.retention.check.interval.ms"],
@@ -260,3 +443,101 @@ def _parse_voters(text: str) -> dict[int, str]:
             raise InvalidConfigError(f"controller.quorum.voters entry {item!r} is not id@host:port")
         voters[int(node_text)] = address
     return voters
+
+
+def _log_dir(values: Mapping[str, str]) -> str:
+    """The data directory of ``log.dir`` or ``log.dirs`` (one entry); both must agree."""
+    single = values.get("log.dir", "")
+    many = [d.strip() for d in values.get("log.dirs", "").split(",") if d.strip()]
+    if len(many) > 1:
+        raise InvalidConfigError(
+            f"log.dirs={values['log.dirs']!r}: lograft keeps its data in one directory"
+        )
+    if single and many and many[0] != single:
+        raise InvalidConfigError(f"log.dir={single!r} and log.dirs={many[0]!r} disagree")
+    directory = single or (many[0] if many else "")
+    if not directory:
+        raise InvalidConfigError("log.dir is required (--data-dir or --config log.dir=DIR)")
+    return directory
+
+
+def _parse_listener_list(setting: str, text: str) -> list[tuple[str, str, int]]:
+    """``NAME://HOST:PORT,...`` → ``(NAME, host, port)``; names upper-cased, as Kafka."""
+    parsed: list[tuple[str, str, int]] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, address = item.partition("://")
+        name = name.strip().upper()
+        if not sep or not _LISTENER_NAME.fullmatch(name):
+            raise InvalidConfigError(f"{setting}: {item!r} is not NAME://HOST:PORT")
+        if address.startswith("["):
+            host, bracket, rest = address[1:].partition("]")
+            if not bracket or not rest.startswith(":"):
+                raise InvalidConfigError(f"{setting}: {item!r} is not NAME://HOST:PORT")
+            port_text = rest[1:]
+        else:
+            host, colon, port_text = address.rpartition(":")
+            if not colon or ":" in host:
+                raise InvalidConfigError(f"{setting}: {item!r} is not NAME://HOST:PORT")
+        if not port_text.isascii() or not port_text.isdigit() or int(port_text) > 65535:
+            raise InvalidConfigError(f"{setting}: {item!r} needs a port 0..65535")
+        if any(name == seen for seen, _, _ in parsed):
+            raise InvalidConfigError(f"{setting}: listener name {name} is given twice")
+        parsed.append((name, host, int(port_text)))
+    return parsed
+
+
+def parse_listeners(
+    listeners: str, advertised_listeners: str = "", inter_broker_listener_name: str = ""
+) -> tuple[tuple[NodeListener, ...], str]:
+    """Kafka's ``listeners``, ``advertised.listeners`` and ``inter.broker.listener.name``.
+
+    Returns every listener with its advertised address, and the inter-broker listener's
+    name (default: the first listener). Raises ``InvalidConfigError`` naming the setting:
+    a malformed entry, a name given twice, two listeners on one port, an advertised name
+    that is not a listener, an advertised port 0, a listener bound to all interfaces (or
+    none named) that ``advertised.listeners`` does not name, an unknown inter-broker name.
+    """
+    bound = _parse_listener_list("listeners", listeners)
+    if not bound:
+        raise InvalidConfigError("listeners: at least one NAME://HOST:PORT is needed")
+    ports: dict[int, str] = {}
+    for name, _, port in bound:
+        if port and port in ports:
+            raise InvalidConfigError(
+                f"listeners: {ports[port]} and {name} both listen on port {port}"
+            )
+        ports[port] = name
+    names = [name for name, _, _ in bound]
+    advertised = {
+        name: (host, port)
+        for name, host, port in _parse_listener_list("advertised.listeners", advertised_listeners)
+    }
+    for name, (host, port) in advertised.items():
+        if name not in names:
+            raise InvalidConfigError(
+                f"advertised.listeners: {name} is not one of listeners ({', '.join(names)})"
+            )
+        if host in _UNROUTABLE_HOSTS or port == 0:
+            raise InvalidConfigError(
+                f"advertised.listeners: {name}://{_join_host_port(host, port)} is not an "
+                "address clients can dial (name a host and a port 1..65535)"
+            )
+    result: list[NodeListener] = []
+    for name, host, port in bound:
+        advertised_host, advertised_port = advertised.get(name, (host, port))
+        if advertised_host in _UNROUTABLE_HOSTS:
+            raise InvalidConfigError(
+                f"advertised.listeners: listener {name} binds "
+                f"{_join_host_port(host or '0.0.0.0', port)}, which clients cannot dial; "
+                f"give its address as {name}://HOST:PORT in advertised.listeners"
+            )
+        result.append(NodeListener(name, host, port, advertised_host, advertised_port))
+    inter_broker = inter_broker_listener_name.strip().upper() or names[0]
+    if inter_broker not in names:
+        raise InvalidConfigError(
+            f"inter.broker.listener.name: {inter_broker} is not one of listeners "
+            f"({', '.join(names)})"
+        )
+    return tuple(result), inter_broker

@@ -46,7 +46,7 @@ class AdminRpcs(BrokerRpcs):
         Standalone, this node is the only broker; in a quorum, the metadata image answers.
         """
         if self._frontend is not None:
-            return await self._frontend.metadata(request)
+            return await self._frontend.metadata(request, self._endpoint.listener)
         node = self._endpoint
         response = pb.MetadataResponse(
             cluster_id=self._cluster_id,
@@ -194,7 +194,7 @@ class AdminRpcs(BrokerRpcs):
     ) -> pb.DescribeClusterResponse:
         """Cluster id, controller and brokers; standalone, this node is all three."""
         if self._frontend is not None:
-            return await self._frontend.describe_cluster(request)
+            return await self._frontend.describe_cluster(request, self._endpoint.listener)
         node = self._endpoint
         return pb.DescribeClusterResponse(
             cluster_id=self._cluster_id,

@@ -4,6 +4,10 @@
 (:mod:`replica.data_plane_rpcs`, :mod:`replica.admin_rpcs`, :mod:`replica.group_rpcs`);
 each builds on :class:`BrokerRpcs`, which holds what they read: the logs, this broker's
 endpoint, the clock, and, in a quorum, the :class:`ClusterFrontend` and the group service.
+
+A node serves the broker API on each of its listeners with one servicer per listener (gRPC
+does not tell a servicer which port a call arrived on); the servicers share the node's state,
+and each answers with the brokers' addresses on its own listener.
 """
 
 from __future__ import annotations
@@ -27,19 +31,21 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
-    """How clients reach this broker."""
+    """How clients on one listener reach this broker."""
 
     node_id: int
     host: str
     port: int
     rack: str = ""
+    listener: str = "PLAINTEXT"
+    """The listener's name (Kafka's ``listeners``): answers give addresses on this one."""
 
 
 class ClusterFrontend(Protocol):
     """Where a broker that is part of a controller quorum gets cluster-wide answers."""
 
-    async def metadata(self, request: pb.MetadataRequest) -> pb.MetadataResponse:
-        """Brokers, topics and partitions from the metadata image."""
+    async def metadata(self, request: pb.MetadataRequest, listener: str) -> pb.MetadataResponse:
+        """Brokers (their addresses on ``listener``), topics and partitions from the image."""
         ...
 
     async def create_topics(self, request: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:
@@ -54,8 +60,8 @@ class ClusterFrontend(Protocol):
         """A producer id from a block the active controller allocated to this broker."""
         ...
 
-    async def find_coordinator(self, group_id: str) -> pb.FindCoordinatorResponse:
-        """The broker coordinating ``group_id``."""
+    async def find_coordinator(self, group_id: str, listener: str) -> pb.FindCoordinatorResponse:
+        """The broker coordinating ``group_id``, its address on ``listener``."""
         ...
 
     async def create_partitions(
@@ -75,9 +81,9 @@ class ClusterFrontend(Protocol):
         ...
 
     async def describe_cluster(
-        self, request: pb.DescribeClusterRequest
+        self, request: pb.DescribeClusterRequest, listener: str
     ) -> pb.DescribeClusterResponse:
-        """Cluster id, active controller and brokers from the metadata image."""
+        """Cluster id, active controller and brokers (addresses on ``listener``)."""
         ...
 
 
@@ -87,7 +93,11 @@ def error_fields(exc: LograftError) -> dict[str, Any]:
 
 
 class BrokerRpcs:
-    """The state of the broker servicer; its parts subclass this (one instance per node)."""
+    """The state of the broker servicer; its parts subclass this (one instance per listener).
+
+    ``local_producer_ids`` (a standalone node's producer-id blocks) must be shared by the
+    servicers of one node's listeners; by default each instance makes its own.
+    """
 
     def __init__(
         self,
@@ -97,6 +107,7 @@ class BrokerRpcs:
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         frontend: ClusterFrontend | None = None,
         groups: GroupService | None = None,
+        local_producer_ids: ProducerIdAllocator | None = None,
     ) -> None:
         self._logs = logs
         self._endpoint = endpoint
@@ -104,4 +115,6 @@ class BrokerRpcs:
         self._now_ms = now_ms
         self._frontend = frontend
         self._groups = groups
-        self._local_producer_ids = ProducerIdAllocator(LocalProducerIdBlocks(logs.data_dir))
+        self._local_producer_ids = local_producer_ids or ProducerIdAllocator(
+            LocalProducerIdBlocks(logs.data_dir)
+        )

@@ -24,4 +24,4 @@ log = logging.getLogger(__name__)
 
 
 class BrokerService(DataPlaneRpcs, AdminRpcs, GroupRpcs, pb_grpc.BrokerServicer):  # type: ignore[misc]
-    """gRPC servicer; one instance per node (constructed as :class:`BrokerRpcs`)."""
+    """gRPC servicer; one instance per listener of a node (constructed as :class:`BrokerRpcs`)."""

@@ -40,7 +40,7 @@ class GroupRpcs(BrokerRpcs):
         elif self._frontend is None:
             error = _no_quorum()
         else:
-            return await self._frontend.find_coordinator(request.group_id)
+            return await self._frontend.find_coordinator(request.group_id, self._endpoint.listener)
         return pb.FindCoordinatorResponse(
             error_code=error.code, error_message=error.message, node_id=-1
         )

@@ -383,17 +383,24 @@ def describe_broker_configs(
         ),
         (
             "listeners",
-            f"PLAINTEXT://{config.host}:{config.port}",
+            ",".join(f"{x.name}://{x.bind_address}" for x in config.listeners),
             True,
             ConfigType.LIST,
             "Where the node listens.",
         ),
         (
             "advertised.listeners",
-            f"PLAINTEXT://{config.advertised_host}:{config.port}",
+            ",".join(f"{x.name}://{x.advertised_address}" for x in config.listeners),
             True,
             ConfigType.LIST,
-            "The address clients and other brokers are given.",
+            "The address clients and other brokers are given, per listener.",
+        ),
+        (
+            "inter.broker.listener.name",
+            config.inter_broker_listener_name,
+            True,
+            ConfigType.STRING,
+            "The listener brokers use to reach each other.",
         ),
         (
             "broker.rack",

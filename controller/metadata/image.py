@@ -80,6 +80,13 @@ class BrokerRegistration:
         """May lead partitions, join ISRs and receive new replicas (Kafka's ``isActive``)."""
         return not self.fenced and not self.in_controlled_shutdown
 
+    def listener(self, name: str | None) -> Listener | None:
+        """The registered listener called ``name`` (``None``: the first registered one);
+        ``None`` when the broker has no listener of that name."""
+        if name is None:
+            return self.listeners[0] if self.listeners else None
+        return next((x for x in self.listeners if x.name == name), None)
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionRegistration:

@@ -65,7 +65,7 @@ from controller.quorum.driver import RaftDriver
 from controller.quorum.metadata_machine import MetadataStateMachine
 from controller.raft import Role
 
-__all__ = ["QuorumController"]
+__all__ = ["ControllerOnListener", "QuorumController"]
 
 log = logging.getLogger(__name__)
 
@@ -200,11 +200,12 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
         except ValueError:
             error: LograftError = InvalidRequestError("incarnation_id is not a UUID")
             return pb.RegisterBrokerResponse(error_code=error.code, error_message=error.message)
+        # A broker that names no listeners has one, PLAINTEXT, at host:port.
+        listeners = tuple(Listener(x.name, x.host, x.port) for x in request.listeners) or (
+            Listener("PLAINTEXT", request.host, request.port),
+        )
         registration = BrokerRegistrationRequest(
-            request.broker_id,
-            incarnation,
-            (Listener("PLAINTEXT", request.host, request.port),),
-            request.rack or None,
+            request.broker_id, incarnation, listeners, request.rack or None
         )
         try:
             result = await self._decide(
@@ -217,11 +218,10 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
                 error_code=exc.code, error_message=exc.message, leader_id=self.leader_id()
             )
         log.info(
-            "broker registered broker_id=%d broker_epoch=%d host=%s port=%d",
+            "broker registered broker_id=%d broker_epoch=%d listeners=%s",
             request.broker_id,
             result.broker_epoch,
-            request.host,
-            request.port,
+            ",".join(f"{x.name}://{x.host}:{x.port}" for x in listeners),
         )
         return pb.RegisterBrokerResponse(
             broker_epoch=result.broker_epoch, leader_id=self.leader_id()
@@ -457,6 +457,11 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
         self, request: pb.DescribeQuorumRequest, context: grpc.aio.ServicerContext
     ) -> pb.DescribeQuorumResponse:
         """Leader, epoch, high watermark and each replica's lag (lags only on the leader)."""
+        return self.describe_quorum(None)
+
+    def describe_quorum(self, listener: str | None) -> pb.DescribeQuorumResponse:
+        """DescribeQuorum's answer, each broker's address on ``listener`` (``None``, or a
+        broker without it: its first registered listener)."""
         status = self._driver.status()
         voters = self._driver.config.voters
         response = pb.DescribeQuorumResponse(
@@ -480,19 +485,41 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
         image = self._machine.image
         response.metadata_offset = image.offset
         for broker_id, broker in sorted(image.brokers.items()):
-            listener = broker.listeners[0]
+            address = broker.listener(listener) or broker.listeners[0]
             response.brokers.add(
                 broker_id=broker_id,
                 broker_epoch=broker.broker_epoch,
                 fenced=broker.fenced,
                 in_controlled_shutdown=broker.in_controlled_shutdown,
-                host=listener.host,
-                port=listener.port,
+                host=address.host,
+                port=address.port,
             )
         for topic, partition_id, state in image.iter_partitions():
             if state.leader < 0:
                 response.offline_partitions.add(topic=topic.name, partition=partition_id)
         return response
+
+
+class ControllerOnListener:
+    """The ``Controller`` service as one listener serves it.
+
+    gRPC does not tell a servicer which port a call arrived on, so each listener's server
+    gets its own view: DescribeQuorum gives each broker's address on this listener; every
+    other call is the controller's own (looked up on it, so a new RPC needs nothing here).
+    """
+
+    def __init__(self, controller: QuorumController, listener: str) -> None:
+        self._controller = controller
+        self._listener = listener
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._controller, name)
+
+    async def DescribeQuorum(
+        self, request: pb.DescribeQuorumRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeQuorumResponse:
+        """Like :meth:`QuorumController.DescribeQuorum`, with addresses on this listener."""
+        return self._controller.describe_quorum(self._listener)
 
 
 def _alter_configs_resource(wanted: broker_pb2.AlterConfigsResource) -> AlterConfigsResource:

@@ -4,12 +4,11 @@ options, read from their argument parsers."""
 from __future__ import annotations
 
 import argparse
-import inspect
 import logging
-import re
 from unittest import mock
 
 from cluster import cli, node
+from cluster.node_config import IDENTITY_SETTINGS
 from refgen.markdown import code_span, inline, sanitize, table
 
 __all__ = ["command_lines"]
@@ -63,12 +62,6 @@ def _flag_table(parser: argparse.ArgumentParser) -> list[str]:
     return table(("flag", "default", "description"), rows)
 
 
-def _config_aliases() -> list[str]:
-    """Names of server.properties that ``lograft node`` also takes as ``--config``."""
-    source = inspect.getsource(node.main)
-    return sorted(set(re.findall(r'overrides\.pop\("([a-z.]+)"', source)))
-
-
 def command_lines() -> list[str]:
     lines = [
         "## `lograft node` command line (`cluster.node`)",
@@ -77,14 +70,25 @@ def command_lines() -> list[str]:
         "",
     ]
     lines += _flag_table(_captured_node_parser())
-    aliases = _config_aliases()
-    if aliases:
-        lines += [
-            "",
-            "Kafka's `server.properties` names "
-            + ", ".join(code_span(a) for a in aliases)
-            + " are accepted as `--config NAME=VALUE` too; the flags win.",
-        ]
+    lines += [
+        "",
+        "The node's identity settings, by their `server.properties` names, as "
+        "`--config NAME=VALUE` (`cluster.node_config.IDENTITY_SETTINGS`; a flag wins over the "
+        "`--config` of its setting). `cluster.node_config.node_setting_names()` lists these, "
+        "the broker settings and the node settings: every name `--config` accepts.",
+        "",
+    ]
+    lines += table(
+        ("name", "description"),
+        [(code_span(name), inline(doc)) for name, doc in IDENTITY_SETTINGS.items()],
+    )
+    lines += [
+        "",
+        "`lograft node health [--bootstrap HOST:PORT] [--timeout-s S] [--json]` asks a running "
+        "node (default `127.0.0.1:9092`) whether it is healthy: exit 0 when registered, "
+        "unfenced and caught up with the metadata log (a controller-only node: when it knows "
+        "a quorum leader), else 1, with one line saying why.",
+    ]
     lines += [
         "",
         "## `lograft` global options (`cluster.cli`)",
