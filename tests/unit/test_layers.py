@@ -94,6 +94,7 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     # -- 5. Node and tools: the process, and what users run.
     ("cluster/node.py", Layer.NODE),
     ("cluster/node_health.py", Layer.NODE),  # NodeHealth: the service and `lograft node health`
+    ("cluster/container.py", Layer.NODE),  # the image's entrypoint: env -> lograft node
     ("cluster/kraft_broker.py", Layer.NODE),
     ("cluster/broker_frontend.py", Layer.NODE),  # the broker's ClusterFrontend answers
     ("cluster/controller_client.py", Layer.NODE),  # calls to the active controller
