@@ -60,8 +60,20 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
     create = topic_commands.add_parser("create", help="create a topic", epilog=_CREATE_EPILOG)
     create.add_argument("name")
-    create.add_argument("--partitions", type=positive, default=1)
-    create.add_argument("--replication-factor", type=positive, default=1)
+    # As Kafka's kafka-topics.sh since KIP-464: unset means the cluster's num.partitions and
+    # default.replication.factor (-1 in CreateTopics), not 1.
+    create.add_argument(
+        "--partitions",
+        type=positive,
+        default=-1,
+        help="partition count (default: the cluster's num.partitions)",
+    )
+    create.add_argument(
+        "--replication-factor",
+        type=positive,
+        default=-1,
+        help="replicas of each partition (default: the cluster's default.replication.factor)",
+    )
     create.add_argument(
         "--config",
         type=config_pair,
