@@ -1,9 +1,12 @@
 """``lograft cluster status``: the controller quorum, the brokers and the partitions.
 
-Asks any reachable node for DescribeQuorum, then asks the active controller itself, which
-alone knows each voter's lag. Partitions (leader, replicas, ISR) come from a Metadata
-answer; each partition's high watermark from its leader (ListOffsets ``latest``, which a
-leader answers with its high watermark).
+Asks every bootstrap address for DescribeQuorum at once and takes the first answer (in the
+order given), then asks the active controller itself, which alone knows each voter's lag.
+Partitions (leader, replicas, ISR) come from a Metadata answer; each partition's high
+watermark from its leader (ListOffsets ``latest``, which a leader answers with its high
+watermark). Connecting to an address takes ``DEFAULT_CONNECTION_SETUP_TIMEOUT_MS`` at most;
+when no address answers, :func:`describe_cluster` raises ``NoBrokersAvailableError`` naming
+each address and why.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from typing import Any
 
 import grpc
 
-from cluster.errors import BrokerNotAvailableError
+from cluster.client import NoBrokersAvailableError
+from cluster.client._client_config import DEFAULT_CONNECTION_SETUP_TIMEOUT_MS
+from cluster.client._rpc_errors import describe_rpc_failure
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from cluster.wire import controller_pb2 as cpb
@@ -26,15 +31,50 @@ MAX_PARTITION_LINES = 200
 """The text status lists this many partitions at most (``--json`` has them all)."""
 
 
+_CHANNEL_OPTIONS = [
+    # gRPC's connect timeout: a silent address fails after this, not after timeout_s.
+    ("grpc.min_reconnect_backoff_ms", DEFAULT_CONNECTION_SETUP_TIMEOUT_MS),
+]
+
+
+def _channel(address: str) -> grpc.Channel:
+    return grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+
+
 def _describe(address: str, timeout_s: float) -> cpb.DescribeQuorumResponse | None:
     try:
-        with grpc.insecure_channel(address) as channel:
-            response: cpb.DescribeQuorumResponse = cpb_grpc.ControllerStub(channel).DescribeQuorum(
+        return _first_describe([address], timeout_s)[1]
+    except NoBrokersAvailableError:
+        return None
+
+
+def _first_describe(
+    bootstrap: Sequence[str], timeout_s: float
+) -> tuple[str, cpb.DescribeQuorumResponse]:
+    """``(address, answer)`` of the first address (in order) that answers DescribeQuorum,
+    all asked at once; ``NoBrokersAvailableError`` naming each address and why if none."""
+    channels = [_channel(address) for address in bootstrap]
+    try:
+        calls = [
+            cpb_grpc.ControllerStub(channel).DescribeQuorum.future(
                 cpb.DescribeQuorumRequest(), timeout=timeout_s
             )
-            return response
-    except grpc.RpcError:
-        return None
+            for channel in channels
+        ]
+        failures: list[tuple[str, str]] = []
+        for address, call in zip(bootstrap, calls, strict=True):
+            try:
+                answer: cpb.DescribeQuorumResponse = call.result()
+            except grpc.RpcError as exc:
+                failures.append((address, describe_rpc_failure(exc)))
+                continue
+            for other in calls:
+                other.cancel()
+            return address, answer
+        raise NoBrokersAvailableError(failures)
+    finally:
+        for channel in channels:
+            channel.close()
 
 
 def broker_registrations(
@@ -42,22 +82,17 @@ def broker_registrations(
 ) -> dict[int, tuple[int, bool]] | None:
     """``{broker id: (broker epoch, fenced)}`` as the first node that answers
     DescribeQuorum knows them; ``None`` when none answers."""
-    for address in bootstrap:
-        answer = _describe(address, timeout_s)
-        if answer is not None:
-            return {b.broker_id: (b.broker_epoch, b.fenced) for b in answer.brokers}
-    return None
+    try:
+        _address, answer = _first_describe(bootstrap, timeout_s)
+    except NoBrokersAvailableError:
+        return None
+    return {b.broker_id: (b.broker_epoch, b.fenced) for b in answer.brokers}
 
 
 def describe_cluster(bootstrap: Sequence[str], timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
-    """The cluster as JSON-ready data; raises ``BrokerNotAvailableError`` if none answers."""
-    answer = None
-    for address in bootstrap:
-        answer = _describe(address, timeout_s)
-        if answer is not None:
-            break
-    if answer is None:
-        raise BrokerNotAvailableError(f"no node answered DescribeQuorum at {list(bootstrap)}")
+    """The cluster as JSON-ready data; raises ``NoBrokersAvailableError`` (naming each address
+    and why) if no address answers."""
+    address, answer = _first_describe(bootstrap, timeout_s)
     partitions = _partitions(address, timeout_s)
     leader = next((b for b in answer.brokers if b.broker_id == answer.leader_id), None)
     if leader is not None:
@@ -96,7 +131,7 @@ def describe_cluster(bootstrap: Sequence[str], timeout_s: float = TIMEOUT_S) -> 
 def _partitions(address: str, timeout_s: float) -> list[dict[str, Any]]:
     """Every partition's leader, replicas and ISR, with the high watermark its leader reports."""
     try:
-        with grpc.insecure_channel(address) as channel:
+        with _channel(address) as channel:
             metadata = pb_grpc.BrokerStub(channel).Metadata(pb.MetadataRequest(), timeout=timeout_s)
     except grpc.RpcError:
         return []
@@ -129,7 +164,7 @@ def _partitions(address: str, timeout_s: float) -> list[dict[str, Any]]:
                 ],
             )
         try:
-            with grpc.insecure_channel(addresses[leader_id]) as channel:
+            with _channel(addresses[leader_id]) as channel:
                 answer = pb_grpc.BrokerStub(channel).ListOffsets(request, timeout=timeout_s)
         except grpc.RpcError:
             continue

@@ -23,7 +23,8 @@ Global options come before the command: ``--bootstrap`` names the cluster, ``--c
 (alias ``--command-config``) a file of client configs; see :mod:`cluster.cli._args` for the
 order in which flags, ``--*-property``, the file, ``LOGRAFT_BOOTSTRAP`` and the defaults
 apply. A typed error is printed as one line, ``lograft: ERROR_NAME: message``, on stderr,
-with exit code 1; usage errors exit with 2.
+with exit code 1; usage errors exit with 2. When no bootstrap server answers, that line names
+every address tried and why, and where the addresses came from.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from cluster.client import DEFAULT_BOOTSTRAP_SERVERS
+from cluster.client import DEFAULT_BOOTSTRAP_SERVERS, NoBrokersAvailableError
 from cluster.errors import LograftError
 from cluster.launcher import add_cluster_commands, run_cluster_command
 
@@ -45,6 +46,7 @@ from ._args import (
     BOOTSTRAP_ENV,
     CONFIG_ENV,
     Streams,
+    bootstrap_origin,
     default_bootstrap,
     positive,
     resolve_bootstrap,
@@ -73,7 +75,11 @@ mode. These commands mirror Kafka's tools: kafka-topics, kafka-console-producer,
 kafka-console-consumer, the perf tests, plus a local cluster launcher.
 
 Where the cluster is: --bootstrap HOST:PORT[,...], else bootstrap.servers in the config
-file, else $LOGRAFT_BOOTSTRAP, else 127.0.0.1:9092.
+file, else $LOGRAFT_BOOTSTRAP, else the nodes of the local cluster in ./data/cluster (its
+cluster.json, written by `lograft cluster up`), else 127.0.0.1:9092,127.0.0.1:9093,
+127.0.0.1:9094 (where the docker-compose cluster publishes its nodes). Any address that
+answers will do; when none does, a command fails within a few seconds
+(socket.connection.setup.timeout.ms) with one line naming each address and why.
 Client configs (Kafka's names, e.g. request.timeout.ms, max.poll.records, acks) come from,
 strongest first: the command's flags, its --producer-property/--consumer-property, the
 config file (--config FILE, else $LOGRAFT_CONFIG), then the defaults. The file holds
@@ -113,8 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
         dest="bootstrap",
         default=None,
         metavar="HOST:PORT[,...]",
-        help="brokers to contact (default: bootstrap.servers of the config file, else "
-        f"${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP_SERVERS})",
+        help="brokers to contact, any that answers (default: bootstrap.servers of the config "
+        f"file, else ${BOOTSTRAP_ENV}, else the nodes of ./data/cluster/cluster.json, else "
+        f"{DEFAULT_BOOTSTRAP_SERVERS})",
     )
     parser.add_argument(
         "--config",
@@ -189,6 +196,21 @@ def _run_node(node_args: list[str]) -> int:
     return node_main(node_args)
 
 
+def _bootstrap_hint(args: argparse.Namespace) -> str:
+    """Where the addresses no broker answered at came from (nothing for --bootstrap)."""
+    if args.command in _COMMANDS_WITHOUT_CLIENT_CONFIG:
+        return ""
+    origin = bootstrap_origin(args)
+    if origin == "--bootstrap":
+        return ""
+    if origin == "the default":
+        return (
+            " (the default bootstrap: none set by --bootstrap, a config file, "
+            f"${BOOTSTRAP_ENV} or ./data/cluster/cluster.json)"
+        )
+    return f" (bootstrap from {origin})"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``lograft``; returns the exit code."""
     arguments = list(sys.argv[1:] if argv is None else argv)
@@ -210,7 +232,17 @@ def main(argv: list[str] | None = None) -> int:
         args.bootstrap_flag = args.bootstrap
         if args.command not in _COMMANDS_WITHOUT_CLIENT_CONFIG:
             args.bootstrap = resolve_bootstrap(args)
+        else:
+            # `cluster status` without a cluster.json describes the cluster at this address.
+            args.bootstrap = (
+                args.bootstrap
+                or os.environ.get(BOOTSTRAP_ENV, "").strip()
+                or DEFAULT_BOOTSTRAP_SERVERS
+            )
         return handler(args, streams)
+    except NoBrokersAvailableError as exc:
+        print(f"lograft: {exc}{_bootstrap_hint(args)}", file=sys.stderr)
+        return 1
     except LograftError as exc:
         print(f"lograft: {exc}", file=sys.stderr)
         return 1

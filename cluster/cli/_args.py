@@ -6,7 +6,9 @@ Where a client config comes from, strongest first (as Kafka's tools)::
     --producer-property / --consumer-property NAME=VALUE
     the config file: --config FILE (alias --command-config), else $LOGRAFT_CONFIG
     $LOGRAFT_BOOTSTRAP (bootstrap.servers only)
-    the defaults (bootstrap.servers 127.0.0.1:9092)
+    the local cluster: the nodes in ./data/cluster/cluster.json (bootstrap.servers only)
+    the defaults (bootstrap.servers 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094, the three
+    nodes of `lograft cluster up` and of the docker-compose cluster)
 
 The config file holds Java-properties lines: ``name=value`` (or ``name: value``), comments
 starting with ``#`` or ``!``, blank lines, a trailing backslash to continue a line. Every name
@@ -17,9 +19,11 @@ it knows. A bad name or value is an ``InvalidConfigError`` naming the file and t
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO, Literal, Never, TextIO
 
 from tqdm import tqdm
@@ -29,6 +33,8 @@ from cluster.client.admin import ADMIN_CONFIGS
 from cluster.client.consumer import CONSUMER_CONFIGS
 from cluster.client.producer import PRODUCER_CONFIGS
 from cluster.errors import InvalidConfigError, LograftError
+from cluster.launcher.local_cluster import LocalCluster
+from cluster.launcher.spec import CLUSTER_FILE, DEFAULT_DATA_DIR
 
 __all__ = [
     "BOOTSTRAP_ENV",
@@ -40,11 +46,13 @@ __all__ = [
     "Streams",
     "acks",
     "admin_client",
+    "bootstrap_origin",
     "client_config_file",
     "client_properties",
     "config_pair",
     "default_bootstrap",
     "load_client_config",
+    "local_cluster_bootstrap",
     "non_negative",
     "offset",
     "parse_properties",
@@ -53,6 +61,8 @@ __all__ = [
     "resolve_bootstrap",
     "separator",
 ]
+
+log = logging.getLogger(__name__)
 
 BOOTSTRAP_ENV = "LOGRAFT_BOOTSTRAP"
 CONFIG_ENV = "LOGRAFT_CONFIG"
@@ -80,9 +90,54 @@ class Streams:
     stderr: TextIO
 
 
+def local_cluster_bootstrap(data_dir: Path = DEFAULT_DATA_DIR) -> str | None:
+    """Every node of the local cluster recorded in ``data_dir/cluster.json`` (relative to the
+    working directory, as ``lograft cluster`` finds it), or ``None`` when there is none.
+
+    An unreadable ``cluster.json`` counts as none (logged at WARNING).
+    """
+    if not (data_dir / CLUSTER_FILE).is_file():
+        return None
+    try:
+        return LocalCluster.load(data_dir).bootstrap
+    except LograftError as exc:
+        log.warning("local cluster file ignored path=%s error=%s", data_dir / CLUSTER_FILE, exc)
+        return None
+
+
 def default_bootstrap() -> str:
-    """``LOGRAFT_BOOTSTRAP`` if set and not empty, else ``127.0.0.1:9092``."""
-    return os.environ.get(BOOTSTRAP_ENV, "").strip() or DEFAULT_BOOTSTRAP_SERVERS
+    """``LOGRAFT_BOOTSTRAP`` if set and not empty, else the nodes of the local cluster in
+    ``./data/cluster`` (its ``cluster.json``), else ``DEFAULT_BOOTSTRAP_SERVERS``
+    (``127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094``)."""
+    return (
+        os.environ.get(BOOTSTRAP_ENV, "").strip()
+        or local_cluster_bootstrap()
+        or DEFAULT_BOOTSTRAP_SERVERS
+    )
+
+
+def bootstrap_origin(args: argparse.Namespace) -> str:
+    """Where the command's ``bootstrap.servers`` came from, for error messages: ``--bootstrap``,
+    a ``--*-property``, ``config file PATH``, ``$LOGRAFT_BOOTSTRAP``,
+    ``./data/cluster/cluster.json`` or ``the default`` (in :func:`client_properties`'s order)."""
+    if getattr(args, "bootstrap_flag", None) or (
+        not hasattr(args, "bootstrap_flag") and getattr(args, "bootstrap", None)
+    ):
+        return "--bootstrap"
+    for flag in ("producer_property", "consumer_property"):
+        if any(name == "bootstrap.servers" for name, _ in getattr(args, flag, None) or ()):
+            return "--" + flag.replace("_", "-")
+    try:
+        config = client_config_file(args)
+    except LograftError:
+        config = None
+    if config is not None and config.get("bootstrap.servers"):
+        return f"config file {config.path}"
+    if os.environ.get(BOOTSTRAP_ENV, "").strip():
+        return f"${BOOTSTRAP_ENV}"
+    if local_cluster_bootstrap() is not None:
+        return f"./{DEFAULT_DATA_DIR / CLUSTER_FILE}"
+    return "the default"
 
 
 # ---- argument types --------------------------------------------------------------------------

@@ -19,7 +19,10 @@ Configuration uses Kafka's names (``bootstrap.servers``, ``acks``, ``linger.ms``
             ...
 
 Failures are the typed errors of :mod:`cluster.errors`, each with its Kafka name and a
-``retriable`` flag.
+``retriable`` flag. ``bootstrap.servers`` may list several brokers; any that answers will
+do. When none of them (nor any broker known from metadata) can be reached, a call fails
+within ``socket.connection.setup.timeout.ms`` with :class:`NoBrokersAvailableError` (a
+``NetworkError``, not retriable), whose message names every address and why.
 """
 
 from ._config_admin import (
@@ -37,6 +40,7 @@ from ._config_admin import (
 )
 from ._connection import DEFAULT_BOOTSTRAP_SERVERS, PartitionInfo, TopicPartition
 from ._group_admin import MemberDescription
+from ._rpc_errors import NoBrokersAvailableError
 from .admin import (
     AdminClient,
     ConsumerGroupDescription,
@@ -80,6 +84,7 @@ __all__ = [
     "MemberDescription",
     "NewPartitions",
     "NewTopic",
+    "NoBrokersAvailableError",
     "Node",
     "OffsetAndMetadata",
     "OffsetSpec",

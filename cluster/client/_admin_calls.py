@@ -1,7 +1,8 @@
 """How ``AdminClient``'s calls reach the cluster, and the futures they answer with.
 
 :class:`AdminCalls` retries retriable errors (no leader, not the leader, network) with
-``retry.backoff.ms`` pauses until ``default.api.timeout.ms`` passes, and sends the calls that
+``retry.backoff.ms`` pauses until ``default.api.timeout.ms`` passes (but gives up at once
+when no broker can be reached at all: ``NoBrokersAvailableError``), and sends the calls that
 change the cluster to the active controller's node when the metadata names one. Calls that
 may fail per topic, group or partition return futures that are already done (:func:`done`,
 :func:`topic_futures`).
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 
 from cluster.errors import InvalidRequestError, LograftError, error_for_code
 
-from ._connection import Connections
+from ._connection import Connections, NoBrokersAvailableError
 
 __all__ = ["AdminCalls", "done", "topic_futures"]
 
@@ -63,8 +64,11 @@ class AdminCalls:
             time.sleep(self.backoff_s)
 
     def _refresh_quietly(self, topics: Iterable[str] | None = None) -> None:
+        """Refresh metadata, ignoring failures but one: no broker answered at all."""
         try:
             self.conn.refresh_metadata(topics)
+        except NoBrokersAvailableError:
+            raise
         except LograftError as exc:
             log.debug("metadata refresh failed error=%s", exc)
 

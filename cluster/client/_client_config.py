@@ -5,7 +5,9 @@
 ``InvalidConfigError`` for an unknown name or a bad value. Keyword overrides may spell the
 names with underscores (``linger_ms=10``). ``COMMON_CONFIGS`` are the configs every client
 takes; each client's table adds its own. This module reads no environment variable: the
-default bootstrap address is ``127.0.0.1:9092``; ``LOGRAFT_BOOTSTRAP`` is read by the CLI only.
+default bootstrap list is the three nodes of a local cluster (``lograft cluster up``) or of
+the repository's docker-compose cluster, ``127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094``;
+``LOGRAFT_BOOTSTRAP`` is read by the CLI only.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from cluster.errors import InvalidConfigError, LograftError
 __all__ = [
     "COMMON_CONFIGS",
     "DEFAULT_BOOTSTRAP_SERVERS",
+    "DEFAULT_CONNECTION_SETUP_TIMEOUT_MS",
     "ConfigDef",
     "a_string",
     "boolean",
@@ -32,8 +35,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:9092"
-"""Where clients look for a cluster when ``bootstrap.servers`` is not given."""
+DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
+"""Where clients look for a cluster when ``bootstrap.servers`` is not given: the three nodes
+of ``lograft cluster up`` and of the docker-compose cluster; any one that answers will do."""
+
+DEFAULT_CONNECTION_SETUP_TIMEOUT_MS = 3000
+"""``socket.connection.setup.timeout.ms``: how long a broker may take to accept a connection
+(Kafka's default is 10 s; a few seconds tell a dead address from a slow cluster sooner)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +120,20 @@ COMMON_CONFIGS: tuple[ConfigDef, ...] = (
         "bootstrap.servers",
         DEFAULT_BOOTSTRAP_SERVERS,
         bootstrap_servers,
-        "host:port pairs of brokers to ask for cluster metadata, comma separated",
+        "host:port pairs of brokers to ask for cluster metadata, comma separated; any one "
+        "that answers will do",
     ),
     ConfigDef("client.id", "lograft-python", a_string, "a name for this client in server logs"),
     ConfigDef("request.timeout.ms", 30000, int_at_least(1), "how long to wait for one response"),
     ConfigDef("retry.backoff.ms", 100, int_at_least(0), "pause before retrying a failed request"),
+    ConfigDef(
+        "socket.connection.setup.timeout.ms",
+        DEFAULT_CONNECTION_SETUP_TIMEOUT_MS,
+        int_at_least(1),
+        "how long to wait for a broker to accept a connection before trying the next one; "
+        "when no bootstrap server or known broker connects, a call fails after this long "
+        "with NETWORK_EXCEPTION naming each address and why",
+    ),
     ConfigDef(
         "metadata.max.age.ms",
         300000,

@@ -7,6 +7,22 @@ typed errors (:func:`map_rpc_error`): ``UNAVAILABLE`` → ``NetworkError`` (retr
 ``RESOURCE_EXHAUSTED`` → ``RecordListTooLargeError``, ``DEADLINE_EXCEEDED`` →
 ``RequestTimedOutError``, ``INVALID_ARGUMENT`` → ``InvalidRequestError``.
 
+Reaching a broker. A call for any broker (metadata, ``FindCoordinator``, ...) asks every
+broker it knows from metadata and every bootstrap server to connect, all at once, then
+tries them: connected ones first, then those that failed to connect (their call fails at
+once, saying why); while every one is still connecting it waits for the first to settle.
+Connecting takes at most ``socket.connection.setup.timeout.ms`` (gRPC's connect timeout), so
+refused, unresolvable and silent addresses are passed over within a few seconds instead of
+the whole request timeout. When none answers, the call raises
+:class:`NoBrokersAvailableError` at once (not retriable), naming every address and why:
+``NETWORK_EXCEPTION: no broker answered: 127.0.0.1:9092 (connection refused), ...``. A broker
+that answers with a retriable error (no leader yet, not the controller) is not a dead
+address: that error is raised as before and callers retry it until their timeout. A call to
+one broker (``node_id``, :meth:`Connections.call_address`) that cannot reach it raises a
+retriable ``NetworkError`` naming the broker, its address and why. gRPC reconnects to a
+failed address after 0.1 s, backing off to 1 s (Kafka's ``reconnect.backoff.max.ms``; gRPC's
+own default is 120 s), so a restarted broker is found again within a second.
+
 :class:`Connections` is thread-safe. The configuration checking the clients share
 (:func:`resolve_config`, ``COMMON_CONFIGS``, ``DEFAULT_BOOTSTRAP_SERVERS``) lives in
 :mod:`cluster.client._client_config` and is re-exported here, as are the metadata types and
@@ -18,13 +34,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import grpc
 
 from cluster import errors
-from cluster.errors import LeaderNotAvailableError, LograftError, UnknownTopicOrPartitionError
+from cluster.errors import (
+    LeaderNotAvailableError,
+    LograftError,
+    NetworkError,
+    UnknownTopicOrPartitionError,
+)
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from replica.topic_partition import TopicPartition
@@ -32,6 +53,7 @@ from replica.topic_partition import TopicPartition
 from ._client_config import (
     COMMON_CONFIGS,
     DEFAULT_BOOTSTRAP_SERVERS,
+    DEFAULT_CONNECTION_SETUP_TIMEOUT_MS,
     ConfigDef,
     a_string,
     boolean,
@@ -44,7 +66,7 @@ from ._client_config import (
 )
 from ._list_offsets import list_offsets
 from ._metadata import BrokerInfo, ClusterMetadata, PartitionInfo, TopicInfo, topic_info
-from ._rpc_errors import map_rpc_error
+from ._rpc_errors import NoBrokersAvailableError, map_rpc_error, unreachable_reason
 
 __all__ = [
     "COMMON_CONFIGS",
@@ -53,6 +75,7 @@ __all__ = [
     "ClusterMetadata",
     "ConfigDef",
     "Connections",
+    "NoBrokersAvailableError",
     "PartitionInfo",
     "TopicInfo",
     "TopicPartition",
@@ -70,10 +93,61 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _GRPC_MAX_MESSAGE = 2**31 - 1
+_RECONNECT_BACKOFF_MS = 100
+_RECONNECT_BACKOFF_MAX_MS = 1000
+
+_SETTLED = frozenset(
+    {
+        grpc.ChannelConnectivity.READY,
+        grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+        grpc.ChannelConnectivity.SHUTDOWN,
+    }
+)
+_BY_RAW_STATE = {state.value[0]: state for state in grpc.ChannelConnectivity}
+_POLL_S = (0.001, 0.002, 0.005, 0.01, 0.02)
 
 
 def _target(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _connectivity(channel: Any, try_to_connect: bool) -> grpc.ChannelConnectivity | None:
+    """The channel's connectivity state, asking an idle channel to connect when
+    ``try_to_connect``; ``None`` if this gRPC does not tell.
+
+    Read through gRPC's internal channel object: the public ``subscribe`` reports states
+    from a polling thread per channel, and a channel being polled takes up to 0.2 s to
+    close (a CLI command would pay it per broker on every exit).
+    """
+    try:
+        raw = channel._channel.check_connectivity_state(try_to_connect)
+    except (AttributeError, TypeError, ValueError):  # another gRPC, or a closed channel
+        return None
+    return _BY_RAW_STATE.get(raw)
+
+
+class _Unreachable(Exception):
+    """A broker address could not be reached: ``address`` and the ``reason`` in a few words.
+
+    Internal to this module: a call for any broker collects them into
+    ``NoBrokersAvailableError``, a call to one broker turns it into ``NetworkError``.
+    """
+
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__(f"{address} ({reason})")
+        self.address = address
+        self.reason = reason
+
+
+class _Link:
+    """One broker address: its channel and stub."""
+
+    __slots__ = ("channel", "stub", "target")
+
+    def __init__(self, target: str, channel: Any) -> None:
+        self.target = target
+        self.channel = channel
+        self.stub = pb_grpc.BrokerStub(channel)
 
 
 class Connections:
@@ -89,55 +163,88 @@ class Connections:
         metadata_max_age_ms: int = 300000,
         max_send_bytes: int = _GRPC_MAX_MESSAGE,
         max_receive_bytes: int = _GRPC_MAX_MESSAGE,
+        connection_setup_timeout_ms: int = DEFAULT_CONNECTION_SETUP_TIMEOUT_MS,
     ) -> None:
         self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.metadata_max_age_ms = metadata_max_age_ms
+        self.connection_setup_timeout_ms = connection_setup_timeout_ms
         self._options = [
             ("grpc.max_send_message_length", min(max_send_bytes, _GRPC_MAX_MESSAGE)),
             ("grpc.max_receive_message_length", min(max_receive_bytes, _GRPC_MAX_MESSAGE)),
             ("grpc.primary_user_agent", f"lograft-python/{client_id}"),
+            # gRPC's connect timeout is the larger of this and the current backoff.
+            ("grpc.min_reconnect_backoff_ms", connection_setup_timeout_ms),
+            ("grpc.initial_reconnect_backoff_ms", _RECONNECT_BACKOFF_MS),
+            ("grpc.max_reconnect_backoff_ms", _RECONNECT_BACKOFF_MAX_MS),
         ]
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
-        self._channels: dict[str, tuple[Any, Any]] = {}
+        self._links: dict[str, _Link] = {}
         self._metadata = ClusterMetadata()
         self._metadata_at = 0.0
         self._closed = False
 
+    @classmethod
+    def from_config(
+        cls, config: Mapping[str, object], *, max_send_bytes: int = _GRPC_MAX_MESSAGE
+    ) -> Connections:
+        """Connections for a resolved client config (the names of ``COMMON_CONFIGS``)."""
+
+        def number(name: str) -> int:
+            value = config[name]
+            assert isinstance(value, int)
+            return value
+
+        return cls(
+            str(config["bootstrap.servers"]),
+            client_id=str(config["client.id"]),
+            request_timeout_ms=number("request.timeout.ms"),
+            retry_backoff_ms=number("retry.backoff.ms"),
+            metadata_max_age_ms=number("metadata.max.age.ms"),
+            max_send_bytes=max_send_bytes,
+            connection_setup_timeout_ms=number("socket.connection.setup.timeout.ms"),
+        )
+
     # -- channels
 
-    def stub(self, host: str, port: int) -> Any:
-        """The ``BrokerStub`` for an address, opening its channel the first time."""
+    def _link(self, host: str, port: int) -> _Link:
         target = _target(host, port)
         with self._lock:
             if self._closed:
                 raise errors.IllegalStateError("client is closed")
-            entry = self._channels.get(target)
-            if entry is None:
-                channel = grpc.insecure_channel(target, options=self._options)
-                entry = (channel, pb_grpc.BrokerStub(channel))
-                self._channels[target] = entry
+            link = self._links.get(target)
+            if link is None:
+                link = _Link(target, grpc.insecure_channel(target, options=self._options))
+                self._links[target] = link
                 logger.debug("channel opened target=%s client_id=%s", target, self.client_id)
-            return entry[1]
+            return link
+
+    def stub(self, host: str, port: int) -> Any:
+        """The ``BrokerStub`` for an address, opening its channel the first time."""
+        return self._link(host, port).stub
 
     def stub_for_node(self, node_id: int) -> Any:
         """The stub of broker ``node_id``; raises ``LeaderNotAvailableError`` if unknown."""
+        broker = self._broker(node_id)
+        return self.stub(broker.host, broker.port)
+
+    def _broker(self, node_id: int) -> BrokerInfo:
         broker = self._metadata.brokers.get(node_id)
         if broker is None:
             raise LeaderNotAvailableError(f"broker {node_id} not in metadata")
-        return self.stub(broker.host, broker.port)
+        return broker
 
     def close(self) -> None:
         """Close every channel. Later calls raise ``IllegalStateError``."""
         with self._lock:
             self._closed = True
-            channels = list(self._channels.values())
-            self._channels.clear()
-        for channel, _ in channels:
-            channel.close()
+            links = list(self._links.values())
+            self._links.clear()
+        for link in links:
+            link.channel.close()
 
     # -- calls
 
@@ -153,28 +260,109 @@ class Connections:
         node_id: int | None = None,
         timeout_ms: int | None = None,
     ) -> Any:
-        """Call ``method`` on broker ``node_id`` (or any broker); gRPC failures become typed."""
-        if node_id is not None:
-            stub = self.stub_for_node(node_id)
-            return self._invoke(stub, method, request, timeout_ms)
+        """Call ``method`` on broker ``node_id`` (or any broker); failures become typed.
+
+        For any broker: the first address that answers (see the module docstring); raises
+        ``NoBrokersAvailableError`` when none can be reached, or the last retriable error
+        a broker answered with. For ``node_id``: an unreachable broker is a retriable
+        ``NetworkError`` naming it.
+        """
+        if node_id is None:
+            return self._call_any(method, request, timeout_ms)
+        broker = self._broker(node_id)
+        return self.call_address(
+            broker.host,
+            broker.port,
+            method,
+            request,
+            timeout_ms=timeout_ms,
+            what=f"broker {node_id}",
+        )
+
+    def call_address(
+        self,
+        host: str,
+        port: int,
+        method: str,
+        request: Any,
+        *,
+        timeout_ms: int | None = None,
+        what: str = "broker",
+    ) -> Any:
+        """Call ``method`` at one address. Connecting takes ``socket.connection.setup.timeout.ms``
+        at most; an unreachable address is a retriable ``NetworkError`` saying ``what``,
+        where and why (``broker 1 at 127.0.0.1:9092: connection refused``)."""
+        link = self._link(host, port)
+        try:
+            return self._invoke(link, method, request, timeout_ms)
+        except _Unreachable as exc:
+            raise NetworkError(f"{what} at {exc.address}: {exc.reason}") from None
+
+    def _call_any(self, method: str, request: Any, timeout_ms: int | None) -> Any:
+        links = [self._link(host, port) for host, port in self._candidate_addresses()]
+        for link in links:  # every idle channel starts connecting now, all at once
+            _connectivity(link.channel, try_to_connect=True)
+        deadline = time.monotonic() + self.connection_setup_timeout_ms / 1000.0
+        failures: dict[str, str] = {}
         last: LograftError | None = None
-        for host, port in self._candidate_addresses():
+        untried = list(links)
+        while untried:
+            link = self._next_link(untried, deadline)
+            untried.remove(link)
             try:
-                return self._invoke(self.stub(host, port), method, request, timeout_ms)
+                return self._invoke(link, method, request, timeout_ms)
+            except _Unreachable as exc:
+                failures[exc.address] = exc.reason
+                logger.debug(
+                    "broker unreachable method=%s target=%s reason=%s",
+                    method,
+                    exc.address,
+                    exc.reason,
+                )
             except LograftError as exc:
                 if not exc.retriable:
                     raise
                 last = exc
-                logger.debug(
-                    "call failed method=%s target=%s error=%s", method, _target(host, port), exc
-                )
-        assert last is not None
-        raise last
+                logger.debug("call failed method=%s target=%s error=%s", method, link.target, exc)
+        if last is not None:
+            raise last
+        error = NoBrokersAvailableError(
+            [(link.target, failures[link.target]) for link in links if link.target in failures]
+        )
+        logger.info("no broker answered method=%s %s", method, error.message)
+        raise error
 
-    def _invoke(self, stub: Any, method: str, request: Any, timeout_ms: int | None) -> Any:
+    @staticmethod
+    def _next_link(untried: Sequence[_Link], deadline: float) -> _Link:
+        """Which address to try next: a connected one, else one that failed to connect (its
+        call fails at once, saying why); while all are still connecting, wait for one to
+        settle until ``deadline``, then take the first (gRPC gives up connecting after
+        ``socket.connection.setup.timeout.ms``)."""
+        polls = 0
+        while True:
+            states = [_connectivity(link.channel, try_to_connect=False) for link in untried]
+            if None in states:  # gRPC does not tell: try in order
+                return untried[0]
+            for wanted in (grpc.ChannelConnectivity.READY, None):
+                for link, state in zip(untried, states, strict=True):
+                    if state in _SETTLED and (wanted is None or state is wanted):
+                        return link
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return untried[0]
+            time.sleep(min(remaining, _POLL_S[min(polls, len(_POLL_S) - 1)]))
+            polls += 1
+
+    def _invoke(self, link: _Link, method: str, request: Any, timeout_ms: int | None) -> Any:
+        """One call over ``link``; ``_Unreachable`` when its broker was not reached."""
         try:
-            return getattr(stub, method)(request, timeout=self.timeout_s(timeout_ms))
+            return getattr(link.stub, method)(request, timeout=self.timeout_s(timeout_ms))
         except grpc.RpcError as exc:
+            reason = unreachable_reason(exc)
+            if reason == "timed out":
+                reason = f"timed out after {self.connection_setup_timeout_ms} ms"
+            if reason is not None:
+                raise _Unreachable(link.target, reason) from None
             raise map_rpc_error(exc) from None
 
     def _candidate_addresses(self) -> list[tuple[str, int]]:
@@ -204,7 +392,7 @@ class Connections:
         """Ask a broker for metadata (of ``topics``, or of all topics) and merge it in.
 
         Topics named in the request but absent from the answer are dropped from the cache.
-        Raises ``NetworkError`` when no broker answers.
+        Raises ``NoBrokersAvailableError`` (a ``NetworkError``) when no broker answers.
         """
         wanted = sorted(set(topics)) if topics is not None else []
         request = pb.MetadataRequest(topics=wanted)
@@ -241,7 +429,8 @@ class Connections:
         """Refresh metadata until ``topic`` has partitions, or raise its error after timeout.
 
         Retriable errors (unknown topic, no leader, network) are retried with
-        ``retry.backoff.ms`` pauses until ``timeout_ms`` passes; others are raised at once.
+        ``retry.backoff.ms`` pauses until ``timeout_ms`` passes; others, and
+        ``NoBrokersAvailableError`` when no broker answers, are raised at once.
         """
         deadline = time.monotonic() + timeout_ms / 1000.0
         snapshot = self._metadata

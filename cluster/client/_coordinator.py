@@ -19,12 +19,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import grpc
-
 from cluster.errors import LograftError, error_for_code
 from cluster.wire import broker_pb2 as pb
 
-from ._connection import BrokerInfo, Connections, map_rpc_error
+from ._connection import BrokerInfo, Connections
 
 __all__ = ["GroupCoordinatorCalls"]
 
@@ -90,14 +88,14 @@ class GroupCoordinatorCalls:
             remaining_ms = max(int((deadline - time.monotonic()) * 1000), 1)
             try:
                 coordinator = self.coordinator(group_id, remaining_ms)
-                stub = self._conn.stub(coordinator.host, coordinator.port)
-                try:
-                    response = getattr(stub, method)(
-                        request,
-                        timeout=min(remaining_ms, self._conn.request_timeout_ms) / 1000.0,
-                    )
-                except grpc.RpcError as exc:
-                    raise map_rpc_error(exc) from None
+                response = self._conn.call_address(
+                    coordinator.host,
+                    coordinator.port,
+                    method,
+                    request,
+                    timeout_ms=min(remaining_ms, self._conn.request_timeout_ms),
+                    what=f"coordinator {coordinator.node_id} of group {group_id!r}",
+                )
                 return answer(response, coordinator)
             except LograftError as exc:
                 if not exc.retriable:

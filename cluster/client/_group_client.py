@@ -111,7 +111,7 @@ class CoordinatorClient:
                 )
             self._coordinator = None
 
-    def _stub(self, timeout_ms: int) -> Any:
+    def _coordinator_address(self, timeout_ms: int) -> tuple[int, str, int]:
         with self._lock:
             known = self._coordinator
         if known is None:
@@ -136,7 +136,7 @@ class CoordinatorClient:
                 known[1],
                 known[2],
             )
-        return self.conn.stub(known[1], known[2])
+        return known
 
     def call_once(self, method: str, request: Any, timeout_ms: int | None = None) -> Any:
         """One call to the coordinator (looking it up first if needed); no retries.
@@ -146,8 +146,15 @@ class CoordinatorClient:
         """
         timeout = self.request_timeout_ms if timeout_ms is None else timeout_ms
         try:
-            stub = self._stub(timeout)
-            return getattr(stub, method)(request, timeout=max(timeout, 1) / 1000.0)
+            node_id, host, port = self._coordinator_address(timeout)
+            return self.conn.call_address(
+                host,
+                port,
+                method,
+                request,
+                timeout_ms=max(timeout, 1),
+                what=f"coordinator {node_id} of group {self.group_id!r}",
+            )
         except Exception as exc:
             error = _rpc_error(exc)
             if error.retriable:

@@ -18,6 +18,8 @@ from cluster.errors import LograftError, UnknownTopicOrPartitionError
 from cluster.wire import broker_pb2 as pb
 from replica.topic_partition import TopicPartition
 
+from ._rpc_errors import NoBrokersAvailableError
+
 if TYPE_CHECKING:
     from ._connection import Connections
 
@@ -99,5 +101,7 @@ def list_offsets(
 def _refresh_quietly(conn: Connections, topics: Iterable[str] | None = None) -> None:
     try:
         conn.refresh_metadata(topics)
+    except NoBrokersAvailableError:
+        raise
     except LograftError as exc:
         log.debug("metadata refresh failed error=%s", exc)

@@ -47,7 +47,7 @@ from replica.topic_partition import TopicPartition
 
 from ._accumulator import REQUEST_OVERHEAD, ProducerBatch, RecordAccumulator
 from ._clock import Clock
-from ._connection import Connections, map_rpc_error
+from ._connection import Connections, NoBrokersAvailableError, map_rpc_error
 from ._producer_metadata import ProducerMetadata
 from ._sequencing import PartitionSequences, Sequencer
 
@@ -277,10 +277,10 @@ class Sender:
     def _maybe_init_producer_id(self) -> None:
         """Fetch a producer id and epoch from any broker once there is something to send.
 
-        Retriable failures are retried after ``retry.backoff.ms`` (the batches meanwhile wait,
-        bounded by ``delivery.timeout.ms``); any other failure is fatal, as in Kafka: every
-        record sent through this producer then fails with it. Not under the lock: it blocks
-        for at most ``request.timeout.ms`` per broker.
+        Retriable failures, and no broker answering, are retried after ``retry.backoff.ms``
+        (the batches meanwhile wait, bounded by ``delivery.timeout.ms``); any other failure
+        is fatal, as in Kafka: every record sent through this producer then fails with it.
+        Not under the lock: it blocks for at most ``request.timeout.ms`` per broker.
         """
         with self._acc.lock:
             if not self._awaiting_producer_id_locked():
@@ -313,7 +313,9 @@ class Sender:
                 self._client_id,
             )
             return
-        if error.retriable:
+        # No broker answering is retried too: the batches waiting for the id are bounded
+        # by delivery.timeout.ms, and a cluster back within it is not a fatal error.
+        if error.retriable or isinstance(error, NoBrokersAvailableError):
             self._producer_id_retry_at = self._clock.monotonic() + self._backoff_s
             log.info("InitProducerId failed, will retry error_code=%d error=%s", code, error)
             return

@@ -184,13 +184,7 @@ class AdminClient:
     def __init__(self, config: Mapping[str, object] | None = None, **overrides: object) -> None:
         self.config = resolve_config("admin", ADMIN_CONFIGS, config, overrides)
         self._api_timeout_ms = int(self._int("default.api.timeout.ms"))
-        self._conn = Connections(
-            str(self.config["bootstrap.servers"]),
-            client_id=str(self.config["client.id"]),
-            request_timeout_ms=self._int("request.timeout.ms"),
-            retry_backoff_ms=self._int("retry.backoff.ms"),
-            metadata_max_age_ms=self._int("metadata.max.age.ms"),
-        )
+        self._conn = Connections.from_config(self.config)
         self._calls = AdminCalls(
             self._conn,
             api_timeout_ms=self._api_timeout_ms,

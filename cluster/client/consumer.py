@@ -157,13 +157,7 @@ class Consumer:
         self._max_poll_records = self._int("max.poll.records")
         self._backoff_s = self._int("retry.backoff.ms") / 1000.0
         self._request_timeout_ms = self._int("request.timeout.ms")
-        self._conn = Connections(
-            str(self.config["bootstrap.servers"]),
-            client_id=str(self.config["client.id"]),
-            request_timeout_ms=self._request_timeout_ms,
-            retry_backoff_ms=self._int("retry.backoff.ms"),
-            metadata_max_age_ms=self._int("metadata.max.age.ms"),
-        )
+        self._conn = Connections.from_config(self.config)
         self._responses: ClockQueue[_Response] = ClockQueue(clock)
         self._iter_buffer: deque[ConsumerRecord] = deque()
         self._closed = False

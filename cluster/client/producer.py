@@ -354,13 +354,8 @@ class Producer:
         self._max_request_size = self._int("max.request.size")
         self._request_timeout_ms = self._int("request.timeout.ms")
         backoff_ms = self._int("retry.backoff.ms")
-        self._conn = Connections(
-            str(cfg["bootstrap.servers"]),
-            client_id=str(cfg["client.id"]),
-            request_timeout_ms=self._request_timeout_ms,
-            retry_backoff_ms=backoff_ms,
-            metadata_max_age_ms=self._int("metadata.max.age.ms"),
-            max_send_bytes=self._max_request_size + 1024 * 1024,
+        self._conn = Connections.from_config(
+            cfg, max_send_bytes=self._max_request_size + 1024 * 1024
         )
         self._partitioner = Partitioner(random.Random())
         self._accumulator = RecordAccumulator(

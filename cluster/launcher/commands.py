@@ -19,10 +19,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import grpc
 from tqdm import tqdm
 
+from cluster.client import DEFAULT_BOOTSTRAP_SERVERS
 from cluster.errors import LograftError
-from cluster.launcher.health import ClusterStatus
+from cluster.launcher.health import ClusterStatus, NodeStatus, probe_metadata
 from cluster.launcher.local_cluster import DEFAULT_HEALTH_TIMEOUT_S, LocalCluster
 from cluster.launcher.processes import DEFAULT_STOP_TIMEOUT_S, tail_lines
 from cluster.launcher.spec import (
@@ -193,19 +195,24 @@ Each node's process (pid, running or paused, its metadata view), then what the c
 says: the controller quorum (leader, epoch, high watermark, each voter's lag, as the
 active controller knows it), the brokers (epoch, fenced, in controlled shutdown) and every
 partition (leader, leader epoch, replicas, ISR, high watermark as its leader reports it).
-Without a cluster.json in --data-dir it describes the cluster at --bootstrap (given
-before `cluster`).
+The first line says which cluster it shows: the local cluster of --data-dir (default
+./data/cluster) when its cluster.json exists; otherwise the cluster that answers at
+--bootstrap (given before `cluster`), else $LOGRAFT_BOOTSTRAP, else
+127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094 (e.g. the docker-compose cluster), without
+a process table. A recorded node that is not running while its address answers is flagged
+(another cluster on the same ports?).
 
---json prints one object: data_dir, bootstrap, healthy, problems, controller_id, nodes
-(one per process), quorum {leader_id, epoch, high_watermark, voters [{node_id,
-log_end_offset, lag}], observers}, metadata_offset, brokers [{node_id, broker_epoch,
-fenced, in_controlled_shutdown, address}], offline_partitions, partitions [{topic,
-partition, leader, leader_epoch, replicas, isr, high_watermark}]. A lag or high
-watermark of -1 is unknown.""",
+--json prints one object: source (cluster.json or bootstrap), data_dir, bootstrap, healthy,
+problems, controller_id, nodes (one per process; these five with a cluster.json only),
+quorum {leader_id, epoch, high_watermark, voters [{node_id, log_end_offset, lag}],
+observers}, metadata_offset, brokers [{node_id, broker_epoch, fenced,
+in_controlled_shutdown, address}], offline_partitions, partitions [{topic, partition,
+leader, leader_epoch, replicas, isr, high_watermark}]. A lag or high watermark of -1 is
+unknown.""",
         epilog="examples:\n"
         "  lograft cluster status\n"
         "  lograft cluster status --json | jq '.partitions[] | select(.leader < 0)'\n"
-        "  lograft --bootstrap 10.0.0.5:9092 cluster status --data-dir /nonexistent",
+        "  lograft --bootstrap 10.0.0.5:9092 cluster status   # no ./data/cluster/cluster.json",
         formatter_class=_RAW,
     )
     _add_data_dir(status)
@@ -418,57 +425,113 @@ def _dash(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """``lograft cluster status [--json]``: the processes, then the quorum and brokers.
+def _shown_dir(data_dir: Path) -> str:
+    text = str(data_dir)
+    return text if data_dir.is_absolute() or text.startswith(".") else f"./{text}"
 
-    Without a ``cluster.json`` in ``--data-dir`` it reports the cluster reachable at the
-    bootstrap address (``--bootstrap``) alone.
+
+def _load_local(data_dir: Path) -> LocalCluster | None:
+    """The cluster recorded in ``data_dir/cluster.json``; ``None`` when there is no such file
+    (an unreadable one is an error)."""
+    if not (data_dir / CLUSTER_FILE).exists():
+        return None
+    return LocalCluster.load(data_dir)
+
+
+def _answering_elsewhere(current: ClusterStatus) -> list[str]:
+    """Problems for recorded nodes that do not run while their address answers: another
+    process (another cluster, a docker-compose one) serves their port."""
+    found = []
+    for status in current.nodes:
+        if status.alive:
+            continue
+        try:
+            probe_metadata(status.node.address)
+        except grpc.RpcError:
+            continue
+        found.append(
+            f"node {status.node.node_id} does not run from {current.data_dir}, but "
+            f"{status.node.address} answers: another cluster on the same port?"
+        )
+    return found
+
+
+def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``lograft cluster status [--json]``: which cluster, its processes, quorum and brokers.
+
+    The local cluster of ``--data-dir`` when its ``cluster.json`` exists; otherwise the
+    cluster reachable at the bootstrap address (``--bootstrap``, ``$LOGRAFT_BOOTSTRAP``, the
+    default), without a process table, and an error naming each address and why when none
+    answers. The first line says which of the two it shows.
     """
+    data_dir = Path(args.data_dir)
+    local = _load_local(data_dir)
+    current: ClusterStatus | None = local.status() if local is not None else None
+    if current is not None:
+        bootstrap = current.bootstrap
+        shows = f"Local cluster in {_shown_dir(data_dir)} ({CLUSTER_FILE})"
+    else:
+        bootstrap = getattr(args, "bootstrap", None) or DEFAULT_BOOTSTRAP_SERVERS
+        shows = f"Cluster at {bootstrap} (no local {_shown_dir(data_dir / CLUSTER_FILE)})"
     try:
-        current: ClusterStatus | None = LocalCluster.load(args.data_dir).status()
-    except LauncherError:
-        current = None
-    bootstrap = (
-        current.bootstrap if current is not None else getattr(args, "bootstrap", None) or ""
-    ).split(",")
-    try:
-        quorum: dict[str, Any] | None = describe_cluster([b for b in bootstrap if b])
+        quorum: dict[str, Any] | None = describe_cluster(
+            [b.strip() for b in bootstrap.split(",") if b.strip()]
+        )
     except LograftError as exc:
         if current is None:
-            raise LauncherError(f"no cluster in {args.data_dir} and {exc}") from None
+            raise LauncherError(
+                f"no local cluster ({_shown_dir(data_dir / CLUSTER_FILE)} not found) and {exc}"
+            ) from None
         quorum = None
+    elsewhere = _answering_elsewhere(current) if current is not None else []
     if args.json:
-        document = current.to_json() if current is not None else {}
+        document: dict[str, Any] = {
+            "source": "cluster.json" if current is not None else "bootstrap",
+            "bootstrap": bootstrap,
+        }
+        if current is not None:
+            document.update(current.to_json())
+            document["problems"] = [*current.problems, *elsewhere]
         if quorum is not None:
             document.update(quorum)
         print(json.dumps(document, indent=2), file=out)
         return 0
+    print(shows, file=out)
     if current is not None:
-        _print_processes(current, out)
+        _print_processes(current, elsewhere, out)
+        if quorum is not None and not any(n.alive for n in current.nodes):
+            print(
+                f"None of its nodes runs: what follows answered at {bootstrap} and is "
+                "another cluster.",
+                file=out,
+            )
     if quorum is not None:
         print(render_status(quorum), file=out)
     return 0
 
 
-def _print_processes(current: ClusterStatus, out: TextIO) -> None:
-    print(f"Cluster {current.data_dir}", file=out)
+def _print_processes(current: ClusterStatus, elsewhere: Sequence[str], out: TextIO) -> None:
     print(f"Bootstrap: {current.bootstrap}", file=out)
     print(f"Healthy: {'yes' if current.healthy else 'no'}", file=out)
     print(f"Active controller: {_dash(current.controller_id)}", file=out)
     header = f"{'NODE':<5} {'PID':<8} {'STATE':<12} {'ADDRESS':<22} {'CONTROLLER':<11} "
     print(header + f"{'BROKERS':<12} TOPICS", file=out)
     for status in current.nodes:
-        metadata = status.metadata
-        brokers = ",".join(map(str, metadata.broker_ids)) if metadata else "-"
-        print(
-            f"{status.node.node_id:<5} {_dash(status.node.pid if status.alive else None):<8} "
-            f"{status.state:<12} {status.node.address:<22} "
-            f"{_dash(metadata.controller_id if metadata else None):<11} {brokers:<12} "
-            f"{_dash(metadata.topic_count if metadata else None)}",
-            file=out,
-        )
-    for problem in current.problems:
+        _print_node(status, out)
+    for problem in [*current.problems, *elsewhere]:
         print(f"  ! {problem}", file=out)
+
+
+def _print_node(status: NodeStatus, out: TextIO) -> None:
+    metadata = status.metadata
+    brokers = ",".join(map(str, metadata.broker_ids)) if metadata else "-"
+    print(
+        f"{status.node.node_id:<5} {_dash(status.node.pid if status.alive else None):<8} "
+        f"{status.state:<12} {status.node.address:<22} "
+        f"{_dash(metadata.controller_id if metadata else None):<11} {brokers:<12} "
+        f"{_dash(metadata.topic_count if metadata else None)}",
+        file=out,
+    )
 
 
 def cmd_logs(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -153,9 +153,12 @@ def test_perf_flags() -> None:
     assert (consume.perf_command, consume.messages, consume.json) == ("consume", 5, True)
 
 
-def test_bootstrap_default_comes_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bootstrap_default_comes_from_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no ./data/cluster/cluster.json here
     monkeypatch.delenv("LOGRAFT_BOOTSTRAP", raising=False)
-    assert default_bootstrap() == "127.0.0.1:9092"
+    assert default_bootstrap() == "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
     monkeypatch.setenv("LOGRAFT_BOOTSTRAP", "10.1.2.3:9999")
     assert default_bootstrap() == "10.1.2.3:9999"
     args = build_parser().parse_args(["--bootstrap", "h:1", "topics", "list"])
@@ -269,13 +272,16 @@ def test_precedence_flag_property_file_environment_default(
 ) -> None:
     monkeypatch.delenv("LOGRAFT_CONFIG", raising=False)
     monkeypatch.setenv("LOGRAFT_BOOTSTRAP", "env:1")
+    monkeypatch.chdir(tmp_path)  # no ./data/cluster/cluster.json here
     parser = build_parser()
     # Default and environment.
     plain = parser.parse_args(["produce", "t"])
     assert resolve_bootstrap(plain) == "env:1"
     assert producer_config(plain, [])["bootstrap.servers"] == "env:1"
     monkeypatch.delenv("LOGRAFT_BOOTSTRAP")
-    assert producer_config(plain, [])["bootstrap.servers"] == "127.0.0.1:9092"
+    assert producer_config(plain, [])["bootstrap.servers"] == (
+        "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
+    )
     monkeypatch.setenv("LOGRAFT_BOOTSTRAP", "env:1")
     # The file beats the environment and the defaults.
     path = _write(

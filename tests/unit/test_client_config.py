@@ -59,7 +59,8 @@ def test_producer_defaults_are_kafkas() -> None:
     assert config["delivery.timeout.ms"] == 120000
     assert config["max.in.flight.requests.per.connection"] == 5
     assert config["compression.type"] == 0
-    assert config["bootstrap.servers"] == "127.0.0.1:9092"
+    assert config["bootstrap.servers"] == "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
+    assert config["socket.connection.setup.timeout.ms"] == 3000
 
 
 @pytest.mark.parametrize(
