@@ -25,16 +25,26 @@ case "$(uname -m)" in
 esac
 
 # 1. Wheels for the image's Python (3.11 on glibc): lograft itself, then its pinned runtime
-#    dependencies as binary wheels for that platform, whatever Python runs this script.
-rm -rf "$context"
-mkdir -p "$context/wheels"
-"$python" -m pip wheel --quiet --no-deps --wheel-dir "$context/wheels" .
-"$python" -m pip download --quiet --dest "$context/wheels" --constraint constraints.txt \
-  --only-binary=:all: --implementation cp --python-version 3.11 \
-  --platform "manylinux_2_17_$platform" --platform "manylinux2014_$platform" \
-  --platform "manylinux_2_28_$platform" \
-  "$context"/wheels/lograft-*.whl
-say "$(ls "$context/wheels" | wc -l) wheels in $context/wheels"
+# dependencies as binary wheels for that platform, whatever Python runs this script. The
+# dependencies are fetched again only when constraints.txt or pyproject.toml changed.
+rm -rf "$context/wheels/lograft"
+mkdir -p "$context/wheels/lograft" "$context/wheels/dependencies"
+"$python" -m pip wheel --quiet --no-deps --wheel-dir "$context/wheels/lograft" .
+stamp="$context/wheels/dependencies/.pins"
+pins=$(cat constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$pins" ]; then
+  rm -rf "$context/wheels/dependencies"
+  mkdir -p "$context/wheels/dependencies"
+  "$python" -m pip download --quiet --dest "$context/wheels/dependencies" \
+    --constraint constraints.txt \
+    --only-binary=:all: --implementation cp --python-version 3.11 \
+    --platform "manylinux_2_17_$platform" --platform "manylinux2014_$platform" \
+    --platform "manylinux_2_28_$platform" \
+    "$context"/wheels/lograft/lograft-*.whl
+  rm -f "$context"/wheels/dependencies/lograft-*.whl
+  echo "$pins" >"$stamp"
+fi
+say "$(ls "$context/wheels/dependencies" | wc -l) dependency wheels in $context/wheels/dependencies"
 
 # 2. The base: the registry's image if it can be pulled (or is already here), else ours.
 if docker image inspect "$registry_base" >/dev/null 2>&1 \
@@ -71,7 +81,9 @@ fi
 revision=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 docker build --quiet --build-arg "BASE_IMAGE=$base" --build-arg "LOGRAFT_REVISION=$revision" \
   --tag "$image" --file docker/Dockerfile "$context" >/dev/null
-# The install stage stays behind as an untagged image: remove it.
+# What each build leaves untagged: its install stage and the image it replaced under the tag.
+# The dependencies stage stays: it is the cache that spares reinstalling them next time.
 docker image prune --force --filter label=lograft.stage=install >/dev/null
+docker image prune --force --filter label=lograft.stage=image >/dev/null
 size=$(docker image inspect --format '{{.Size}}' "$image")
 say "built $image from the $how; $((size / 1024 / 1024)) MiB"
