@@ -480,7 +480,7 @@ def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except LograftError as exc:
         if current is None:
             raise LauncherError(
-                f"no local cluster ({_shown_dir(data_dir / CLUSTER_FILE)} not found) and {exc}"
+                f"no cluster in {_shown_dir(data_dir)} ({CLUSTER_FILE} not found) and {exc}"
             ) from None
         quorum = None
     elsewhere = _answering_elsewhere(current) if current is not None else []

@@ -151,6 +151,6 @@ def test_no_cluster_anywhere_is_one_line_naming_each_address(
     # No ./data/cluster/cluster.json here: status looks for the cluster at the bootstrap.
     line = _one_line_error(_lograft(tmp_path, "cluster", "status", bootstrap=refused))
     assert line == (
-        "lograft: CLUSTER_LAUNCHER_ERROR: no local cluster (./data/cluster/cluster.json not "
+        "lograft: CLUSTER_LAUNCHER_ERROR: no cluster in ./data/cluster (cluster.json not "
         f"found) and NETWORK_EXCEPTION: no broker answered: {refused} (connection refused)"
     )

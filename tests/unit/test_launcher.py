@@ -608,6 +608,7 @@ def test_missing_cluster_is_an_error_not_a_traceback(tmp_path: Path) -> None:
     for action in (["status"], ["down"], ["kill", "1"], ["restart", "1"], ["logs", "1"]):
         err = io.StringIO()
         args = build_parser().parse_args([*action, "--data-dir", str(tmp_path)])
+        args.bootstrap = "127.0.0.1:1"  # where status looks without a cluster.json: nobody
         assert run_cluster_command(args, io.StringIO(), err) == 1
         assert err.getvalue().startswith("lograft: CLUSTER_LAUNCHER_ERROR: no cluster in")
 
