@@ -88,7 +88,7 @@ name=value lines (Java properties: # and ! start comments)."""
 EPILOG = """\
 examples:
   lograft cluster up                                   # three local nodes on :9092-9094
-  export LOGRAFT_BOOTSTRAP=127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094
+  export LOGRAFT_BOOTSTRAP=10.0.0.5:9092,10.0.0.6:9092   # another cluster than the default
   lograft topics create orders --partitions 3 --replication-factor 3
   seq 10 | lograft produce orders
   lograft consume orders --group billing --from-beginning --max-messages 10

@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 
+from cluster.client._rpc_errors import describe_rpc_failure
 from cluster.launcher.processes import is_alive, is_our_node, process_state, state_word
 from cluster.launcher.spec import NodeRecord
 from cluster.wire import broker_pb2, broker_pb2_grpc
@@ -87,9 +88,8 @@ def probe_metadata(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> Metadata
 
 
 def _rpc_error_text(exc: grpc.RpcError) -> str:
-    code = exc.code() if hasattr(exc, "code") else None
-    details = exc.details() if hasattr(exc, "details") else str(exc)
-    return f"{code.name if code is not None else 'RPC_ERROR'}: {details}"
+    """Why a probe failed in a few words (``connection refused``), not a gRPC status dump."""
+    return describe_rpc_failure(exc)
 
 
 # ---- status --------------------------------------------------------------------------------
