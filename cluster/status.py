@@ -66,7 +66,10 @@ def _first_describe(
             try:
                 answer: cpb.DescribeQuorumResponse = call.result()
             except grpc.RpcError as exc:
-                failures.append((address, describe_rpc_failure(exc)))
+                reason = describe_rpc_failure(exc)
+                if reason == "timed out":
+                    reason = f"timed out after {DEFAULT_CONNECTION_SETUP_TIMEOUT_MS} ms"
+                failures.append((address, reason))
                 continue
             for other in calls:
                 other.cancel()
