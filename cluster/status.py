@@ -11,7 +11,7 @@ each address and why.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -24,7 +24,13 @@ from cluster.wire import broker_pb2_grpc as pb_grpc
 from cluster.wire import controller_pb2 as cpb
 from cluster.wire import controller_pb2_grpc as cpb_grpc
 
-__all__ = ["MAX_PARTITION_LINES", "broker_registrations", "describe_cluster", "render_status"]
+__all__ = [
+    "MAX_PARTITION_LINES",
+    "broker_registrations",
+    "describe_cluster",
+    "readiness_problems",
+    "render_status",
+]
 
 TIMEOUT_S = 5.0
 MAX_PARTITION_LINES = 200
@@ -90,6 +96,27 @@ def broker_registrations(
     except NoBrokersAvailableError:
         return None
     return {b.broker_id: (b.broker_epoch, b.fenced) for b in answer.brokers}
+
+
+def readiness_problems(described: Mapping[str, Any]) -> list[str]:
+    """Why a cluster described by :func:`describe_cluster` is not ready for clients (empty
+    when it is): the quorum has no leader, no broker is registered, a broker is fenced, or a
+    voter is not registered as a broker although every broker is a voter (nodes that are both
+    controller and broker, as in docker-compose.yml and ``lograft cluster up``)."""
+    quorum = described["quorum"]
+    brokers = {b["node_id"]: b for b in described["brokers"]}
+    voters = {v["node_id"] for v in quorum["voters"]}
+    problems: list[str] = []
+    if quorum["leader_id"] < 0:
+        problems.append("the controller quorum has no leader")
+    if not brokers:
+        problems.append("no broker is registered")
+    problems += [f"broker {i} is fenced" for i, b in sorted(brokers.items()) if b["fenced"]]
+    if brokers and set(brokers) <= voters:
+        problems += [
+            f"node {i} is not registered as a broker" for i in sorted(voters - set(brokers))
+        ]
+    return problems
 
 
 def describe_cluster(bootstrap: Sequence[str], timeout_s: float = TIMEOUT_S) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -25,7 +26,11 @@ from tqdm import tqdm
 from cluster.client import DEFAULT_BOOTSTRAP_SERVERS
 from cluster.errors import LograftError
 from cluster.launcher.health import ClusterStatus, NodeStatus, probe_metadata
-from cluster.launcher.local_cluster import DEFAULT_HEALTH_TIMEOUT_S, LocalCluster
+from cluster.launcher.local_cluster import (
+    DEFAULT_HEALTH_TIMEOUT_S,
+    HEALTH_POLL_INTERVAL_S,
+    LocalCluster,
+)
 from cluster.launcher.processes import DEFAULT_STOP_TIMEOUT_S, tail_lines
 from cluster.launcher.spec import (
     CLUSTER_FILE,
@@ -35,7 +40,7 @@ from cluster.launcher.spec import (
     ClusterSpec,
     LauncherError,
 )
-from cluster.status import describe_cluster, render_status
+from cluster.status import describe_cluster, readiness_problems, render_status
 
 __all__ = [
     "CLUSTER_DESCRIPTION",
@@ -217,6 +222,15 @@ unknown.""",
     )
     _add_data_dir(status)
     status.add_argument("--json", action="store_true", help="print one JSON document")
+    status.add_argument(
+        "--wait",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="first wait up to SECONDS until the cluster is ready: the quorum has a leader "
+        "and every node is registered as an unfenced broker (exit 1, saying what is "
+        "missing, if it is not by then); e.g. right after `docker-compose up -d`",
+    )
 
     logs = actions.add_parser(
         "logs",
@@ -466,6 +480,7 @@ def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """
     data_dir = Path(args.data_dir)
     local = _load_local(data_dir)
+    not_ready = _wait_ready(args, local) if args.wait is not None else []
     current: ClusterStatus | None = local.status() if local is not None else None
     if current is not None:
         bootstrap = current.bootstrap
@@ -473,6 +488,10 @@ def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     else:
         bootstrap = getattr(args, "bootstrap", None) or DEFAULT_BOOTSTRAP_SERVERS
         shows = f"Cluster at {bootstrap} (no local {_shown_dir(data_dir / CLUSTER_FILE)})"
+    if not_ready:
+        print(shows, file=out)
+        print(f"not ready after {args.wait:g} s: " + "; ".join(not_ready), file=err)
+        return 1
     try:
         quorum: dict[str, Any] | None = describe_cluster(
             [b.strip() for b in bootstrap.split(",") if b.strip()]
@@ -508,6 +527,29 @@ def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if quorum is not None:
         print(render_status(quorum), file=out)
     return 0
+
+
+def _wait_ready(args: argparse.Namespace, local: LocalCluster | None) -> list[str]:
+    """Poll until the cluster is ready (``--wait``); what is still missing when time is up."""
+    deadline = time.monotonic() + args.wait
+    while True:
+        local_status = local.status() if local is not None else None
+        if local is not None and local_status is not None:
+            bootstrap = local.bootstrap
+            # A cluster.json whose nodes all stopped says nothing of whoever answers there now.
+            running = any(node.alive for node in local_status.nodes)
+            problems = list(local_status.problems) if running else []
+        else:
+            bootstrap = getattr(args, "bootstrap", None) or DEFAULT_BOOTSTRAP_SERVERS
+            problems = []
+        try:
+            described = describe_cluster([b.strip() for b in bootstrap.split(",") if b.strip()])
+            problems += readiness_problems(described)
+        except LograftError as exc:
+            problems.append(str(exc))
+        if not problems or time.monotonic() >= deadline:
+            return problems
+        time.sleep(min(HEALTH_POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
 
 
 def _print_processes(current: ClusterStatus, elsewhere: Sequence[str], out: TextIO) -> None:
