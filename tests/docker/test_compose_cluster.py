@@ -18,7 +18,7 @@ import pytest
 from cluster.client import AdminClient, Consumer, Producer
 from cluster.client.admin import NewTopic
 from cluster.client.producer import RecordMetadata
-from cluster.errors import LograftError
+from cluster.errors import LograftError, UnknownTopicOrPartitionError
 from replica.topic_partition import TopicPartition
 from tests.docker.compose import NODE_IDS, ComposeCluster, wait_until
 
@@ -40,9 +40,14 @@ def admin(compose_cluster: ComposeCluster) -> Iterator[AdminClient]:
 def create_topic(admin: AdminClient, name: str) -> None:
     """A topic of one partition with the cluster's default replication factor."""
     admin.create_topics([NewTopic(name, 1, -1)])[name].result()
-    wait_until(
-        lambda: len(replicas(admin, name)[1]) == 3, 30, f"{name} to have three in-sync replicas"
-    )
+
+    def fully_replicated() -> bool:
+        try:
+            return len(replicas(admin, name)[2]) == 3
+        except UnknownTopicOrPartitionError:
+            return False  # the broker asked has not applied the new topic's record yet
+
+    wait_until(fully_replicated, 30, f"{name} to have three in-sync replicas")
 
 
 def replicas(admin: AdminClient, topic: str) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
