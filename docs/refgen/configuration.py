@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from cluster.client import _connection, admin, consumer, producer
 from cluster.node_config import BROKER_TO_TOPIC_CONFIG, NODE_CONFIGS
 from refgen.command_lines import command_lines
+from refgen.container import container_environment
 from refgen.markdown import GENERATED_NOTE, code_span, inline, summary, table
 from refgen.values import show_default, show_text_default
 from replica.compression import CompressionType
@@ -232,4 +233,6 @@ def render_configuration() -> str:
     lines += _broker_settings()
     lines += [""]
     lines += command_lines()
+    lines += [""]
+    lines += container_environment()
     return "\n".join(lines).rstrip() + "\n"
