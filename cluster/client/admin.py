@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from typing import Literal
 from cluster.errors import (
     BrokerNotAvailableError,
     InvalidRequestError,
+    LograftError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
@@ -239,6 +241,10 @@ class AdminClient:
         )
         response = self._calls.controller_call("CreateTopics", request)
         results = topic_futures(response.topics, [t.name for t in new_topics])
+        if not validate_only:
+            self._await_metadata(
+                [n for n, f in results.items() if f.exception() is None], present=True
+            )
         logger.info(
             "create_topics topics=%s failed=%s",
             ",".join(t.name for t in new_topics),
@@ -256,8 +262,40 @@ class AdminClient:
         )
         response = self._calls.controller_call("DeleteTopics", request)
         results = topic_futures(response.topics, names)
+        self._await_metadata(
+            [n for n, f in results.items() if f.exception() is None], present=False
+        )
         logger.info("delete_topics topics=%s", ",".join(names))
         return results
+
+    def _await_metadata(self, names: Sequence[str], *, present: bool) -> None:
+        """Wait until the brokers this client asks see ``names`` created (or deleted).
+
+        The controller answers once the change is committed; brokers apply it a moment later.
+        Waiting here gives read-your-writes to whoever uses this client next (a describe, a
+        producer's first send), as a user expects. Bounded by ``default.api.timeout.ms``; a
+        change still not visible then is logged, not raised: it did happen.
+        """
+        if not names:
+            return
+        deadline = time.monotonic() + self._api_timeout_ms / 1000.0
+        while True:
+            try:
+                metadata = self._conn.refresh_metadata(names)
+                visible = {n for n, info in metadata.topics.items() if info.error_code == 0}
+                if all((n in visible) is present for n in names):
+                    return
+            except LograftError as exc:
+                if not exc.retriable:
+                    raise
+            if time.monotonic() >= deadline:
+                logger.warning(
+                    "topics not yet %s in metadata topics=%s",
+                    "created" if present else "deleted",
+                    ",".join(names),
+                )
+                return
+            time.sleep(self._calls.backoff_s)
 
     def list_topics(self) -> list[str]:
         """Names of every topic, sorted."""
