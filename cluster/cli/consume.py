@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import threading
 import time
@@ -10,7 +11,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 
 from cluster.client import Consumer, ConsumerRecord, TopicPartition
-from cluster.errors import InvalidConfigError
+from cluster.errors import InvalidConfigError, LeaderNotAvailableError
 
 from ._args import (
     Streams,
@@ -25,7 +26,13 @@ from ._formats import FORMATS, JSON_SCHEMA, RecordFormat, format_record
 
 __all__ = ["register", "run"]
 
+log = logging.getLogger(__name__)
+
 POLL_MS = 500
+
+STALLED_WARNING_MS = 5000
+"""A partition whose leader has not answered for this long is named on stderr, once."""
+_STALLED_CHECK_S = 1.0
 
 DESCRIPTION = f"""\
 Print the records of TOPIC on stdout, one per line, as Kafka's kafka-console-consumer.
@@ -49,7 +56,13 @@ Formats (--format):
 {JSON_SCHEMA}
 
 A null key or value prints as null in raw and kv. "Processed a total of N messages" goes to
-stderr at the end."""
+stderr at the end.
+
+A partition without a leader (or whose leader does not answer) holds up no other: the
+others are printed while it is retried. When it stays so for more than
+{STALLED_WARNING_MS // 1000} s, one WARNING line on stderr names it (unless --log-level
+CRITICAL), e.g. "partition orders-1 has no leader; waiting for one (other partitions are
+read)"."""
 
 EPILOG = """\
 examples:
@@ -194,6 +207,59 @@ def _stop_on_sigint(stop: threading.Event) -> signal.Handlers | Callable[..., ob
     return signal.SIG_DFL if previous is None else previous
 
 
+class _StalledNotices:
+    """Names each partition whose leader has not answered for ``STALLED_WARNING_MS``: one
+    WARNING line per partition, again only after it was read and then stalled anew.
+
+    ``check`` asks the consumer at most once a second, and not before ``STALLED_WARNING_MS``
+    since ``start`` (no partition can have stalled for that long before).
+    """
+
+    def __init__(self, start: float) -> None:
+        self._named: set[TopicPartition] = set()
+        self._next_check = start + STALLED_WARNING_MS / 1000.0
+
+    def check(self, consumer: Consumer, now: float) -> None:
+        """Log the partitions of ``consumer`` that stalled long enough and were not named
+        (``now``: ``time.monotonic()``)."""
+        if now < self._next_check:
+            return
+        self._next_check = now + _STALLED_CHECK_S
+        if self._named:
+            # Forget partitions read again since, so that a new stall is named again.
+            self._named &= set(consumer._stalled_partitions(0))
+        stalled = consumer._stalled_partitions(STALLED_WARNING_MS)
+        if not stalled.keys() - self._named:
+            return
+        others = len(consumer.assignment()) > len(stalled)
+        read = " (other partitions are read)" if others else ""
+        for tp, reason in sorted(stalled.items()):
+            if tp in self._named:
+                continue
+            self._named.add(tp)
+            if reason.startswith(LeaderNotAvailableError.error_name):
+                log.warning(
+                    "partition %s-%d has no leader; waiting for one%s", tp.topic, tp.partition, read
+                )
+            else:
+                log.warning(
+                    "partition %s-%d cannot be read from its leader (%s); retrying%s",
+                    tp.topic,
+                    tp.partition,
+                    reason,
+                    read,
+                )
+
+
+def _show_warnings(args: argparse.Namespace) -> int:
+    """Let this module's WARNING lines through at the default --log-level (ERROR): a user
+    is told what the command waits for. Returns the level to restore."""
+    previous = log.level
+    if str(getattr(args, "log_level", "ERROR")).upper() != "CRITICAL":
+        log.setLevel(min(logging.WARNING, log.getEffectiveLevel()))
+    return previous
+
+
 def run(args: argparse.Namespace, streams: Streams) -> int:
     """Print records of a topic until ``--max-messages``, ``--timeout-ms`` or Ctrl-C."""
     out = streams.stdout_bytes
@@ -233,6 +299,8 @@ def run(args: argparse.Namespace, streams: Streams) -> int:
         printed_in_batch = 0
         stop = threading.Event()
         previous_handler = _stop_on_sigint(stop)
+        stalled = _StalledNotices(time.monotonic())
+        previous_level = _show_warnings(args)
         try:
             while args.max_messages is None or count < args.max_messages:
                 if stop.is_set():
@@ -245,6 +313,7 @@ def run(args: argparse.Namespace, streams: Streams) -> int:
                     poll_ms = max(1, min(poll_ms, int(left_ms)))
                 records, printed_in_batch = [], 0
                 records = consumer.poll(poll_ms)
+                stalled.check(consumer, time.monotonic())
                 if records:
                     last_record = time.monotonic()
                 written = 0
@@ -267,6 +336,7 @@ def run(args: argparse.Namespace, streams: Streams) -> int:
                 _rewind_unprinted(consumer, records[printed_in_batch:])
             raise
         finally:
+            log.setLevel(previous_level)
             if previous_handler is not None:
                 signal.signal(signal.SIGINT, previous_handler)
         if group is not None:

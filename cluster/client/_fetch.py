@@ -11,6 +11,8 @@
   rotating the starting partition so that none starves, and moves the positions.
 * Errors: ``OFFSET_OUT_OF_RANGE`` resets the position (``auto.offset.reset``; ``none``
   raises), retriable ones back the partition off and ask for fresh metadata, others raise.
+  A partition without a leader is not fetched (the others are); each partition notes since
+  when its leader has not answered (``PartitionState.stalled_since``).
   A corrupt batch raises on every poll until the user seeks past it.
 
 Backoffs are counted on the consumer's ``Clock``; a ``Fetch``'s gRPC deadline is real time.
@@ -176,6 +178,7 @@ class Fetcher:
             except LograftError as exc:
                 if not exc.retriable:
                     raise
+                state.note_stalled(now, str(exc))
                 self._want_metadata()
                 continue
             if node in self._nodes_in_flight:
@@ -246,6 +249,7 @@ class Fetcher:
                 state = states.get(tp)
                 if state is not None:
                     state.retry_at = now + self._backoff_s
+                    state.note_stalled(now, str(error))
             return
         assert response is not None
         for topic in response.topics:
@@ -261,6 +265,7 @@ class Fetcher:
                 if p.error_code:
                     self._partition_error(tp, state, p.error_code, p.error_message, fetch_offset)
                     continue
+                state.note_answered()
                 data = p.records
                 if not data:
                     continue
@@ -295,6 +300,7 @@ class Fetcher:
                 fetch_offset,
                 reset_policy,
             )
+            state.note_answered()
             self._subscriptions.request_reset(tp, state, self._subscriptions.default_reset())
             return
         if not error.retriable:
@@ -305,5 +311,7 @@ class Fetcher:
             tp.partition,
             error.error_name,
         )
-        state.retry_at = self._clock.monotonic() + self._backoff_s
+        now = self._clock.monotonic()
+        state.retry_at = now + self._backoff_s
+        state.note_stalled(now, str(error))
         self._want_metadata()

@@ -1,9 +1,12 @@
 """ListOffsets: the offset of each partition at a timestamp, asked of its leader.
 
-What ``Connections.list_offsets`` runs for the consumer's offset lookups (earliest, latest,
-by time) and ``AdminClient.list_offsets``: the partitions are grouped by leader, one request
-per leader; retriable errors (no leader, not the leader, network) are retried after a
-metadata refresh until the timeout passes.
+What ``Connections.list_offsets`` runs for the consumer's blocking offset lookups
+(``position``, ``beginning_offsets``, ``end_offsets``) and ``AdminClient.list_offsets``: the
+partitions are grouped by leader, one request per leader; retriable errors (no leader, not
+the leader, network) are retried after a metadata refresh until the timeout passes.
+``list_offsets_at`` is one such request to one leader, without retries, reporting each
+partition's outcome on its own: what the consumer's background position lookups send, one
+per leader.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ._rpc_errors import NoBrokersAvailableError
 if TYPE_CHECKING:
     from ._connection import Connections
 
-__all__ = ["list_offsets"]
+__all__ = ["list_offsets", "list_offsets_at"]
 
 log = logging.getLogger(__name__)
 
@@ -45,45 +48,21 @@ def list_offsets(
         _refresh_quietly(conn, {tp.topic for tp in pending})
     while pending:
         retry_error: LograftError | None = None
-        by_leader: dict[int, list[TopicPartition]] = {}
-        for tp in pending:
+        by_leader: dict[int, dict[TopicPartition, int]] = {}
+        for tp, timestamp in pending.items():
             try:
-                by_leader.setdefault(conn.metadata.leader_for(tp), []).append(tp)
+                by_leader.setdefault(conn.metadata.leader_for(tp), {})[tp] = timestamp
             except LograftError as exc:
                 if not exc.retriable:
                     raise
                 retry_error = exc
-        for leader, tps in by_leader.items():
-            topics: dict[str, list[Any]] = {}
-            for tp in tps:
-                topics.setdefault(tp.topic, []).append(
-                    pb.ListOffsetsPartition(partition=tp.partition, timestamp=pending[tp])
-                )
-            request = pb.ListOffsetsRequest(
-                topics=[pb.ListOffsetsTopic(name=n, partitions=ps) for n, ps in topics.items()]
-            )
-            try:
-                response = conn.call("ListOffsets", request, node_id=leader)
-            except LograftError as exc:
-                if not exc.retriable:
-                    raise
-                retry_error = exc
-                continue
-            for t in response.topics:
-                for p in t.partitions:
-                    tp = TopicPartition(t.name, p.partition)
-                    if tp not in pending:
-                        continue
-                    if p.error_code:
-                        error = errors.error_for_code(
-                            p.error_code, p.error_message or f"{tp.topic}-{tp.partition}"
-                        )
-                        if not error.retriable:
-                            raise error
-                        retry_error = error
-                        continue
-                    results[tp] = (p.offset, p.timestamp, p.leader_epoch)
-                    del pending[tp]
+        for leader, asked in by_leader.items():
+            found, failed = list_offsets_at(conn, leader, asked)
+            results.update(found)
+            for tp in found:
+                del pending[tp]
+            for error in failed.values():
+                retry_error = error
         if not pending:
             break
         if retry_error is None:
@@ -96,6 +75,59 @@ def list_offsets(
         time.sleep(backoff_s)
         _refresh_quietly(conn, {tp.topic for tp in pending})
     return results
+
+
+def list_offsets_at(
+    conn: Connections,
+    leader: int,
+    timestamps: Mapping[TopicPartition, int],
+    timeout_ms: int | None = None,
+) -> tuple[dict[TopicPartition, tuple[int, int, int]], dict[TopicPartition, LograftError]]:
+    """One ``ListOffsets`` to broker ``leader`` for ``timestamps``, without retrying; the
+    call's deadline is ``timeout_ms`` (default ``request.timeout.ms``).
+
+    Returns what it found (``{tp: (offset, timestamp, leader_epoch)}``) and the retriable
+    error of each partition it did not (the call's own error for all of them when the
+    broker could not be asked); a partition the answer leaves out fails as unknown. The
+    first non-retriable error is raised. The consumer's position lookups ask each leader
+    on its own this way, so that a partition without a reachable leader holds up no other.
+    """
+    topics: dict[str, list[Any]] = {}
+    for tp, timestamp in timestamps.items():
+        topics.setdefault(tp.topic, []).append(
+            pb.ListOffsetsPartition(partition=tp.partition, timestamp=timestamp)
+        )
+    request = pb.ListOffsetsRequest(
+        topics=[pb.ListOffsetsTopic(name=n, partitions=ps) for n, ps in topics.items()]
+    )
+    found: dict[TopicPartition, tuple[int, int, int]] = {}
+    failed: dict[TopicPartition, LograftError] = {}
+    try:
+        response = conn.call("ListOffsets", request, node_id=leader, timeout_ms=timeout_ms)
+    except LograftError as exc:
+        if not exc.retriable:
+            raise
+        return found, dict.fromkeys(timestamps, exc)
+    for t in response.topics:
+        for p in t.partitions:
+            tp = TopicPartition(t.name, p.partition)
+            if tp not in timestamps or tp in found:
+                continue
+            if p.error_code:
+                error = errors.error_for_code(
+                    p.error_code, p.error_message or f"{tp.topic}-{tp.partition}"
+                )
+                if not error.retriable:
+                    raise error
+                failed[tp] = error
+                continue
+            found[tp] = (p.offset, p.timestamp, p.leader_epoch)
+    for tp in timestamps:
+        if tp not in found and tp not in failed:
+            failed[tp] = UnknownTopicOrPartitionError(
+                f"broker {leader} did not answer for {tp.topic}-{tp.partition}"
+            )
+    return found, failed
 
 
 def _refresh_quietly(conn: Connections, topics: Iterable[str] | None = None) -> None:

@@ -6,8 +6,11 @@ A partition without a position first waits for its group's committed offset (wit
 ``poll`` never waits for these lookups: ``start`` runs them, and metadata refreshes, on a
 background pool, and each finished ``Lookup`` comes back through the consumer's response
 queue to ``handle``, which applies the answer to the partitions whose state (epoch) has not
-moved since. ``position`` uses the blocking forms, ``load_committed`` and
-``resolve_positions``.
+moved since. Offsets are asked of each leader on its own, and the others get their
+positions (and records) meanwhile: a partition without a known leader is looked up once
+fresh metadata (refreshed at most every ``retry.backoff.ms``) names one, one whose leader
+did not answer again after ``retry.backoff.ms``. ``position`` uses the blocking forms,
+``load_committed`` and ``resolve_positions``.
 
 Retry backoffs are counted on the consumer's ``Clock``; the blocking lookups of
 ``Connections`` (and every gRPC deadline) stay on real time.
@@ -18,6 +21,7 @@ the pool).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,11 +33,15 @@ from cluster.errors import LograftError
 from ._clock import Clock
 from ._connection import Connections, TopicPartition
 from ._group_client import CoordinatorClient
+from ._list_offsets import list_offsets_at
 from ._subscription import PartitionState, SubscriptionState
 
 __all__ = ["Lookup", "Lookups"]
 
 logger = logging.getLogger(__name__)
+
+_LOOKUP_THREADS = 8
+"""At most this many lookups run at once; more wait for a thread."""
 
 
 @dataclass(slots=True)
@@ -108,8 +116,32 @@ class Lookups:
                 "committed", committed, lambda: coordinator.fetch_offsets(wanted, timeout_ms)
             )
         if resets:
-            conn, timeout_ms = self._conn, self._request_timeout_ms
-            self._submit("offsets", epochs, lambda: conn.list_offsets(resets, timeout_ms))
+            self._start_offsets(resets, epochs, now)
+
+    def _start_offsets(
+        self, resets: dict[TopicPartition, int], epochs: dict[TopicPartition, int], now: float
+    ) -> None:
+        """One ``ListOffsets`` lookup per leader, as Kafka's ``OffsetFetcher`` sends them: a
+        partition without a known leader waits for fresh metadata (asked for here; it is
+        tried again at every ``start``, as the fetcher does), and one whose leader is slow
+        or down holds up no other."""
+        states = self._subscriptions.states
+        metadata = self._conn.metadata
+        by_leader: dict[int, dict[TopicPartition, int]] = {}
+        for tp, spec in resets.items():
+            try:
+                leader = metadata.leader_for(tp)
+            except LograftError as exc:
+                if not exc.retriable:
+                    raise
+                states[tp].note_stalled(now, str(exc))
+                self.metadata_wanted = True
+                continue
+            by_leader.setdefault(leader, {})[tp] = spec
+        conn, timeout_ms = self._conn, self._request_timeout_ms
+        for leader, asked in by_leader.items():
+            work = functools.partial(list_offsets_at, conn, leader, asked, timeout_ms)
+            self._submit("offsets", {tp: epochs[tp] for tp in asked}, work)
 
     def refresh_metadata(self) -> None:
         """Refresh the metadata in the background (one refresh at a time)."""
@@ -130,9 +162,11 @@ class Lookups:
         work: Callable[[], Any],
     ) -> None:
         if self._pool is None:
-            # One thread per kind of lookup is enough: each kind has few in flight.
+            # Threads start as lookups need them: few committed-offset and metadata lookups
+            # are in flight at a time, offset lookups one per leader (a leader that does
+            # not answer holds a thread until the call's deadline, not the others).
             self._pool = ThreadPoolExecutor(
-                max_workers=3, thread_name_prefix="lograft-consumer-lookup"
+                max_workers=_LOOKUP_THREADS, thread_name_prefix="lograft-consumer-lookup"
             )
         states = self._subscriptions.states
         for tp in epochs:
@@ -168,16 +202,41 @@ class Lookups:
                 len(live),
                 exc,
             )
-            retry_at = self._clock.monotonic() + self._backoff_s
+            now = self._clock.monotonic()
             for state in live.values():
-                state.retry_at = retry_at
+                state.retry_at = now + self._backoff_s
+                if lookup.kind == "offsets":
+                    state.note_stalled(now, str(exc))
             if lookup.kind == "offsets":
                 self.metadata_wanted = True
             return
         if lookup.kind == "committed":
             self._subscriptions.apply_committed({tp: found[tp] for tp in live if tp in found})
         elif lookup.kind == "offsets":
-            self._subscriptions.apply_offsets({tp: found[tp][0] for tp in live if tp in found})
+            offsets, failed = found
+            for tp in live:
+                if tp in offsets:
+                    live[tp].note_answered()
+            self._subscriptions.apply_offsets({tp: offsets[tp][0] for tp in live if tp in offsets})
+            self._retry_offsets({tp: failed[tp] for tp in live if tp in failed})
+
+    def _retry_offsets(self, failed: dict[TopicPartition, LograftError]) -> None:
+        """Look these partitions up again after ``retry.backoff.ms``, with fresh metadata."""
+        if not failed:
+            return
+        states = self._subscriptions.states
+        now = self._clock.monotonic()
+        for tp, error in failed.items():
+            state = states[tp]
+            state.retry_at = now + self._backoff_s
+            state.note_stalled(now, str(error))
+            logger.info(
+                "offset lookup failed, retrying topic=%s partition=%d error=%s",
+                tp.topic,
+                tp.partition,
+                error,
+            )
+        self.metadata_wanted = True
 
     def load_committed(self, partitions: Sequence[TopicPartition], timeout_ms: int) -> None:
         """Start partitions still waiting for it at their committed offset (if any), now."""

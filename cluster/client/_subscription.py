@@ -3,9 +3,10 @@
 One ``PartitionState`` per partition the consumer reads (assigned with ``assign``, or owned
 in its group with ``subscribe``): its position (the offset of the next record ``poll``
 returns), the offset the next fetch asks for, a pending reset (``seek_to_beginning``,
-``seek_to_end``, ``auto.offset.reset``), whether it is paused, and the fetched records not
-yet handed out. Every seek renews the partition's *epoch*, so answers to fetches and lookups
-sent before it are recognised as stale and dropped.
+``seek_to_end``, ``auto.offset.reset``), whether it is paused, the fetched records not
+yet handed out, and since when its leader has not answered (none elected, or unreachable).
+Every seek renews the partition's *epoch*, so answers to fetches and lookups sent before it
+are recognised as stale and dropped.
 
 Bookkeeping only: nothing here does I/O or starts threads. Not thread-safe: the consumer's
 polling thread owns it.
@@ -70,6 +71,23 @@ class PartitionState:
     retry_at: float = 0.0
     high_watermark: int = -1
     buffered: deque[CompletedFetch] = field(default_factory=deque)
+    stalled_since: float | None = None
+    """Since when (consumer clock) fetches and offset lookups of this partition fail for
+    want of a leader that answers (none elected, unreachable, or not the leader any more);
+    ``None`` while they succeed. A seek leaves it: it does not bring a leader."""
+    stalled_reason: str = ""
+    """Why, as the last failure said (``LEADER_NOT_AVAILABLE: T-1``, ...)."""
+
+    def note_stalled(self, now: float, reason: str) -> None:
+        """A fetch or lookup of this partition could not be made or failed retriably."""
+        if self.stalled_since is None:
+            self.stalled_since = now
+        self.stalled_reason = reason
+
+    def note_answered(self) -> None:
+        """Its leader answered for it: no longer stalled."""
+        self.stalled_since = None
+        self.stalled_reason = ""
 
 
 class SubscriptionState:
@@ -212,3 +230,11 @@ class SubscriptionState:
     def paused(self) -> set[TopicPartition]:
         """The paused partitions."""
         return {tp for tp, state in self.states.items() if state.paused}
+
+    def stalled(self, now: float, min_s: float) -> dict[TopicPartition, str]:
+        """Partitions whose leader has not answered for at least ``min_s`` (→ why)."""
+        return {
+            tp: state.stalled_reason
+            for tp, state in self.states.items()
+            if state.stalled_since is not None and now - state.stalled_since >= min_s
+        }

@@ -30,11 +30,13 @@
 * ``poll`` returns up to ``max.poll.records`` records within about its timeout: committed
   offsets, ``auto.offset.reset`` positions and metadata are looked up on a background
   thread, and a partition has no records until its position is known. Fetches go to each
-  partition's leader (one request per broker in flight); while the caller works through
-  the records of one fetch, the next is already requested (a single fetch-ahead per
-  partition), and records are decoded lazily, only as ``poll`` hands them out. ``pause``
-  stops returning and fetching a partition until ``resume``; ``lag`` is the high watermark
-  minus the position.
+  partition's leader (one request per broker in flight), and so do offset lookups (one per
+  leader): a partition without a leader, or whose leader does not answer, holds up no
+  other (it is retried after ``retry.backoff.ms`` with fresh metadata). While the caller
+  works through the records of one fetch, the next is already requested (a single
+  fetch-ahead per partition), and records are decoded lazily, only as ``poll`` hands them
+  out. ``pause`` stops returning and fetching a partition until ``resume``; ``lag`` is the
+  high watermark minus the position.
 * ``OFFSET_OUT_OF_RANGE`` applies ``auto.offset.reset``; with ``none`` it raises
   ``OffsetOutOfRangeError``. Retriable errors (not the leader, unknown partition, network)
   refresh the metadata and retry after ``retry.backoff.ms``; other errors raise from
@@ -419,6 +421,15 @@ class Consumer:
 
     def _api_ms(self) -> int:
         return self._request_timeout_ms
+
+    def _stalled_partitions(self, min_ms: int) -> dict[TopicPartition, str]:
+        """Partitions read whose leader has not answered for ``min_ms`` or more, and why
+        (``LEADER_NOT_AVAILABLE: T-1``, ``NETWORK_EXCEPTION: broker 3 at ...``).
+
+        Their fetches and offset lookups are retried in ``poll``; the others are read
+        meanwhile. Private: ``lograft consume`` uses it to tell the user what it waits for.
+        """
+        return self._subscriptions.stalled(self._clock.monotonic(), min_ms / 1000.0)
 
     # ---- commits -------------------------------------------------------------------------
 
