@@ -27,6 +27,7 @@ from cluster.broker_frontend import BrokerFrontend
 from cluster.controller_client import ControllerClient
 from cluster.errors import (
     BrokerIdNotRegisteredError,
+    CoordinatorLoadInProgressError,
     InvalidConfigError,
     InvariantError,
     LograftError,
@@ -405,13 +406,27 @@ class KRaftBroker(BrokerFrontend):
     # ---- producer ids -------------------------------------------------------------------
 
     async def _allocate_producer_ids(self) -> tuple[int, int]:
+        # Until this process has (re-)registered, the controller knows no epoch of ours (or
+        # an older incarnation's): a block cannot be had yet. That is a transient state of
+        # this broker, so the producer is told to retry (Kafka's producer id manager answers
+        # COORDINATOR_LOAD_IN_PROGRESS while it has no block), never STALE_BROKER_EPOCH.
+        if self.broker_epoch < 0:
+            raise CoordinatorLoadInProgressError(
+                f"broker {self.node_id} is not registered with the controller yet"
+            )
         response = await self._controllers.call(
             "AllocateProducerIds",
             cpb.AllocateProducerIdsRequest(broker_id=self.node_id, broker_epoch=self.broker_epoch),
             timeout_s=ALTER_PARTITION_TIMEOUT_S,
         )
         if response.error_code:
-            raise error_for_code(response.error_code, response.error_message)
+            error = error_for_code(response.error_code, response.error_message)
+            if isinstance(error, StaleBrokerEpochError | BrokerIdNotRegisteredError):
+                raise CoordinatorLoadInProgressError(
+                    f"broker {self.node_id} is re-registering with the controller: "
+                    f"{error.message}"
+                )
+            raise error
         return response.producer_id_start, response.producer_id_len
 
     async def next_producer_id(self) -> int:
