@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["TMP_SUFFIX", "fsync_directory", "write_file_atomically"]
+__all__ = ["TMP_SUFFIX", "create_directories", "fsync_directory", "write_file_atomically"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -22,6 +22,31 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def create_directories(directory: Path) -> None:
+    """Create ``directory`` and any missing ancestors, durably: after each ``mkdir`` the
+    parent is fsynced, because a new directory entry survives power loss only then (POSIX;
+    Kafka flushes the parent after creating a log directory). ``directory``'s own parent is
+    fsynced even when it already existed: a process that crashed between its ``mkdir`` and
+    the fsync left an entry that a power loss could still take. Raises ``OSError``."""
+    missing: list[Path] = []
+    current = Path(os.path.abspath(directory))
+    while not current.is_dir():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            if not path.is_dir():
+                raise
+            continue  # created meanwhile by someone else, who makes it durable
+        fsync_directory(path.parent)
+    if not missing:
+        fsync_directory(Path(os.path.abspath(directory)).parent)
 
 
 def write_file_atomically(path: Path, data: bytes) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 import grpc
 
 from cluster import halt
-from cluster.durable import write_file_atomically
+from cluster.durable import create_directories, write_file_atomically
 from cluster.errors import (
     InconsistentClusterIdError,
     InvalidConfigError,
@@ -108,7 +108,7 @@ def load_or_create_identity(data_dir: Path, node_id: int, expected_cluster_id: s
     Kafka does.
     """
     path = data_dir / "meta.properties"
-    data_dir.mkdir(parents=True, exist_ok=True)
+    create_directories(data_dir)
     if not path.exists():
         cluster_id = expected_cluster_id or uuid.uuid4().hex
         body = f"version=1\nnode.id={node_id}\ncluster.id={cluster_id}\n"

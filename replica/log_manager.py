@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.durable import fsync_directory, write_file_atomically
+from cluster.durable import create_directories, fsync_directory, write_file_atomically
 from cluster.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -87,7 +87,7 @@ class LogManager:
         partitions are opened as the metadata image assigns them (:meth:`open_partition`,
         then :meth:`adopt_partition`).
         """
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        create_directories(self.data_dir)
         for leftover in self.data_dir.glob(f"*{_DELETE_SUFFIX}"):
             shutil.rmtree(leftover, ignore_errors=True)
         try:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from cluster.durable import create_directories
 from cluster.launcher.spec import NODE_MODULE, LauncherError, NodeRecord
 
 __all__ = [
@@ -253,7 +254,7 @@ def start_node(node: NodeRecord, voters: str, configs: Mapping[str, str]) -> Non
             f"port {node.client_port} of node {node.node_id} is in use by another "
             "process; stop it or pick another --base-port"
         )
-    node.data_dir.mkdir(parents=True, exist_ok=True)
+    create_directories(node.data_dir)
     argv = node.command(voters, configs)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with open(node.log_path, "ab") as log_file:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster.durable import create_directories
 from cluster.errors import LograftError
 
 __all__ = [
@@ -292,7 +293,7 @@ def read_cluster_file(data_dir: Path) -> dict[str, Any]:
 
 def write_cluster_file(data_dir: Path, doc: Mapping[str, Any]) -> None:
     """Write ``data_dir/cluster.json`` atomically (temporary file, fsync, rename, fsync dir)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    create_directories(data_dir)
     body = (json.dumps(doc, indent=2) + "\n").encode()
     temporary = data_dir / f".{CLUSTER_FILE}.{os.getpid()}.tmp"
     with open(temporary, "wb") as file:
@@ -310,7 +311,7 @@ def write_cluster_file(data_dir: Path, doc: Mapping[str, Any]) -> None:
 @contextlib.contextmanager
 def cluster_lock(data_dir: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Hold ``data_dir/.cluster.lock`` (one launcher command changes the cluster at a time)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    create_directories(data_dir)
     fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         deadline = time.monotonic() + timeout_s

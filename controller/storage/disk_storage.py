@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cluster.durable import fsync_directory, write_file_atomically
+from cluster.durable import create_directories, fsync_directory, write_file_atomically
 from cluster.errors import KafkaStorageError
 from controller.raft.messages import Entry, HardState, Snapshot, SnapshotId
 from controller.raft.storage import PlannedWrite
@@ -150,7 +150,7 @@ class DiskStorage:
         """
         path = Path(directory)
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            create_directories(path)
             lock_fd = _lock_directory(path)
         except OSError as exc:
             raise KafkaStorageError(f"cannot open metadata log dir={path}: {exc}") from exc

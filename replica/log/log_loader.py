@@ -34,7 +34,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.durable import TMP_SUFFIX, fsync_directory
+from cluster.durable import TMP_SUFFIX, create_directories, fsync_directory
 from cluster.errors import KafkaStorageError
 from replica.log.cleaner_swap import CLEANER_SWAP_FILE, finish_cleaner_swap
 from replica.log.epoch_checkpoint import LEADER_EPOCH_CHECKPOINT_TMP_FILE, read_epoch_checkpoint
@@ -85,9 +85,8 @@ def load_log(directory: Path, config: LogConfig, now_ms: int) -> LoadedLog:
     segments: list[LogSegment] = []
     try:
         if not directory.is_dir():
-            directory.mkdir(parents=True)
-            # The new directory entry is durable only once its parent is synced.
-            fsync_directory(directory.parent)
+            # The new directory entries are durable only once their parents are synced.
+            create_directories(directory)
         return _load(directory, config, now_ms, segments)
     except BaseException as exc:
         _close_segments(directory, segments)
