@@ -153,7 +153,8 @@ class _Call:
 
 
 def _pair(ops: Sequence[Op]) -> list[_Call]:
-    """Each invocation with its process's next completion."""
+    """Each invocation with its completion: the one whose ``ref`` names it, else (a history
+    without refs) its process's next completion."""
     open_calls: dict[str, Op] = {}
     calls: list[_Call] = []
     pending: dict[int, int] = {}
@@ -162,10 +163,17 @@ def _pair(ops: Sequence[Op]) -> list[_Call]:
             open_calls[op.process] = op
             pending[op.index] = len(calls)
             calls.append(_Call(op, None))
-        else:
-            invoked = open_calls.pop(op.process, None)
-            if invoked is not None:
-                calls[pending.pop(invoked.index)] = _Call(invoked, op)
+            continue
+        invoked_index = op.ref
+        if invoked_index is None:
+            invoked = open_calls.get(op.process)
+            invoked_index = invoked.index if invoked is not None else None
+        if invoked_index is None or invoked_index not in pending:
+            continue  # a completion of nothing recorded: ignored
+        slot = pending.pop(invoked_index)
+        calls[slot] = _Call(calls[slot].invoke, op)
+        if open_calls.get(op.process) is calls[slot].invoke:
+            del open_calls[op.process]
     return calls
 
 

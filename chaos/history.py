@@ -20,6 +20,8 @@ The functions (``f``) and their fields:
 - ``drain``: after healing, every record of every partition from the earliest offset:
   ok: ``records`` like ``poll``.
 
+Every completion carries ``ref``, the index of the invocation it completes: a producer has
+many sends in flight at once, so "the process's next completion" would pair them wrongly.
 Optional fields a workload may add: ``producer`` (a config label), ``acks``,
 ``idempotent``. Fields this module does not know are kept in :attr:`Op.extra`.
 
@@ -74,6 +76,7 @@ _KNOWN_FIELDS = frozenset(
         "producer",
         "acks",
         "idempotent",
+        "ref",
     }
 )
 
@@ -106,6 +109,8 @@ class Op:
     producer: str | None = None
     acks: str | None = None
     idempotent: bool | None = None
+    ref: int | None = None
+    """On a completion: the index of the invocation it completes."""
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def to_json(self) -> dict[str, Any]:
@@ -162,7 +167,7 @@ def _typed(name: str, value: Any) -> Any:
                 (str(topic), int(partition), int(offset), None if v is None else str(v))
                 for topic, partition, offset, v in value
             )
-        if name in ("partition", "offset"):
+        if name in ("partition", "offset", "ref"):
             return int(value)
         if name == "targets":
             return tuple(int(target) for target in value)
@@ -219,7 +224,7 @@ class HistoryWriter:
         """Record the completion (``ok``, ``fail`` or ``info``) of an invocation."""
         if op_type == "invoke":
             raise HistoryError("a completion cannot be an invoke")
-        return self.record(invoked.process, op_type, invoked.f, **fields)
+        return self.record(invoked.process, op_type, invoked.f, ref=invoked.index, **fields)
 
     def ops(self) -> list[Op]:
         """Every op recorded so far, in order."""

@@ -272,3 +272,15 @@ def test_generated_valid_histories_are_valid_and_each_dropped_ack_is_one_lost_wr
 
 def _fields(op: Op) -> dict[str, object]:
     return {name: getattr(op, name) for name in Op.__slots__ if not name.startswith("__")}
+
+
+def test_sends_in_flight_together_are_paired_by_reference() -> None:
+    # One producer, two sends in flight, completed in the other order: pairing by process
+    # alone would swap them and report two offset mismatches.
+    h = writer()
+    first = h.invoke("p0", "send", topic=TOPIC, partition=0, value="a")
+    second = h.invoke("p0", "send", topic=TOPIC, partition=0, value="b")
+    h.complete(second, "ok", topic=TOPIC, partition=0, offset=1)
+    h.complete(first, "ok", topic=TOPIC, partition=0, offset=0)
+    drain(h, [(0, 0, "a"), (0, 1, "b")])
+    assert kinds(h) == {}

@@ -1,0 +1,73 @@
+"""``python -m chaos`` (also ``lograft chaos``): run a chaos scenario, or list them.
+
+    python -m chaos list
+    python -m chaos run --scenario kill-leader --duration 30 --seed 1 [--workload acks-all]
+                        [--target local] [--results chaos-results] [--json]
+
+Exit code 0 when the checker found no anomaly, 1 when it found some, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from chaos.nemesis import SCENARIOS
+from chaos.runner import RunOptions, run
+from chaos.workload import WORKLOADS
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="the scenarios, one line each")
+    run_parser = commands.add_parser("run", help="run one scenario and check its history")
+    run_parser.add_argument("--scenario", required=True, choices=sorted(SCENARIOS))
+    run_parser.add_argument("--duration", type=float, default=30.0, help="seconds of load")
+    run_parser.add_argument("--seed", type=int, default=0)
+    run_parser.add_argument("--workload", choices=sorted(WORKLOADS), default="acks-all")
+    run_parser.add_argument(
+        "--target", choices=["local"], default="local", help="where the cluster runs"
+    )
+    run_parser.add_argument("--results", type=Path, default=Path("chaos-results"))
+    run_parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        for name, description in SCENARIOS.items():
+            print(f"{name:<16} {description}")
+        return 0
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    summary = run(
+        RunOptions(
+            scenario=args.scenario,
+            seed=args.seed,
+            duration_s=args.duration,
+            workload=args.workload,
+            results_dir=args.results,
+        )
+    )
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        anomalies = {k: n for k, n in summary["anomalies"].items() if n}
+        print(
+            f"{summary['scenario']} ({summary['workload']}, seed {summary['seed']}, "
+            f"{summary['duration_s']:g} s): {summary['operations']} operations, "
+            f"{summary['faults']} faults, sends {summary['sends']}, "
+            f"anomalies: {anomalies or 'none'}, recovery ms {summary['recovery_ms']}; "
+            f"results in {summary['results']}"
+        )
+    return 0 if summary["valid"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
