@@ -165,6 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a node: arguments go to `python -m cluster.node` (see `lograft node -h`)",
         add_help=False,
     )
+    commands.add_parser(
+        "chaos",
+        help="fault-injection runs that check no acknowledged write is lost "
+        "(`python -m chaos`; see `lograft chaos -h`)",
+        add_help=False,
+    )
     return parser
 
 
@@ -183,17 +189,21 @@ def _split_node_command(argv: Sequence[str]) -> tuple[list[str], list[str]] | No
         ):
             index += 1
             continue
-        if token == "node":
-            return list(argv[:index]), list(argv[index + 1 :])
+        if token in _PASS_THROUGH:
+            return list(argv[: index + 1]), list(argv[index + 1 :])
         return None
     return None
 
 
-def _run_node(node_args: list[str]) -> int:
+_PASS_THROUGH = {"node": "cluster.node", "chaos": "chaos.__main__"}
+"""Commands whose arguments go, unparsed, to the ``main`` of their module."""
+
+
+def _run_node(node_args: list[str], command: str = "node") -> int:
     # Imported lazily (and by name, so that client-only installs and type checks of the
-    # client do not pull in the broker).
-    node_main: Callable[[list[str]], int] = importlib.import_module("cluster.node").main
-    return node_main(node_args)
+    # client do not pull in the broker or the chaos tools).
+    module_main: Callable[[list[str]], int] = importlib.import_module(_PASS_THROUGH[command]).main
+    return module_main(node_args)
 
 
 def _bootstrap_hint(args: argparse.Namespace) -> str:
@@ -216,7 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     node_split = _split_node_command(arguments)
     if node_split is not None:
-        return _run_node(node_split[1])
+        command = node_split[0][-1]
+        if command == "node":
+            return _run_node(node_split[1])
+        return _run_node(node_split[1], command)
     parser = build_parser()
     args = parser.parse_args(arguments)
     logging.basicConfig(
