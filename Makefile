@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA ?= data/cluster
 
-.PHONY: sim lock install run test lint format typecheck unit integration docker-test image proto proto-check bench clean docs
+.PHONY: sim lock install run test lint format typecheck unit integration docker-test image chaos proto proto-check bench clean docs
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,11 @@ SCHEDULES ?= 100000
 SEED_BASE ?= 0
 sim: $(STAMP)
 	LOGRAFT_SIM_SCHEDULES=$(SCHEDULES) LOGRAFT_SIM_SEED_BASE=$(SEED_BASE) $(BIN)/pytest -q -o timeout=0 tests/sim/test_raft_simulation.py -k simulated_schedules
+
+## The long chaos set: every scenario with every workload on three local nodes; rewrites the
+## results table of docs/guarantees.md. (make test runs the short set, tests/integration/test_chaos_runner.py.)
+chaos: $(STAMP)
+	$(BIN)/python -m chaos suite --set long --update-docs docs/guarantees.md
 
 ## Benchmarks print JSON to stdout and write bench/results/*.json.
 bench: $(STAMP)
