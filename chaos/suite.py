@@ -97,7 +97,7 @@ def update_guarantees(path: Path, summaries: Sequence[dict[str, Any]]) -> None:
     body = (
         f"\nWritten {time.strftime('%Y-%m-%d')} by `python -m chaos suite --update-docs` (`make "
         "chaos` runs the long set), three local nodes on one machine; `workload`: acks-all = `acks=all`, `min.insync.replicas=2`, idempotence on; "
-        "acks-1 = `acks=1`; no-idempotence = `acks=all` without idempotence; unclean = "
+        "acks-1 = `acks=1` (idempotence off: it needs acks=all); no-idempotence = `acks=all` without idempotence; unclean = "
         "acks-all with `unclean.leader.election.enable=true`. A send is *unknown* when its "
         "outcome was not learnt (an error after the batch may have reached a broker): it may or "
         "may not be in the log, and neither is an anomaly.\n\n"
