@@ -95,12 +95,13 @@ def update_guarantees(path: Path, summaries: Sequence[dict[str, Any]]) -> None:
     text = path.read_text()
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
     body = (
-        f"\nWritten {time.strftime('%Y-%m-%d')} by `python -m chaos suite --update-docs` (`make "
-        "chaos` runs the long set), three local nodes on one machine; `workload`: acks-all = `acks=all`, `min.insync.replicas=2`, idempotence on; "
-        "acks-1 = `acks=1` (idempotence off: it needs acks=all); no-idempotence = `acks=all` without idempotence; unclean = "
-        "acks-all with `unclean.leader.election.enable=true`. A send is *unknown* when its "
-        "outcome was not learnt (an error after the batch may have reached a broker): it may or "
-        "may not be in the log, and neither is an anomaly.\n\n"
+        f"\nWritten {time.strftime('%Y-%m-%d')} by `python -m chaos suite --update-docs` "
+        "(`make chaos` runs the long set), three local nodes on one machine. Workloads: "
+        "acks-all = `acks=all`, `min.insync.replicas=2`, idempotence on; acks-1 = `acks=1` "
+        "(idempotence off: it needs acks=all); no-idempotence = `acks=all` without "
+        "idempotence; unclean = acks-all with `unclean.leader.election.enable=true`. A send "
+        "is *unknown* when its outcome was not learnt (an error after the batch may have "
+        "reached a broker): it may or may not be in the log, and neither is an anomaly.\n\n"
         f"{results_table(summaries)}\n"
     )
     path.write_text(text[:start] + body + text[end:])
