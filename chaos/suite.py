@@ -101,7 +101,9 @@ def update_guarantees(path: Path, summaries: Sequence[dict[str, Any]]) -> None:
         "(idempotence off: it needs acks=all); no-idempotence = `acks=all` without "
         "idempotence; unclean = acks-all with `unclean.leader.election.enable=true`. A send "
         "is *unknown* when its outcome was not learnt (an error after the batch may have "
-        "reached a broker): it may or may not be in the log, and neither is an anomaly.\n\n"
+        "reached a broker): it may or may not be in the log, and neither is an anomaly. "
+        "Recovery is measured for acks=all sends only; the last heal of each run is its end, "
+        "after which nothing is sent (-).\n\n"
         f"{results_table(summaries)}\n"
     )
     path.write_text(text[:start] + body + text[end:])
