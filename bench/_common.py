@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from cluster.launcher.processes import free_base_port
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGRAFT = [sys.executable, "-m", "cluster.cli"]
@@ -29,30 +30,12 @@ def write_report(report: dict[str, Any], output: Path) -> None:
     print(json.dumps(report, indent=2))
 
 
-def free_base_port(count: int = 3) -> int:
-    """A port p with p..p+count-1 free on 127.0.0.1 at the time of the call."""
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + count > 65535:
-            continue
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as check:
-                    check.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port range")
-
-
 @contextmanager
 def local_cluster(data: str, configs: Sequence[str] = ()) -> Iterator[str]:
     """Three combined nodes from ``lograft cluster up`` in ``data``; yields the bootstrap and
     runs ``cluster down`` afterwards. ``configs`` are node ``NAME=VALUE`` settings."""
     up = [*LOGRAFT, "cluster", "up", "--data-dir", data, "--nodes", "3"]
-    up += ["--base-port", str(free_base_port())]
+    up += ["--base-port", str(free_base_port(3))]
     for item in configs:
         up += ["--config", item]
     started = subprocess.run(up, check=True, capture_output=True, text=True, cwd=ROOT)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from cluster.client import AdminClient
 from cluster.client.admin import NewTopic
 from cluster.errors import LograftError
 from cluster.launcher import ClusterSpec, LocalCluster
+from cluster.launcher.processes import free_base_port
 
 __all__ = ["RunOptions", "run"]
 
@@ -49,23 +49,6 @@ class RunOptions:
     producers: int = 3
     partitions: int = 3
     send_interval_s: float = 0.005
-
-
-def _free_base_port(count: int = 3) -> int:
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + count > 65535:
-            continue
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as check_port:
-                    check_port.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free range of ports")
 
 
 def _under_replicated(bootstrap: str, topic: str) -> list[str]:
@@ -101,7 +84,7 @@ def run(options: RunOptions) -> dict[str, Any]:
     cluster = LocalCluster(
         ClusterSpec(
             data_dir=out / "cluster",
-            base_port=_free_base_port(),
+            base_port=free_base_port(3),
             configs={"replica.lag.time.max.ms": "4000"},
         )
     )

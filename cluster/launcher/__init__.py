@@ -78,6 +78,7 @@ from cluster.launcher.local_cluster import (
 from cluster.launcher.processes import (
     DEFAULT_STOP_TIMEOUT_S,
     KILL_WAIT_S,
+    free_base_port,
     is_alive,
     is_our_node,
     is_port_free,
@@ -142,6 +143,7 @@ __all__ = [
     "cmd_restart",
     "cmd_status",
     "cmd_up",
+    "free_base_port",
     "health_problems",
     "is_alive",
     "is_our_node",

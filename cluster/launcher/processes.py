@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import random
 import select
 import signal
 import socket
@@ -26,6 +27,7 @@ __all__ = [
     "DEFAULT_STOP_TIMEOUT_S",
     "KILL_WAIT_S",
     "describe_dead",
+    "free_base_port",
     "is_alive",
     "is_our_node",
     "is_port_free",
@@ -222,6 +224,20 @@ def is_port_free(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def free_base_port(count: int, host: str = "127.0.0.1") -> int:
+    """A port ``p`` such that ``p .. p+count-1`` are free on ``host`` now.
+
+    Chosen below Linux's ephemeral range (32768 and up), so that a node restarted on its
+    port does not find it taken by some client's outgoing connection.
+    """
+    rng = random.Random()
+    for _ in range(500):
+        base = rng.randrange(20000, 32000 - count)
+        if all(is_port_free(host, port) for port in range(base, base + count)):
+            return base
+    raise LauncherError(f"no {count} consecutive free ports found on {host}")
 
 
 def tail_lines(path: Path, lines: int) -> list[str]:

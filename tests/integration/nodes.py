@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import grpc
 
+from cluster.launcher.processes import free_base_port
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
 
@@ -25,22 +25,7 @@ POLL_INTERVAL_S = 0.05
 
 def free_consecutive_ports(count: int) -> int:
     """A base port such that ``count`` ports from it are free now (below the ephemeral range)."""
-    rng = random.Random()
-    for _ in range(500):
-        base = rng.randrange(20000, 32000 - count)
-        sockets: list[socket.socket] = []
-        try:
-            for port in range(base, base + count):
-                probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sockets.append(probe)
-                probe.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for probe in sockets:
-                probe.close()
-    raise AssertionError(f"no {count} consecutive free ports found")
+    return free_base_port(count)
 
 
 def free_port() -> int:
