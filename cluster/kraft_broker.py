@@ -423,8 +423,7 @@ class KRaftBroker(BrokerFrontend):
             error = error_for_code(response.error_code, response.error_message)
             if isinstance(error, StaleBrokerEpochError | BrokerIdNotRegisteredError):
                 raise CoordinatorLoadInProgressError(
-                    f"broker {self.node_id} is re-registering with the controller: "
-                    f"{error.message}"
+                    f"broker {self.node_id} is re-registering with the controller: {error.message}"
                 )
             raise error
         return response.producer_id_start, response.producer_id_len
