@@ -161,7 +161,9 @@ class LocalCluster:
         with cluster_lock(self.data_dir):
             self._refresh()
             to_start = [node for node in self.nodes if not self.running(node)]
-            busy = [n for n in to_start if not is_port_free(n.host, n.client_port)]
+            busy = [
+                n for n in to_start if n.netns is None and not is_port_free(n.host, n.client_port)
+            ]
             if busy:
                 ports = ", ".join(f"{n.client_port} (node {n.node_id})" for n in busy)
                 raise LauncherError(

@@ -263,9 +263,11 @@ def tail_lines(path: Path, lines: int) -> list[str]:
 def start_node(node: NodeRecord, voters: str, configs: Mapping[str, str]) -> None:
     """Start ``node`` as a detached process logging to its ``node.log``; sets ``node.pid``.
 
-    ``LauncherError`` when another process listens on the node's port.
+    ``LauncherError`` when another process listens on the node's port. (A node in a network
+    namespace of its own listens on that namespace's address, which cannot be probed from
+    here: a port taken there shows as the node exiting.)
     """
-    if not is_port_free(node.host, node.client_port):
+    if node.netns is None and not is_port_free(node.host, node.client_port):
         raise LauncherError(
             f"port {node.client_port} of node {node.node_id} is in use by another "
             "process; stop it or pick another --base-port"

@@ -4,6 +4,10 @@
 node settings); :class:`NodeRecord` is one node as ``cluster.json`` records it (ports, data
 and log paths, roles, and the pid while it runs). This module also reads and writes
 ``DIR/cluster.json`` (atomically) and holds ``DIR/.cluster.lock`` for commands that change it.
+
+A node may listen on an address of its own and run in a network namespace of its own
+(``ClusterSpec.hosts`` and ``ClusterSpec.netns``; started behind ``ip netns exec NAME``): the
+chaos suite's network partitions (:mod:`chaos.network`) use that.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ __all__ = [
     "DEFAULT_ROLES",
     "LOCK_FILE",
     "LOCK_TIMEOUT_S",
+    "NETNS_EXEC",
     "NODE_LOG",
     "NODE_MODULE",
     "ClusterSpec",
@@ -52,6 +57,9 @@ CLUSTER_FILE_VERSION = 1
 LOCK_FILE = ".cluster.lock"
 NODE_LOG = "node.log"
 NODE_MODULE = "cluster.node"
+NETNS_EXEC: tuple[str, ...] = ("ip", "netns", "exec")
+"""The command prefix that runs a node in a named network namespace (it execs the node, so
+the pid is the node's and the /proc guard sees the node's own command line)."""
 
 DEFAULT_NODES = 3
 DEFAULT_DATA_DIR = Path("data/cluster")
@@ -84,7 +92,12 @@ def build_voters(host: str, ports: Mapping[int, int]) -> str:
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """What ``up`` should start: N combined nodes on consecutive ports, data under one dir."""
+    """What ``up`` should start: N combined nodes on consecutive ports, data under one dir.
+
+    ``hosts`` gives a node (by id) another listen address than ``host``; ``netns`` starts a
+    node (by id) inside that network namespace (``ip netns exec``, needs root). Both default
+    to none: every node on ``host``, in the launcher's namespace.
+    """
 
     data_dir: Path = DEFAULT_DATA_DIR
     nodes: int = DEFAULT_NODES
@@ -92,6 +105,8 @@ class ClusterSpec:
     host: str = DEFAULT_HOST
     configs: Mapping[str, str] = field(default_factory=dict)
     roles: tuple[str, ...] = DEFAULT_ROLES
+    hosts: Mapping[int, str] = field(default_factory=dict)
+    netns: Mapping[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -105,11 +120,20 @@ class ClusterSpec:
         # Absolute, so that the /proc check and cluster.json do not depend on the cwd.
         object.__setattr__(self, "data_dir", Path(os.path.abspath(self.data_dir)))
         object.__setattr__(self, "configs", dict(self.configs))
+        for name in ("hosts", "netns"):
+            per_node = dict(getattr(self, name))
+            if set(per_node) - set(self.node_ids):
+                raise LauncherError(f"{name} names nodes {sorted(per_node)}, not all among 1..N")
+            object.__setattr__(self, name, per_node)
 
     @property
     def node_ids(self) -> range:
         """Node ids 1..N."""
         return range(1, self.nodes + 1)
+
+    def host_of(self, node_id: int) -> str:
+        """The address node ``node_id`` listens on: ``hosts[node_id]``, else ``host``."""
+        return self.hosts.get(node_id, self.host)
 
     def node_records(self) -> list[NodeRecord]:
         """One not-yet-started :class:`NodeRecord` per node."""
@@ -121,12 +145,13 @@ class ClusterSpec:
                 NodeRecord(
                     node_id=node_id,
                     pid=None,
-                    host=self.host,
+                    host=self.host_of(node_id),
                     client_port=port,
                     controller_port=port,
                     data_dir=node_dir,
                     log_path=node_dir / NODE_LOG,
                     roles=self.roles,
+                    netns=self.netns.get(node_id),
                 )
             )
         return records
@@ -138,7 +163,10 @@ class ClusterSpec:
 
 @dataclass
 class NodeRecord:
-    """One node as ``cluster.json`` records it; ``pid`` is ``None`` when it was stopped."""
+    """One node as ``cluster.json`` records it; ``pid`` is ``None`` when it was stopped.
+
+    ``netns``: the network namespace the node runs in (``None``: the launcher's).
+    """
 
     node_id: int
     pid: int | None
@@ -148,6 +176,7 @@ class NodeRecord:
     data_dir: Path
     log_path: Path
     roles: tuple[str, ...]
+    netns: str | None = None
 
     @property
     def address(self) -> str:
@@ -155,8 +184,10 @@ class NodeRecord:
         return f"{self.host}:{self.client_port}"
 
     def command(self, voters: str, configs: Mapping[str, str]) -> list[str]:
-        """The argv that starts this node."""
+        """The argv that starts this node (behind ``ip netns exec NAME`` with a ``netns``)."""
+        prefix = [*NETNS_EXEC, self.netns] if self.netns is not None else []
         argv = [
+            *prefix,
             sys.executable,
             "-m",
             NODE_MODULE,
@@ -176,8 +207,8 @@ class NodeRecord:
         return argv
 
     def to_json(self) -> dict[str, Any]:
-        """The node's entry in ``cluster.json``."""
-        return {
+        """The node's entry in ``cluster.json`` (``netns`` only when it has one)."""
+        doc: dict[str, Any] = {
             "node_id": self.node_id,
             "pid": self.pid,
             "host": self.host,
@@ -187,11 +218,15 @@ class NodeRecord:
             "log_path": str(self.log_path),
             "roles": list(self.roles),
         }
+        if self.netns is not None:
+            doc["netns"] = self.netns
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> NodeRecord:
         """Parse one ``nodes`` entry of ``cluster.json`` (``KeyError``/``TypeError`` if bad)."""
         pid = doc["pid"]
+        netns = doc.get("netns")
         return cls(
             node_id=int(doc["node_id"]),
             pid=None if pid is None else int(pid),
@@ -201,6 +236,7 @@ class NodeRecord:
             data_dir=Path(doc["data_dir"]),
             log_path=Path(doc["log_path"]),
             roles=tuple(str(role) for role in doc["roles"]),
+            netns=None if netns is None else str(netns),
         )
 
     def layout(self) -> tuple[object, ...]:
@@ -213,6 +249,7 @@ class NodeRecord:
             self.data_dir,
             self.log_path,
             self.roles,
+            self.netns,
         )
 
 
@@ -270,6 +307,8 @@ def parse_cluster_document(
         host=nodes[0].host,
         configs=configs,
         roles=nodes[0].roles,
+        hosts={n.node_id: n.host for n in nodes if n.host != nodes[0].host},
+        netns={n.node_id: n.netns for n in nodes if n.netns is not None},
     )
     return spec, nodes, voters
 
