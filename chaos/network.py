@@ -10,8 +10,8 @@ node sends or receives passes one nftables table, where the faults drop it. Need
                                    n<i> --+         ==veth== eth0 10.231.0.<i>/24, lo
 
 * Clients (producers, consumers, the launcher's health probes) stay in the root namespace
-  and reach node ``i`` at ``10.231.0.i`` from ``10.231.0.254`` (:attr:`NetnsNetwork.host_address`)
-  through the bridge.
+  and reach node ``i`` at ``10.231.0.i`` from ``10.231.0.254``
+  (:attr:`NetnsNetwork.host_address`) through the bridge.
 * The bridge sits in a namespace of its own (``lgc-sw``), not in the root namespace: with
   ``br_netfilter`` loaded and ``net.bridge.bridge-nf-call-iptables=1`` (Docker's setting),
   frames bridged between two ports traverse the root namespace's iptables ``FORWARD`` chain,
@@ -412,7 +412,10 @@ table inet {NFT_TABLE} {{
                     name,
                     ",".join(pids),
                 )
-            _ip(f"netns delete {name}")
+            _run(["ip", "netns", "delete", name], check=False)  # gone already: fine
+        left = self._existing_namespaces()
+        if left:
+            raise NetnsError(f"could not delete network namespaces {', '.join(left)}")
         self._current = _HEALED
 
     def _existing_namespaces(self) -> list[str]:

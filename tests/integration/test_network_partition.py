@@ -238,6 +238,11 @@ def test_namespaces_come_up_reach_each_other_only_and_tear_down_cleanly() -> Non
             line.split()[0] for line in listed.splitlines()
         }
         _assert_connectivity(net, set())
+        # ip netns exec execs the command: the pid is the command's own.
+        child = net.popen_in(
+            2, [sys.executable, "-c", "import os; print(os.getpid())"], stdout=subprocess.PIPE
+        )
+        assert int(child.communicate(timeout=PROBE_TIMEOUT_S)[0]) == child.pid
         # Nothing outside the subnet: a node has no route elsewhere.
         outside = net.run_in(
             1,
