@@ -4,9 +4,11 @@ A scenario (:data:`SCENARIOS`) is a kind of fault; :func:`schedule` turns it and
 a list of :class:`FaultStep` (when, which fault, which node, how long it lasts), so one seed
 replays the same schedule. :class:`LocalTarget` performs the faults on a
 :class:`~cluster.launcher.LocalCluster` (node processes on 127.0.0.1): ``kill -9`` and
-``SIGSTOP``/``SIGCONT``, choosing "the leader of partition 0" or "the active controller" when
-the step is performed. Each fault and its healing are recorded in the history as ``fault``
-ops, so the checker can measure recovery.
+``SIGSTOP``/``SIGCONT``, and network partitions when the nodes run in network namespaces
+(:class:`chaos.network.NetnsNetwork`: isolate the leader, split a minority from a majority;
+clients keep reaching every node), choosing "the leader of partition 0" or "the active
+controller" when the step is performed. Each fault and its healing are recorded in the
+history as ``fault`` ops, so the checker can measure recovery.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chaos.history import HistoryWriter
+from chaos.network import NetnsNetwork
 from cluster.client import AdminClient
 from cluster.errors import LograftError
 from cluster.launcher import LocalCluster
 
-__all__ = ["SCENARIOS", "FaultStep", "LocalTarget", "schedule"]
+__all__ = ["NETWORK_SCENARIOS", "SCENARIOS", "FaultStep", "LocalTarget", "schedule"]
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +37,16 @@ SCENARIOS: dict[str, str] = {
     "kill-all": "kill -9 every node at once, restart them all",
     "pause-random": "SIGSTOP a random node, SIGCONT it after a while",
     "pause-leader": "SIGSTOP the leader of partition 0, SIGCONT it after a while",
+    "partition-leader": "cut the leader of partition 0 off the other nodes (network "
+    "namespaces; clients still reach it), heal after a while",
+    "partition-halves": "split the nodes into a random minority and majority, heal after a while",
     "mixed": "a random mix of the faults above",
 }
 """Every scenario, with one line saying what it does."""
 
 _SINGLE = ("kill-random", "kill-leader", "kill-controller", "pause-random", "pause-leader")
+NETWORK_SCENARIOS = frozenset({"partition-leader", "partition-halves"})
+"""Scenarios that need each node in a network namespace of its own (chaos.network)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +88,15 @@ class LocalTarget:
     """Faults on a local cluster of node processes."""
 
     def __init__(
-        self, cluster: LocalCluster, history: HistoryWriter, bootstrap: str, topic: str
+        self,
+        cluster: LocalCluster,
+        history: HistoryWriter,
+        bootstrap: str,
+        topic: str,
+        network: NetnsNetwork | None = None,
     ) -> None:
         self.cluster = cluster
+        self._network = network
         self._history = history
         self._bootstrap = bootstrap
         self._topic = topic
@@ -124,6 +138,8 @@ class LocalTarget:
                 "restart", targets, step.fault, lambda: self.cluster.up(wait=True)
             )
         node = self._node_for(step)
+        if step.fault.startswith("partition"):
+            return self._partition(step, node)
         if step.fault.startswith("pause"):
             self._fault(
                 "pause", [node], step.fault, lambda: self.cluster.kill(node, signal.SIGSTOP)
@@ -135,6 +151,20 @@ class LocalTarget:
         return lambda: self._fault(
             "restart", [node], step.fault, lambda: self.cluster.restart(node, wait=True)
         )
+
+    def _partition(self, step: FaultStep, node: int) -> Callable[[], None]:
+        network = self._network
+        if network is None:
+            raise ValueError(f"{step.fault} needs the cluster in network namespaces")
+        if step.fault == "partition-leader":
+            self._fault("partition", [node], step.fault, lambda: network.isolate(node, False))
+        else:
+            others = [n for n in self.node_ids if n != node]
+            groups = [[node], others]
+            self._fault(
+                "partition", [node], f"{step.fault} {groups}", lambda: network.partition(groups)
+            )
+        return lambda: self._fault("heal", [node], step.fault, network.heal)
 
     def _kill_all(self, targets: list[int]) -> None:
         for node in targets:
@@ -155,7 +185,10 @@ class LocalTarget:
         self._history.complete(invoked, "ok", fault=name, targets=targets)
 
     def heal_everything(self) -> None:
-        """SIGCONT every node and start the ones that are not running (the end of a run)."""
+        """Heal the network, SIGCONT every node and start the ones that are not running (the
+        end of a run)."""
+        if self._network is not None:
+            self._network.heal()
         for node in self.node_ids:
             try:
                 self.cluster.kill(node, signal.SIGCONT)

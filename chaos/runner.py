@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,8 @@ from typing import Any
 
 from chaos.checker import CheckResult, FinalState, check
 from chaos.history import HistoryWriter
-from chaos.nemesis import LocalTarget, schedule
+from chaos.nemesis import NETWORK_SCENARIOS, LocalTarget, schedule
+from chaos.network import NetnsNetwork, free_subnet
 from chaos.report import render_report
 from chaos.workload import WORKLOADS, PollWorker, ProducerWorker, drain
 from cluster.client import AdminClient
@@ -81,14 +83,23 @@ def run(options: RunOptions) -> dict[str, Any]:
     out = options.results_dir / f"{options.scenario}-{options.workload}-{options.seed}-{stamp}"
     out.mkdir(parents=True, exist_ok=True)
     history = HistoryWriter(out / "history.jsonl")
-    cluster = LocalCluster(
-        ClusterSpec(
-            data_dir=out / "cluster",
-            base_port=free_base_port(3),
-            configs={"replica.lag.time.max.ms": "4000"},
-        )
-    )
-    cluster.up(wait=True)
+    configs = {"replica.lag.time.max.ms": "4000"}
+    network: NetnsNetwork | None = None
+    if options.scenario in NETWORK_SCENARIOS:
+        # Each node in a network namespace of its own, so the network can be cut.
+        network = NetnsNetwork(f"lgc{os.getpid() % 100000}", 3, free_subnet())
+        network.setup()
+        spec = network.cluster_spec(out / "cluster", configs=configs)
+    else:
+        spec = ClusterSpec(data_dir=out / "cluster", base_port=free_base_port(3), configs=configs)
+    cluster = LocalCluster(spec)
+    try:
+        cluster.up(wait=True)
+    except BaseException:
+        cluster.down()
+        if network is not None:
+            network.teardown()
+        raise
     bootstrap = cluster.bootstrap
     producers: list[ProducerWorker] = []
     consumer: PollWorker | None = None
@@ -97,7 +108,7 @@ def run(options: RunOptions) -> dict[str, Any]:
         with AdminClient({"bootstrap.servers": bootstrap}) as admin:
             topic = NewTopic(TOPIC, options.partitions, 3, dict(workload.topic_configs))
             admin.create_topics([topic])[TOPIC].result()
-        target = LocalTarget(cluster, history, bootstrap, TOPIC)
+        target = LocalTarget(cluster, history, bootstrap, TOPIC, network)
         producers = [
             ProducerWorker(
                 n, history, bootstrap, TOPIC, options.partitions, workload, options.send_interval_s
@@ -135,6 +146,8 @@ def run(options: RunOptions) -> dict[str, Any]:
         if consumer is not None:
             consumer.stop()
         cluster.down()
+        if network is not None:
+            network.teardown()
         history.close()
     summary = {
         "scenario": options.scenario,

@@ -50,6 +50,7 @@ SHORT_SET = (
     SuiteRun("kill-all", "acks-all", 3, 25),
     SuiteRun("pause-leader", "acks-all", 4, 25),
     SuiteRun("mixed", "acks-all", 5, 30),
+    SuiteRun("partition-leader", "acks-all", 6, 30),
 )
 """In ``make test``: must find no anomaly."""
 
