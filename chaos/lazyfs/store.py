@@ -712,14 +712,17 @@ class LazyStore:
                 start = number * PAGE_SIZE
                 a = position - start
                 b = min(PAGE_SIZE, end - start)
+                chunk = view[position - offset : position - offset + b - a]
                 page = inode.pages.get(number)
                 if page is None:
                     if a == 0 and b == PAGE_SIZE:
-                        page = _Page(bytearray(PAGE_SIZE))
+                        page = _Page(bytearray(chunk))  # a whole page: nothing to read first
                     else:
                         page = _Page(self._base_page(inode, start))
+                        page.buf[a:b] = chunk
                     inode.pages[number] = page
-                page.buf[a:b] = view[position - offset : position - offset + b - a]
+                else:
+                    page.buf[a:b] = chunk
                 page.lo = min(page.lo, a)
                 page.hi = max(page.hi, b)
                 position = start + b
