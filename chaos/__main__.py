@@ -2,7 +2,7 @@
 
     python -m chaos list
     python -m chaos run --scenario kill-leader --duration 30 --seed 1 [--workload acks-all]
-                        [--target local] [--results chaos-results] [--json]
+                        [--target local|compose] [--results chaos-results] [--json]
     python -m chaos suite --set short|long [--results chaos-results]
                           [--update-docs docs/guarantees.md] [--json]
 
@@ -18,8 +18,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from chaos.nemesis import SCENARIOS
-from chaos.runner import RunOptions, run
+from chaos.runner import TARGETS, RunOptions, run
+from chaos.scenarios import SCENARIOS
 from chaos.suite import SETS, results_table, run_set, update_guarantees
 from chaos.workload import WORKLOADS
 
@@ -37,7 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_parser.add_argument("--seed", type=int, default=0)
     run_parser.add_argument("--workload", choices=sorted(WORKLOADS), default="acks-all")
     run_parser.add_argument(
-        "--target", choices=["local"], default="local", help="where the cluster runs"
+        "--target",
+        choices=TARGETS,
+        default="local",
+        help="where the cluster runs: local processes, or docker-compose.yml (needs the image)",
     )
     run_parser.add_argument("--results", type=Path, default=Path("chaos-results"))
     run_parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -68,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             duration_s=args.duration,
             workload=args.workload,
             results_dir=args.results,
+            target=args.target,
         )
     )
     if args.json:
@@ -78,7 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{summary['scenario']} ({summary['workload']}, seed {summary['seed']}, "
             f"{summary['duration_s']:g} s): {summary['operations']} operations, "
             f"{summary['faults']} faults, sends {summary['sends']}, "
-            f"anomalies: {anomalies or 'none'}, recovery ms {summary['recovery_ms']}; "
+            f"anomalies: {anomalies or 'none'}, recovery ms by fault "
+            f"{summary['recovery_ms_by_fault']}; "
             f"results in {summary['results']}"
         )
     return 0 if summary["valid"] else 1

@@ -1,197 +1,778 @@
-"""Faults, their schedule from a seed, and the local cluster they are injected into.
+"""Faults, the targets they are injected into, and their record in the history.
 
-A scenario (:data:`SCENARIOS`) is a kind of fault; :func:`schedule` turns it and a seed into
-a list of :class:`FaultStep` (when, which fault, which node, how long it lasts), so one seed
-replays the same schedule. :class:`LocalTarget` performs the faults on a
-:class:`~cluster.launcher.LocalCluster` (node processes on 127.0.0.1): ``kill -9`` and
-``SIGSTOP``/``SIGCONT``, and network partitions when the nodes run in network namespaces
-(:class:`chaos.network.NetnsNetwork`: isolate the leader, split a minority from a majority;
-clients keep reaching every node), choosing "the leader of partition 0" or "the active
-controller" when the step is performed. Each fault and its healing are recorded in the
-history as ``fault`` ops, so the checker can measure recovery.
+* :class:`Target` is where the cluster runs, as faults see it: its nodes, ``kill`` /
+  ``stop`` / ``start`` / ``pause`` / ``resume`` of nodes, which node leads a partition and
+  which is the active controller, and (when it can cut links) a :class:`Network`.
+  :class:`LocalTarget` runs node processes through :class:`~cluster.launcher.LocalCluster`
+  (``kill -9``, ``SIGSTOP``/``SIGCONT``; with ``netns=True`` each node in a network
+  namespace of its own, :class:`chaos.network.NetnsNetwork`); :class:`ComposeTarget` runs the
+  repository's ``docker-compose.yml`` (``docker kill``, ``docker pause``, network
+  disconnects).
+* A :class:`Fault` picks its nodes (:meth:`Fault.select`), then ``inject`` and, after the
+  step's hold, ``heal``: :class:`Kill` (restart), :class:`Pause` (resume), :class:`Isolate`
+  and :class:`Split` (network; heal). :data:`FAULTS` names each fault a schedule step
+  (:class:`chaos.scenarios.FaultStep`) may ask for.
+* :class:`Nemesis` performs the steps on a target and records each injection and healing in
+  the history as a ``fault`` op (invoke, then ok or fail), so the checker can measure
+  recovery from each heal. A fault that cannot be done is recorded as ``fail``, not raised.
+
+A new kind of fault is a :class:`Fault` subclass and a :data:`FAULTS` entry (and a scenario
+in :mod:`chaos.scenarios` that uses it); a new place to run the cluster is a class with the
+:class:`Target` methods.
 """
 
 from __future__ import annotations
 
 import logging
-import random
+import os
 import signal
-from collections.abc import Callable
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Protocol
 
 from chaos.history import HistoryWriter
-from chaos.network import NetnsNetwork
+from chaos.network import NetnsNetwork, free_subnet
+from chaos.scenarios import NETWORK_FAULTS, SCENARIOS, FaultStep, schedule
 from cluster.client import AdminClient
 from cluster.errors import LograftError
-from cluster.launcher import LocalCluster
+from cluster.launcher import ClusterSpec, LocalCluster
+from cluster.launcher.processes import free_base_port
+from replica.log.partition_log import PartitionLog
+from replica.log.replication_offset_checkpoint import read_high_watermarks
+from replica.record_codec import iter_records
+from replica.topic_config import LogConfig
+from replica.topic_partition import TopicPartition
 
-__all__ = ["NETWORK_SCENARIOS", "SCENARIOS", "FaultStep", "LocalTarget", "schedule"]
+__all__ = [
+    "FAULTS",
+    "SCENARIOS",
+    "ComposeTarget",
+    "Fault",
+    "FaultStep",
+    "Injected",
+    "Isolate",
+    "Kill",
+    "LocalTarget",
+    "Nemesis",
+    "Network",
+    "Pause",
+    "Split",
+    "Target",
+    "TargetError",
+    "schedule",
+]
 
 log = logging.getLogger(__name__)
 
-SCENARIOS: dict[str, str] = {
-    "kill-random": "kill -9 a random node, restart it after a while",
-    "kill-leader": "kill -9 the leader of partition 0, restart it after a while",
-    "kill-controller": "kill -9 the active controller, restart it after a while",
-    "kill-minority": "kill -9 a minority (one node of three) at a time, a new one each round",
-    "kill-all": "kill -9 every node at once, restart them all",
-    "pause-random": "SIGSTOP a random node, SIGCONT it after a while",
-    "pause-leader": "SIGSTOP the leader of partition 0, SIGCONT it after a while",
-    "partition-leader": "cut the leader of partition 0 off the other nodes (network "
-    "namespaces; clients still reach it), heal after a while",
-    "partition-halves": "split the nodes into a random minority and majority, heal after a while",
-    "mixed": "a random mix of the faults above",
-}
-"""Every scenario, with one line saying what it does."""
+ADMIN_TIMEOUT_MS = 5000
+"""Bound of each leader / controller lookup: a fault must not wait long for its node."""
 
-_SINGLE = ("kill-random", "kill-leader", "kill-controller", "pause-random", "pause-leader")
-NETWORK_SCENARIOS = frozenset({"partition-leader", "partition-halves"})
-"""Scenarios that need each node in a network namespace of its own (chaos.network)."""
+ReplicaLogs = dict[tuple[str, int], dict[int, list[tuple[int, str | None]]]]
+"""Per partition, per node: the ``(offset, value)`` records below that node's high watermark."""
 
 
-@dataclass(frozen=True, slots=True)
-class FaultStep:
-    """One fault: start ``at_s`` seconds into the run, last ``hold_s``, then heal."""
-
-    at_s: float
-    fault: str
-    node_choice: int
-    """A number the target maps to a node (random nodes); 0 when the fault picks its own."""
-    hold_s: float
+class TargetError(Exception):
+    """A target could not do what a fault or the runner asked (the message says what)."""
 
 
-def schedule(scenario: str, seed: int, duration_s: float, nodes: int = 3) -> list[FaultStep]:
-    """The faults of ``scenario`` for a run of ``duration_s``; the same for the same seed.
+class Network(Protocol):
+    """Cuts between nodes (``chaos.network.NetnsNetwork`` has these, with more)."""
 
-    Faults start after a quiet first 10 % of the run and end before its last 20 %, so the
-    run sees the cluster before, during and after faults.
+    def isolate(self, node: int, cut_clients: bool = True) -> object:
+        """Cut ``node`` off every other node (and the clients with ``cut_clients``)."""
+        ...
+
+    def partition(self, groups: Sequence[Iterable[int]], cut_clients: bool = False) -> object:
+        """Let nodes talk only within their groups."""
+        ...
+
+    def heal(self) -> object:
+        """Undo every cut."""
+        ...
+
+
+class Target(Protocol):
+    """Where the cluster runs, as the nemesis and the runner see it.
+
+    Node ids are 1..N. Methods that change a node return once the change is done (a started
+    node serves again, a paused one is stopped); they raise on failure.
     """
-    if scenario not in SCENARIOS:
-        raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
-    rng = random.Random(f"{scenario}/{seed}")
-    steps: list[FaultStep] = []
-    at = duration_s * 0.1
-    end = duration_s * 0.8
-    while True:
-        hold = rng.uniform(2.0, 5.0)
-        if at + hold > end:
-            break
-        fault = rng.choice((*_SINGLE, "kill-all")) if scenario == "mixed" else scenario
-        if fault == "kill-minority":
-            fault = "kill-random"
-        steps.append(FaultStep(round(at, 2), fault, rng.randrange(1, nodes + 1), round(hold, 2)))
-        at += hold + rng.uniform(2.0, 5.0)
-    return steps
 
+    name: str
 
-class LocalTarget:
-    """Faults on a local cluster of node processes."""
-
-    def __init__(
-        self,
-        cluster: LocalCluster,
-        history: HistoryWriter,
-        bootstrap: str,
-        topic: str,
-        network: NetnsNetwork | None = None,
-    ) -> None:
-        self.cluster = cluster
-        self._network = network
-        self._history = history
-        self._bootstrap = bootstrap
-        self._topic = topic
+    @property
+    def bootstrap(self) -> str:
+        """``host:port,...`` for clients (valid after :meth:`up`)."""
+        ...
 
     @property
     def node_ids(self) -> list[int]:
-        """Every node of the cluster."""
-        return [n.node_id for n in self.cluster.nodes]
+        """Every node."""
+        ...
 
-    def _leader(self, fallback: int) -> int:
-        try:
-            with AdminClient(
-                {"bootstrap.servers": self._bootstrap, "default.api.timeout.ms": 5000}
-            ) as admin:
-                (description,) = admin.describe_topics([self._topic])
-                leader = description.partitions[0].leader
-                return leader if leader >= 0 else fallback
-        except LograftError as exc:
-            log.info("leader lookup failed error=%s; using node %d", exc, fallback)
-            return fallback
+    @property
+    def network(self) -> Network | None:
+        """The network cuts, or ``None`` when this target cannot cut links."""
+        ...
 
-    def _controller(self, fallback: int) -> int:
-        controller = self.cluster.status().controller_id
-        return controller if controller is not None and controller >= 0 else fallback
+    def up(self) -> None:
+        """Start the cluster and return once it is healthy."""
+        ...
 
-    def _node_for(self, step: FaultStep) -> int:
-        if step.fault.endswith("-leader"):
-            return self._leader(step.node_choice)
-        if step.fault.endswith("-controller"):
-            return self._controller(step.node_choice)
-        return step.node_choice
+    def close(self) -> None:
+        """Stop the cluster and remove what :meth:`up` set up (keeps the data)."""
+        ...
 
-    def inject(self, step: FaultStep) -> Callable[[], None]:
-        """Perform ``step``'s fault now; returns the action that heals it."""
-        if step.fault == "kill-all":
-            targets = self.node_ids
-            self._fault("kill", targets, step.fault, lambda: self._kill_all(targets))
-            return lambda: self._fault(
-                "restart", targets, step.fault, lambda: self.cluster.up(wait=True)
-            )
-        node = self._node_for(step)
-        if step.fault.startswith("partition"):
-            return self._partition(step, node)
-        if step.fault.startswith("pause"):
-            self._fault(
-                "pause", [node], step.fault, lambda: self.cluster.kill(node, signal.SIGSTOP)
-            )
-            return lambda: self._fault(
-                "resume", [node], step.fault, lambda: self.cluster.kill(node, signal.SIGCONT)
-            )
-        self._fault("kill", [node], step.fault, lambda: self.cluster.kill(node, signal.SIGKILL))
-        return lambda: self._fault(
-            "restart", [node], step.fault, lambda: self.cluster.restart(node, wait=True)
+    def kill(self, node: int) -> None:
+        """``kill -9`` the node."""
+        ...
+
+    def stop(self, node: int) -> None:
+        """Stop the node gracefully (SIGTERM: controlled shutdown)."""
+        ...
+
+    def start(self, nodes: Sequence[int]) -> None:
+        """Start those of ``nodes`` that are not running; return once each serves again
+        (registered as an unfenced broker, the cluster healthy)."""
+        ...
+
+    def pause(self, node: int) -> None:
+        """``SIGSTOP`` the node (``docker pause``)."""
+        ...
+
+    def resume(self, node: int) -> None:
+        """``SIGCONT`` the node (``docker unpause``)."""
+        ...
+
+    def leader_of(self, topic: str, partition: int) -> int | None:
+        """The node leading ``topic-partition`` now (``None``: none or unknown)."""
+        ...
+
+    def controller(self) -> int | None:
+        """The active controller now (``None``: none or unknown)."""
+        ...
+
+    def replica_logs(self, topic: str, partitions: int) -> ReplicaLogs | None:
+        """After :meth:`close`: each node's records of each partition below its high
+        watermark, read from its data directory; ``None`` when this target cannot."""
+        ...
+
+
+class _AdminLookups:
+    """``leader_of`` and ``controller`` through an admin client (for any target)."""
+
+    @property
+    def bootstrap(self) -> str:
+        raise NotImplementedError
+
+    def _admin(self) -> AdminClient:
+        return AdminClient(
+            {"bootstrap.servers": self.bootstrap, "default.api.timeout.ms": ADMIN_TIMEOUT_MS}
         )
 
-    def _partition(self, step: FaultStep, node: int) -> Callable[[], None]:
-        network = self._network
-        if network is None:
-            raise ValueError(f"{step.fault} needs the cluster in network namespaces")
-        if step.fault == "partition-leader":
-            self._fault("partition", [node], step.fault, lambda: network.isolate(node, False))
-        else:
-            others = [n for n in self.node_ids if n != node]
-            groups = [[node], others]
-            self._fault(
-                "partition", [node], f"{step.fault} {groups}", lambda: network.partition(groups)
-            )
-        return lambda: self._fault("heal", [node], step.fault, network.heal)
+    def leader_of(self, topic: str, partition: int) -> int | None:
+        """The leader of ``topic-partition`` as some node's metadata has it."""
+        try:
+            with self._admin() as admin:
+                (description,) = admin.describe_topics([topic])
+        except LograftError as exc:
+            log.info("leader lookup failed topic=%s error=%s", topic, exc)
+            return None
+        for info in description.partitions:
+            if info.partition == partition and info.leader >= 0:
+                return info.leader
+        return None
 
-    def _kill_all(self, targets: list[int]) -> None:
-        for node in targets:
-            self.cluster.kill(node, signal.SIGKILL)
+    def controller(self) -> int | None:
+        """The active controller as some node's metadata has it."""
+        try:
+            with self._admin() as admin:
+                found = admin.describe_cluster().controller
+        except LograftError as exc:
+            log.info("controller lookup failed error=%s", exc)
+            return None
+        return None if found is None or found.id < 0 else found.id
 
-    def _fault(
-        self, name: str, targets: list[int], detail: str, action: Callable[[], object]
+
+class LocalTarget(_AdminLookups):
+    """Node processes on this machine (:class:`~cluster.launcher.LocalCluster`).
+
+    ``data_dir`` holds every node's data. With ``netns`` each node runs in a network
+    namespace of its own behind a bridge (needs root, ``ip`` and ``nft``), so that
+    :attr:`network` can cut links; otherwise nodes listen on 127.0.0.1 and there is no
+    network to cut.
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        data_dir: Path,
+        nodes: int = 3,
+        configs: Mapping[str, str] | None = None,
+        netns: bool = False,
     ) -> None:
+        self._data_dir = data_dir
+        self._nodes = nodes
+        self._configs = dict(configs or {})
+        self._netns = netns
+        self._network: NetnsNetwork | None = None
+        self._cluster: LocalCluster | None = None
+
+    @property
+    def cluster(self) -> LocalCluster:
+        """The launcher's cluster (after :meth:`up`)."""
+        if self._cluster is None:
+            raise TargetError("the local cluster is not up")
+        return self._cluster
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.bootstrap
+
+    @property
+    def node_ids(self) -> list[int]:
+        return list(range(1, self._nodes + 1))
+
+    @property
+    def network(self) -> Network | None:
+        return self._network
+
+    def up(self) -> None:
+        if self._netns:
+            network = NetnsNetwork(f"lgc{os.getpid() % 100000}", self._nodes, free_subnet())
+            network.setup()
+            self._network = network
+            spec = network.cluster_spec(self._data_dir, configs=self._configs)
+        else:
+            spec = ClusterSpec(
+                data_dir=self._data_dir,
+                nodes=self._nodes,
+                base_port=free_base_port(self._nodes),
+                configs=self._configs,
+            )
+        self._cluster = LocalCluster(spec)
+        try:
+            self._cluster.up(wait=True)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            if self._cluster is not None:
+                self._resume_all()
+                self._cluster.down()
+        finally:
+            if self._network is not None:
+                self._network.teardown()
+
+    def _resume_all(self) -> None:
+        for node in self.node_ids:
+            record = self.cluster.node(node)
+            if self.cluster.running(record):
+                self.cluster.kill(node, signal.SIGCONT)
+
+    def kill(self, node: int) -> None:
+        self.cluster.kill(node, signal.SIGKILL)
+
+    def stop(self, node: int) -> None:
+        self.cluster.kill(node, signal.SIGTERM, wait_s=60.0)
+
+    def start(self, nodes: Sequence[int]) -> None:
+        cluster = self.cluster
+        stopped = [n for n in nodes if not cluster.running(cluster.node(n))]
+        if not stopped:
+            return
+        if len(stopped) * 2 > self._nodes:
+            # Without a majority the cluster cannot register anyone: start them all, then wait.
+            cluster.up(wait=True)
+            return
+        epochs = {n: cluster.broker_epoch(n) for n in stopped}
+        for node in stopped:
+            cluster.restart(node, wait=False)
+        for node in stopped:
+            cluster.wait_reregistered(node, epochs[node])
+
+    def pause(self, node: int) -> None:
+        self.cluster.kill(node, signal.SIGSTOP)
+
+    def resume(self, node: int) -> None:
+        self.cluster.kill(node, signal.SIGCONT)
+
+    def replica_logs(self, topic: str, partitions: int) -> ReplicaLogs | None:
+        return read_replica_logs(
+            {n: self._data_dir / f"node-{n}" for n in self.node_ids}, topic, partitions
+        )
+
+
+def read_replica_logs(node_dirs: Mapping[int, Path], topic: str, partitions: int) -> ReplicaLogs:
+    """Each node's records of ``topic``'s partitions below its checkpointed high watermark,
+    read from its data directory (the node must be stopped)."""
+    logs: ReplicaLogs = {(topic, p): {} for p in range(partitions)}
+    for node, node_dir in sorted(node_dirs.items()):
+        high_watermarks = read_high_watermarks(node_dir)
+        for partition in range(partitions):
+            directory = node_dir / f"{topic}-{partition}"
+            high_watermark = high_watermarks.get(TopicPartition(topic, partition))
+            if not directory.is_dir() or high_watermark is None:
+                continue
+            records = _read_log(directory, high_watermark)
+            logs[(topic, partition)][node] = records
+    return logs
+
+
+def _read_log(directory: Path, high_watermark: int) -> list[tuple[int, str | None]]:
+    partition_log = PartitionLog.open(directory, LogConfig(), int(time.time() * 1000))
+    records: list[tuple[int, str | None]] = []
+    try:
+        offset = partition_log.log_start_offset
+        while offset < high_watermark:
+            data = partition_log.read(offset, 1 << 20, max_offset=high_watermark)
+            if not data:
+                break
+            for record in iter_records(data, offset):
+                if record.offset >= high_watermark:
+                    break
+                value = None if record.value is None else record.value.decode()
+                records.append((record.offset, value))
+                offset = record.offset + 1
+            else:
+                continue
+            break
+    finally:
+        partition_log.close()
+    return records
+
+
+COMPOSE_FILE = Path(__file__).resolve().parent.parent / "docker-compose.yml"
+DOCKER_TIMEOUT_S = 120.0
+
+
+class _ComposeNetwork:
+    """Network cuts by disconnecting containers from the compose network (clients too: they
+    reach a container through it)."""
+
+    def __init__(self, target: ComposeTarget) -> None:
+        self._target = target
+        self._cut: set[int] = set()
+
+    def isolate(self, node: int, cut_clients: bool = True) -> object:
+        self._disconnect([node])
+        return None
+
+    def partition(self, groups: Sequence[Iterable[int]], cut_clients: bool = False) -> object:
+        # One bridge network: only the largest group keeps it, every other node is cut alone.
+        sides = sorted((sorted(g) for g in groups), key=len, reverse=True)
+        self._disconnect([n for side in sides[1:] for n in side])
+        return None
+
+    def heal(self) -> object:
+        for node in sorted(self._cut):
+            service = self._target.service(node)
+            self._target.docker(
+                "network",
+                "connect",
+                "--alias",
+                service,
+                self._target.network_name,
+                self._target.container(node),
+            )
+        self._cut.clear()
+        return None
+
+    def _disconnect(self, nodes: Sequence[int]) -> None:
+        for node in nodes:
+            if node in self._cut:
+                continue
+            self._target.docker(
+                "network", "disconnect", self._target.network_name, self._target.container(node)
+            )
+            self._cut.add(node)
+
+
+class ComposeTarget(_AdminLookups):
+    """The three nodes of the repository's ``docker-compose.yml`` under a project of its own.
+
+    Needs ``docker``, ``docker-compose`` and the image (``make image``). Host ports are free
+    ones; ``configs`` become ``LOGRAFT_*`` environment variables of every node (through an
+    override file written to ``work_dir``). Data lives in the project's volumes, removed by
+    :meth:`close`, so :meth:`replica_logs` is ``None``.
+    """
+
+    name = "compose"
+
+    def __init__(
+        self,
+        work_dir: Path,
+        configs: Mapping[str, str] | None = None,
+        image: str = "lograft:latest",
+        compose_file: Path = COMPOSE_FILE,
+    ) -> None:
+        self._work_dir = work_dir
+        self._configs = dict(configs or {})
+        self._compose_file = compose_file
+        self.project = f"lograft-chaos-{os.getpid()}"
+        base = free_base_port(3)
+        self._ports = [base, base + 1, base + 2]
+        self._env = {
+            **os.environ,
+            "LOGRAFT_IMAGE": image,
+            **{
+                f"LOGRAFT_PORT_{n}": str(p) for n, p in zip(self.node_ids, self._ports, strict=True)
+            },
+        }
+        self._containers: dict[int, str] = {}
+        self._network = _ComposeNetwork(self)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for port in self._ports)
+
+    @property
+    def node_ids(self) -> list[int]:
+        return [1, 2, 3]
+
+    @property
+    def network(self) -> Network | None:
+        return self._network
+
+    @property
+    def network_name(self) -> str:
+        """The compose network the containers share."""
+        return f"{self.project}_default"
+
+    def service(self, node: int) -> str:
+        """The compose service (and host name) of ``node``."""
+        return f"lograft-{node}"
+
+    def container(self, node: int) -> str:
+        """The container id of ``node``."""
+        if node not in self._containers:
+            found = self._compose("ps", "-q", self.service(node)).stdout.strip()
+            if not found:
+                raise TargetError(f"no container for {self.service(node)}")
+            self._containers[node] = found
+        return self._containers[node]
+
+    def docker(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``docker ARGS``; raises :class:`TargetError` when it fails."""
+        return self._run(["docker", *args])
+
+    def _compose(self, *args: str) -> subprocess.CompletedProcess[str]:
+        override = self._work_dir / "compose-override.yml"
+        files = ["--file", str(self._compose_file)]
+        if self._configs:
+            files += ["--file", str(override)]
+        return self._run(["docker-compose", "--project-name", self.project, *files, *args])
+
+    def _run(self, command: list[str]) -> subprocess.CompletedProcess[str]:
+        try:
+            done = subprocess.run(
+                command,
+                env=self._env,
+                capture_output=True,
+                text=True,
+                timeout=DOCKER_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise TargetError(f"{' '.join(command)}: {exc}") from exc
+        if done.returncode != 0:
+            raise TargetError(f"{' '.join(command)} exited {done.returncode}: {done.stderr[-400:]}")
+        return done
+
+    def _write_override(self) -> None:
+        env = "".join(
+            f'      LOGRAFT_{name.upper().replace(".", "_").replace("-", "_")}: "{value}"\n'
+            for name, value in sorted(self._configs.items())
+        )
+        services = "".join(f"  {self.service(n)}:\n    environment:\n{env}" for n in self.node_ids)
+        self._work_dir.mkdir(parents=True, exist_ok=True)
+        (self._work_dir / "compose-override.yml").write_text(
+            f'version: "2.4"\nservices:\n{services}'
+        )
+
+    def up(self) -> None:
+        if self._configs:
+            self._write_override()
+        try:
+            self._compose("up", "-d")
+            self._wait(lambda: all(self._healthy(n) for n in self.node_ids), "every node")
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            self._compose("down", "--volumes", "--remove-orphans", "--timeout", "5")
+        except TargetError as exc:
+            log.warning("compose down failed project=%s error=%s", self.project, exc)
+
+    def _healthy(self, node: int) -> bool:
+        done = self.docker("inspect", "--format", "{{.State.Health.Status}}", self.container(node))
+        return done.stdout.strip() == "healthy"
+
+    def _wait(self, condition: Callable[[], bool], what: str, timeout_s: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TargetError(f"{what} not healthy within {timeout_s:g} s")
+            time.sleep(1.0)
+
+    def kill(self, node: int) -> None:
+        self.docker("kill", "--signal", "KILL", self.container(node))
+
+    def stop(self, node: int) -> None:
+        self.docker("stop", self.container(node))
+
+    def start(self, nodes: Sequence[int]) -> None:
+        for node in nodes:
+            self.docker("start", self.container(node))
+        self._wait(lambda: all(self._healthy(n) for n in nodes), f"nodes {list(nodes)}")
+
+    def pause(self, node: int) -> None:
+        self.docker("pause", self.container(node))
+
+    def resume(self, node: int) -> None:
+        self.docker("unpause", self.container(node))
+
+    def replica_logs(self, topic: str, partitions: int) -> ReplicaLogs | None:
+        return None
+
+
+# ---- faults ---------------------------------------------------------------------------------
+
+Selector = Callable[[Target, FaultStep, tuple[str, int]], list[int]]
+"""Picks a fault's nodes: ``(target, step, (topic, partition)) -> node ids``."""
+
+
+def picked(target: Target, step: FaultStep, tp: tuple[str, int]) -> list[int]:
+    """The nodes the seed picked for the step."""
+    return list(step.nodes)
+
+
+def leader(target: Target, step: FaultStep, tp: tuple[str, int]) -> list[int]:
+    """The leader of the workload's first partition (the seed's node when it has none)."""
+    found = target.leader_of(*tp)
+    return [found if found is not None else step.nodes[0]]
+
+
+def controller(target: Target, step: FaultStep, tp: tuple[str, int]) -> list[int]:
+    """The active controller (the seed's node when none is known)."""
+    found = target.controller()
+    return [found if found is not None else step.nodes[0]]
+
+
+def every(target: Target, step: FaultStep, tp: tuple[str, int]) -> list[int]:
+    """Every node."""
+    return list(target.node_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Fault(ABC):
+    """A kind of fault: which nodes it hits (``select``), how to inject it and to heal it.
+
+    ``name`` and ``heal_name`` are the ``fault`` field of the history's ``fault`` ops.
+    """
+
+    name: ClassVar[str]
+    heal_name: ClassVar[str]
+    select: Selector
+
+    def describe(self, step: FaultStep, nodes: Sequence[int], target: Target) -> str:
+        """The ``detail`` of the fault's history op."""
+        return step.fault
+
+    @abstractmethod
+    def inject(self, target: Target, nodes: Sequence[int]) -> None:
+        """Inject the fault into ``nodes``."""
+
+    @abstractmethod
+    def heal(self, target: Target, nodes: Sequence[int]) -> None:
+        """Undo :meth:`inject`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kill(Fault):
+    """``kill -9`` the nodes at once; healed by starting them again."""
+
+    name: ClassVar[str] = "kill"
+    heal_name: ClassVar[str] = "restart"
+
+    def inject(self, target: Target, nodes: Sequence[int]) -> None:
+        errors = []
+        for node in nodes:  # kill every one even when one fails
+            try:
+                target.kill(node)
+            except Exception as exc:
+                errors.append(f"node {node}: {exc}")
+        if errors:
+            raise TargetError("; ".join(errors))
+
+    def heal(self, target: Target, nodes: Sequence[int]) -> None:
+        target.start(nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class Pause(Fault):
+    """``SIGSTOP`` the nodes; healed by ``SIGCONT``."""
+
+    name: ClassVar[str] = "pause"
+    heal_name: ClassVar[str] = "resume"
+
+    def inject(self, target: Target, nodes: Sequence[int]) -> None:
+        for node in nodes:
+            target.pause(node)
+
+    def heal(self, target: Target, nodes: Sequence[int]) -> None:
+        for node in nodes:
+            target.resume(node)
+
+
+def _network(target: Target) -> Network:
+    if target.network is None:
+        raise TargetError(
+            f"the {target.name} target cannot cut the network (local: run with network namespaces)"
+        )
+    return target.network
+
+
+@dataclass(frozen=True, slots=True)
+class Isolate(Fault):
+    """Cut each node off every other node; clients still reach it (where the target can)."""
+
+    name: ClassVar[str] = "partition"
+    heal_name: ClassVar[str] = "heal"
+
+    def inject(self, target: Target, nodes: Sequence[int]) -> None:
+        network = _network(target)
+        if len(nodes) == 1:
+            network.isolate(nodes[0], cut_clients=False)
+        else:
+            network.partition([[n] for n in target.node_ids], cut_clients=False)
+
+    def heal(self, target: Target, nodes: Sequence[int]) -> None:
+        _network(target).heal()
+
+
+@dataclass(frozen=True, slots=True)
+class Split(Fault):
+    """Split ``nodes`` (a minority) from the other nodes; clients still reach both sides."""
+
+    name: ClassVar[str] = "partition"
+    heal_name: ClassVar[str] = "heal"
+
+    def describe(self, step: FaultStep, nodes: Sequence[int], target: Target) -> str:
+        return f"{step.fault} {self._groups(target, nodes)}"
+
+    @staticmethod
+    def _groups(target: Target, nodes: Sequence[int]) -> list[list[int]]:
+        return [sorted(nodes), [n for n in target.node_ids if n not in nodes]]
+
+    def inject(self, target: Target, nodes: Sequence[int]) -> None:
+        _network(target).partition(self._groups(target, nodes), cut_clients=False)
+
+    def heal(self, target: Target, nodes: Sequence[int]) -> None:
+        _network(target).heal()
+
+
+FAULTS: dict[str, Fault] = {
+    "kill-random": Kill(picked),
+    "kill-leader": Kill(leader),
+    "kill-controller": Kill(controller),
+    "kill-minority": Kill(picked),
+    "kill-all": Kill(every),
+    "pause-random": Pause(picked),
+    "pause-leader": Pause(leader),
+    "partition-leader": Isolate(leader),
+    "partition-halves": Split(picked),
+}
+"""Every fault a schedule step may name (:attr:`chaos.scenarios.FaultStep.fault`)."""
+
+assert set(NETWORK_FAULTS) <= set(FAULTS)
+
+
+@dataclass(frozen=True, slots=True)
+class Injected:
+    """A step as it was injected: its fault, the nodes it hit, whether injecting worked."""
+
+    step: FaultStep
+    fault: Fault
+    nodes: tuple[int, ...]
+    ok: bool
+
+
+class Nemesis:
+    """Performs schedule steps on ``target`` and records them in ``history``.
+
+    ``tp`` is the partition whose leader the ``*-leader`` faults aim at.
+    """
+
+    process = "nemesis"
+
+    def __init__(self, target: Target, history: HistoryWriter, tp: tuple[str, int]) -> None:
+        self._target = target
+        self._history = history
+        self._tp = tp
+        self.injected = 0
+        """Faults injected successfully so far."""
+
+    def inject(self, step: FaultStep) -> Injected:
+        """Inject ``step``'s fault now (recorded; a failure is recorded, not raised)."""
+        fault = FAULTS[step.fault]
+        nodes = tuple(fault.select(self._target, step, self._tp))
+        ok = self._record(
+            fault.name,
+            nodes,
+            fault.describe(step, nodes, self._target),
+            lambda: fault.inject(self._target, nodes),
+        )
+        self.injected += ok
+        return Injected(step, fault, nodes, ok)
+
+    def heal(self, injected: Injected) -> bool:
+        """Heal what ``injected`` did (also after a failed or partial injection)."""
+        fault = injected.fault
+        return self._record(
+            fault.heal_name,
+            injected.nodes,
+            injected.step.fault,
+            lambda: fault.heal(self._target, injected.nodes),
+        )
+
+    def heal_everything(self) -> bool:
+        """The end of the faults: heal the network, resume and start every node."""
+        target = self._target
+
+        def heal() -> None:
+            if target.network is not None:
+                target.network.heal()
+            for node in target.node_ids:
+                try:
+                    target.resume(node)
+                except Exception as exc:  # not running: started next
+                    log.debug("resume skipped node=%d error=%s", node, exc)
+            target.start(target.node_ids)
+
+        return self._record("heal", tuple(target.node_ids), "end of faults", heal)
+
+    def _record(
+        self, name: str, nodes: Sequence[int], detail: str, action: Callable[[], None]
+    ) -> bool:
         invoked = self._history.invoke(
-            "nemesis", "fault", fault=name, targets=targets, detail=detail
+            self.process, "fault", fault=name, targets=list(nodes), detail=detail
         )
         try:
             action()
         except Exception as exc:  # a fault that could not be done is recorded, not raised
-            log.warning("fault failed fault=%s targets=%s error=%s", name, targets, exc)
-            self._history.complete(invoked, "fail", error=str(exc))
-            return
-        self._history.complete(invoked, "ok", fault=name, targets=targets)
-
-    def heal_everything(self) -> None:
-        """Heal the network, SIGCONT every node and start the ones that are not running (the
-        end of a run)."""
-        if self._network is not None:
-            self._network.heal()
-        for node in self.node_ids:
-            try:
-                self.cluster.kill(node, signal.SIGCONT)
-            except Exception as exc:  # not running: started below
-                log.debug("sigcont skipped node=%d error=%s", node, exc)
-        self._fault("heal", self.node_ids, "end of run", lambda: self.cluster.up(wait=True))
+            log.warning("fault failed fault=%s nodes=%s error=%s", name, list(nodes), exc)
+            self._history.complete(invoked, "fail", fault=name, error=str(exc)[:500])
+            return False
+        log.info("fault done fault=%s nodes=%s detail=%s", name, list(nodes), detail)
+        self._history.complete(invoked, "ok", fault=name, targets=list(nodes))
+        return True

@@ -1,55 +1,74 @@
 """One chaos run: start a cluster, load it, inject the scheduled faults, heal, drain, check.
 
-:func:`run` starts its own three-node local cluster (free ports, data under the results
-directory), creates a topic of three replicas, starts the producers and a consumer, performs
-the scenario's schedule (:func:`chaos.nemesis.schedule`), heals everything, stops the load,
-waits for every partition's ISR to be whole again (bounded), drains every partition, runs the
-checker and writes ``history.jsonl``, ``result.json`` and ``report.html`` into
-``RESULTS/<scenario>-<seed>-<time>/``. The summary it returns is what ``--json`` prints.
+:func:`run` starts its own three-node cluster on a :class:`~chaos.nemesis.Target` (local
+processes on free ports with their data under the results directory, each node in a network
+namespace of its own when the scenario cuts the network; or the compose project), creates a
+topic of three replicas with the workload's configs, starts the producers, the group
+consumers and a consumer by assignment, performs the scenario's schedule
+(:func:`chaos.scenarios.schedule`) through a :class:`~chaos.nemesis.Nemesis`, heals
+everything, stops the producers, waits (bounded) until every partition's ISR is whole again,
+stops the consumers, drains every partition, stops the cluster, reads each replica's log
+below its high watermark from its data directory (local target), runs the checker and writes
+``history.jsonl``, ``result.json`` and ``report.html`` into
+``RESULTS/<scenario>-<workload>-<seed>-<time>/``. The summary it returns is what
+``python -m chaos run --json`` prints.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from chaos.checker import CheckResult, FinalState, check
-from chaos.history import HistoryWriter
-from chaos.nemesis import NETWORK_SCENARIOS, LocalTarget, schedule
-from chaos.network import NetnsNetwork, free_subnet
+from chaos.history import HistoryWriter, Op
+from chaos.nemesis import ComposeTarget, LocalTarget, Nemesis, ReplicaLogs, Target
 from chaos.report import render_report
-from chaos.workload import WORKLOADS, PollWorker, ProducerWorker, drain
+from chaos.scenarios import scenario, schedule
+from chaos.workload import (
+    WORKLOADS,
+    AssignConsumerWorker,
+    GroupConsumerWorker,
+    ProducerWorker,
+    drain,
+)
 from cluster.client import AdminClient
 from cluster.client.admin import NewTopic
 from cluster.errors import LograftError
-from cluster.launcher import ClusterSpec, LocalCluster
-from cluster.launcher.processes import free_base_port
 
-__all__ = ["RunOptions", "run"]
+__all__ = ["TARGETS", "RunOptions", "run"]
 
 log = logging.getLogger(__name__)
 
 TOPIC = "chaos"
+GROUP = "g0"
+TARGETS = ("local", "compose")
 RECOVERY_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
+WORKER_GRACE_S = 120.0
+"""How long after the planned end a worker may still run before it stops on its own."""
+NODE_CONFIGS = {"replica.lag.time.max.ms": "4000"}
+"""Node settings of every run: a stopped follower leaves the ISR after 4 s (Kafka: 30 s),
+so faults of a few seconds move ISRs."""
 
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
-    """What to run: scenario, seed, duration, workload and where results go."""
+    """What to run: scenario, seed, duration, workload, where results go, on which target."""
 
     scenario: str
     seed: int
     duration_s: float
     workload: str = "acks-all"
     results_dir: Path = Path("chaos-results")
+    target: str = "local"
     producers: int = 3
     partitions: int = 3
+    group_consumers: int = 2
     send_interval_s: float = 0.005
 
 
@@ -66,13 +85,25 @@ def _under_replicated(bootstrap: str, topic: str) -> list[str]:
         return [f"{topic}-* ({exc.error_name})"]
 
 
-def _wait_recovered(bootstrap: str, topic: str, timeout_s: float) -> list[str]:
-    deadline = time.monotonic() + timeout_s
+def _wait_recovered(bootstrap: str, topic: str, timeout_s: float) -> tuple[list[str], float]:
+    """Wait until no partition of ``topic`` is under-replicated, at most ``timeout_s``;
+    returns the partitions still short and the seconds waited."""
+    start = time.monotonic()
     while True:
         short = _under_replicated(bootstrap, topic)
-        if not short or time.monotonic() > deadline:
-            return short
+        waited = time.monotonic() - start
+        if not short or waited > timeout_s:
+            return short, round(waited, 2)
         time.sleep(0.5)
+
+
+def _make_target(options: RunOptions, out: Path) -> Target:
+    if options.target == "compose":
+        return ComposeTarget(out / "compose", configs=NODE_CONFIGS)
+    if options.target != "local":
+        raise ValueError(f"unknown target {options.target!r}; known: {', '.join(TARGETS)}")
+    needs_network = scenario(options.scenario).needs_network
+    return LocalTarget(out / "cluster", nodes=3, configs=NODE_CONFIGS, netns=needs_network)
 
 
 def run(options: RunOptions) -> dict[str, Any]:
@@ -83,83 +114,99 @@ def run(options: RunOptions) -> dict[str, Any]:
     out = options.results_dir / f"{options.scenario}-{options.workload}-{options.seed}-{stamp}"
     out.mkdir(parents=True, exist_ok=True)
     history = HistoryWriter(out / "history.jsonl")
-    configs = {"replica.lag.time.max.ms": "4000"}
-    network: NetnsNetwork | None = None
-    if options.scenario in NETWORK_SCENARIOS:
-        # Each node in a network namespace of its own, so the network can be cut.
-        network = NetnsNetwork(f"lgc{os.getpid() % 100000}", 3, free_subnet())
-        network.setup()
-        spec = network.cluster_spec(out / "cluster", configs=configs)
-    else:
-        spec = ClusterSpec(data_dir=out / "cluster", base_port=free_base_port(3), configs=configs)
-    cluster = LocalCluster(spec)
-    try:
-        cluster.up(wait=True)
-    except BaseException:
-        cluster.down()
-        if network is not None:
-            network.teardown()
-        raise
-    bootstrap = cluster.bootstrap
+    target = _make_target(options, out)
+    target.up()
+    bootstrap = target.bootstrap
     producers: list[ProducerWorker] = []
-    consumer: PollWorker | None = None
-    faults = 0
+    consumers: list[GroupConsumerWorker | AssignConsumerWorker] = []
+    nemesis = Nemesis(target, history, (TOPIC, 0))
+    replica_logs: ReplicaLogs | None = None
+    closed = False
     try:
         with AdminClient({"bootstrap.servers": bootstrap}) as admin:
             topic = NewTopic(TOPIC, options.partitions, 3, dict(workload.topic_configs))
             admin.create_topics([topic])[TOPIC].result()
-        target = LocalTarget(cluster, history, bootstrap, TOPIC, network)
+        started = time.monotonic()
+        worker_deadline = started + options.duration_s + WORKER_GRACE_S
         producers = [
             ProducerWorker(
-                n, history, bootstrap, TOPIC, options.partitions, workload, options.send_interval_s
+                n,
+                history,
+                bootstrap,
+                TOPIC,
+                options.partitions,
+                workload,
+                options.send_interval_s,
+                worker_deadline,
             )
             for n in range(options.producers)
         ]
-        consumer = PollWorker(0, history, bootstrap, TOPIC, options.partitions)
-        for worker in (*producers, consumer):
+        consumers = [
+            GroupConsumerWorker(GROUP, n, history, bootstrap, TOPIC, worker_deadline)
+            for n in range(options.group_consumers)
+        ]
+        consumers.append(
+            AssignConsumerWorker(
+                0, history, bootstrap, TOPIC, options.partitions, worker_deadline, options.seed
+            )
+        )
+        for worker in (*producers, *consumers):
             worker.start()
-        started = time.monotonic()
         for step in steps:
             _sleep_until(started + step.at_s)
-            heal = target.inject(step)
-            faults += 1
+            injected = nemesis.inject(step)
             _sleep_until(time.monotonic() + step.hold_s)
-            heal()
+            nemesis.heal(injected)
         _sleep_until(started + options.duration_s)
-        target.heal_everything()
+        nemesis.heal_everything()
         for producer in producers:
             producer.stop()
         for producer in producers:
-            producer.join(timeout=30)
+            producer.join(timeout=60)
             producer.close()
-        short = _wait_recovered(bootstrap, TOPIC, RECOVERY_TIMEOUT_S)
-        consumer.stop()
-        consumer.join(timeout=30)
+        short, recovery_wait_s = _wait_recovered(bootstrap, TOPIC, RECOVERY_TIMEOUT_S)
+        for consumer in consumers:
+            consumer.stop()
+        for consumer in consumers:
+            consumer.join(timeout=30)
         drained = drain(history, bootstrap, TOPIC, options.partitions, DRAIN_TIMEOUT_S)
+        target.close()
+        closed = True
+        try:
+            replica_logs = target.replica_logs(TOPIC, options.partitions)
+        except Exception as exc:  # the comparison is extra evidence, not the run's purpose
+            log.warning("reading the replicas' logs failed error=%s", exc)
         ops = history.ops()
         result: CheckResult = check(
-            ops, FinalState(drained=drained, under_replicated_after_heal=short)
+            ops,
+            FinalState(
+                drained=drained,
+                replica_logs=replica_logs or {},
+                under_replicated_after_heal=short,
+            ),
         )
     finally:
-        for producer in producers:
-            producer.stop()
-        if consumer is not None:
-            consumer.stop()
-        cluster.down()
-        if network is not None:
-            network.teardown()
+        for worker in (*producers, *consumers):
+            worker.stop()
+        if not closed:
+            target.close()
         history.close()
     summary = {
         "scenario": options.scenario,
         "workload": options.workload,
+        "target": options.target,
         "seed": options.seed,
         "duration_s": options.duration_s,
         "operations": len(ops),
-        "faults": faults,
+        "faults": nemesis.injected,
         "valid": result.valid,
-        "anomalies": {k: n for k, n in result.counts.items()},
+        "anomalies": dict(result.counts),
         "sends": {k: v for k, v in result.stats.items() if k.startswith("send-")},
+        "stats": dict(result.stats),
         "recovery_ms": [ms for _, ms in result.recovery_ms],
+        "recovery_ms_by_fault": _recovery_by_fault(ops, result),
+        "recovery_wait_s": recovery_wait_s,
+        "replicas_compared": replica_logs is not None,
         "results": str(out),
     }
     (out / "result.json").write_text(
@@ -168,6 +215,16 @@ def run(options: RunOptions) -> dict[str, Any]:
     (out / "report.html").write_text(render_report(summary, ops, result))
     log.info("chaos run done scenario=%s valid=%s results=%s", options.scenario, result.valid, out)
     return summary
+
+
+def _recovery_by_fault(ops: list[Op], result: CheckResult) -> dict[str, list[float | None]]:
+    """Recovery times grouped by the fault each heal ended (the heal op's ``detail``)."""
+    by_index = {op.index: op for op in ops}
+    grouped: dict[str, list[float | None]] = defaultdict(list)
+    for index, ms in result.recovery_ms:
+        op = by_index.get(index)
+        grouped[(op.detail if op is not None else None) or "?"].append(ms)
+    return dict(grouped)
 
 
 def _sleep_until(deadline: float) -> None:

@@ -1,16 +1,29 @@
-"""Chaos schedules: one seed replays the same faults; faults leave quiet time around them."""
+"""Chaos schedules and the nemesis: one seed replays the same faults, faults leave quiet time
+around them, and each fault is injected, healed and recorded on a target (a fake one here)."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable, Sequence
+
 import pytest
 
-from chaos.nemesis import SCENARIOS, schedule
+from chaos.history import HistoryWriter
+from chaos.nemesis import FAULTS, Nemesis, Network, ReplicaLogs, TargetError
+from chaos.scenarios import SCENARIOS, FaultStep, scenario, schedule
+from chaos.workload import send_outcome
+from cluster.errors import (
+    IllegalStateError,
+    MessageTooLargeError,
+    NotEnoughReplicasError,
+    RequestTimedOutError,
+)
 
 
-@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_a_seed_replays_the_same_schedule(scenario: str) -> None:
-    assert schedule(scenario, 7, 60) == schedule(scenario, 7, 60)
-    assert schedule(scenario, 7, 60), "a 60 s run has at least one fault"
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_a_seed_replays_the_same_schedule(name: str) -> None:
+    assert schedule(name, 7, 60) == schedule(name, 7, 60)
+    assert schedule(name, 7, 60), "a 60 s run has at least one fault"
 
 
 def test_other_seeds_give_other_schedules() -> None:
@@ -20,12 +33,174 @@ def test_other_seeds_give_other_schedules() -> None:
 
 def test_faults_start_after_the_first_tenth_and_heal_before_the_last_fifth() -> None:
     for seed in range(20):
-        for step in schedule("mixed", seed, 100):
+        steps = schedule("mixed-network", seed, 100)
+        for step, following in itertools.pairwise(steps):
+            assert step.at_s + step.hold_s < following.at_s, "one fault at a time"
+        for step in steps:
             assert step.at_s >= 10
             assert step.at_s + step.hold_s <= 80
-            assert 1 <= step.node_choice <= 3
+            assert step.nodes and set(step.nodes) <= {1, 2, 3}
+
+
+def test_a_minority_is_less_than_half_of_the_nodes() -> None:
+    sizes = {len(s.nodes) for seed in range(30) for s in schedule("kill-minority", seed, 100, 5)}
+    assert sizes == {1, 2}
+    assert {len(s.nodes) for s in schedule("kill-all", 1, 60)} == {3}
+
+
+def test_every_fault_a_scenario_names_exists_and_network_scenarios_say_so() -> None:
+    for name in SCENARIOS:
+        assert set(scenario(name).faults) <= set(FAULTS)
+    assert scenario("partition-leader").needs_network
+    assert scenario("mixed-network").needs_network
+    assert not scenario("mixed").needs_network
 
 
 def test_an_unknown_scenario_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown scenario"):
         schedule("flood", 1, 10)
+
+
+class FakeNetwork:
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def isolate(self, node: int, cut_clients: bool = True) -> object:
+        self.calls.append(f"isolate {node} clients-cut={cut_clients}")
+        return None
+
+    def partition(self, groups: Sequence[Iterable[int]], cut_clients: bool = False) -> object:
+        self.calls.append(f"partition {[list(g) for g in groups]}")
+        return None
+
+    def heal(self) -> object:
+        self.calls.append("heal")
+        return None
+
+
+class FakeTarget:
+    """Records what the faults ask for; node 2 leads, node 3 is the controller."""
+
+    name = "fake"
+
+    def __init__(self, with_network: bool = True, broken: frozenset[int] = frozenset()) -> None:
+        self.calls: list[str] = []
+        self._network = FakeNetwork(self.calls) if with_network else None
+        self._broken = broken
+
+    @property
+    def bootstrap(self) -> str:
+        return "fake:1"
+
+    @property
+    def node_ids(self) -> list[int]:
+        return [1, 2, 3]
+
+    @property
+    def network(self) -> Network | None:
+        return self._network
+
+    def up(self) -> None:
+        self.calls.append("up")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+    def kill(self, node: int) -> None:
+        if node in self._broken:
+            raise TargetError(f"node {node} is not running")
+        self.calls.append(f"kill {node}")
+
+    def stop(self, node: int) -> None:
+        self.calls.append(f"stop {node}")
+
+    def start(self, nodes: Sequence[int]) -> None:
+        self.calls.append(f"start {list(nodes)}")
+
+    def pause(self, node: int) -> None:
+        self.calls.append(f"pause {node}")
+
+    def resume(self, node: int) -> None:
+        self.calls.append(f"resume {node}")
+
+    def leader_of(self, topic: str, partition: int) -> int | None:
+        return 2
+
+    def controller(self) -> int | None:
+        return 3
+
+    def replica_logs(self, topic: str, partitions: int) -> ReplicaLogs | None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("fault", "nodes", "expected"),
+    [
+        ("kill-random", (1,), ["kill 1", "start [1]"]),
+        ("kill-leader", (1,), ["kill 2", "start [2]"]),
+        ("kill-controller", (1,), ["kill 3", "start [3]"]),
+        ("kill-minority", (1,), ["kill 1", "start [1]"]),
+        ("kill-all", (1, 2, 3), ["kill 1", "kill 2", "kill 3", "start [1, 2, 3]"]),
+        ("pause-random", (3,), ["pause 3", "resume 3"]),
+        ("pause-leader", (1,), ["pause 2", "resume 2"]),
+        ("partition-leader", (1,), ["isolate 2 clients-cut=False", "heal"]),
+        ("partition-halves", (3,), ["partition [[3], [1, 2]]", "heal"]),
+    ],
+)
+def test_each_fault_is_injected_healed_and_recorded(
+    fault: str, nodes: tuple[int, ...], expected: list[str]
+) -> None:
+    target = FakeTarget()
+    history = HistoryWriter(None)
+    nemesis = Nemesis(target, history, ("chaos", 0))
+    injected = nemesis.inject(FaultStep(1.0, fault, nodes, 2.0))
+    assert nemesis.heal(injected)
+    assert target.calls == expected
+    ops = history.ops()
+    assert [(op.type, op.fault) for op in ops] == [
+        ("invoke", FAULTS[fault].name),
+        ("ok", FAULTS[fault].name),
+        ("invoke", FAULTS[fault].heal_name),
+        ("ok", FAULTS[fault].heal_name),
+    ]
+    assert ops[0].targets == injected.nodes
+    assert nemesis.injected == 1
+
+
+def test_a_fault_that_cannot_be_done_is_recorded_as_failed_and_still_healed() -> None:
+    target = FakeTarget(broken=frozenset({2}))
+    history = HistoryWriter(None)
+    nemesis = Nemesis(target, history, ("chaos", 0))
+    injected = nemesis.inject(FaultStep(1.0, "kill-all", (1, 2, 3), 2.0))
+    assert not injected.ok
+    assert target.calls == ["kill 1", "kill 3"], "the other nodes are killed all the same"
+    nemesis.heal(injected)
+    assert target.calls[-1] == "start [1, 2, 3]"
+    assert [op.type for op in history.ops()][:2] == ["invoke", "fail"]
+    assert "node 2" in (history.ops()[1].error or "")
+    assert nemesis.injected == 0
+
+
+def test_a_network_fault_without_a_network_fails_and_says_why() -> None:
+    history = HistoryWriter(None)
+    nemesis = Nemesis(FakeTarget(with_network=False), history, ("chaos", 0))
+    injected = nemesis.inject(FaultStep(1.0, "partition-leader", (1,), 2.0))
+    assert not injected.ok
+    assert "cannot cut the network" in (history.ops()[1].error or "")
+
+
+def test_healing_everything_heals_the_network_resumes_and_starts_every_node() -> None:
+    target = FakeTarget()
+    nemesis = Nemesis(target, HistoryWriter(None), ("chaos", 0))
+    assert nemesis.heal_everything()
+    assert target.calls == ["heal", "resume 1", "resume 2", "resume 3", "start [1, 2, 3]"]
+
+
+def test_only_sends_that_certainly_were_not_written_are_failed() -> None:
+    assert send_outcome(RequestTimedOutError("expired"), before_send_returned=True) == "fail"
+    assert send_outcome(IllegalStateError("closed"), before_send_returned=False) == "fail"
+    assert send_outcome(MessageTooLargeError("big"), before_send_returned=False) == "fail"
+    # Retried until the end: an earlier attempt may have been appended.
+    assert send_outcome(NotEnoughReplicasError("isr 1"), before_send_returned=False) == "info"
+    assert send_outcome(RequestTimedOutError("expired"), before_send_returned=False) == "info"
+    assert send_outcome(ConnectionError("reset"), before_send_returned=False) == "info"

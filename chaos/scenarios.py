@@ -1,0 +1,150 @@
+"""Named chaos scenarios and their schedules, generated from a seed.
+
+A :class:`Scenario` names the faults it draws from (keys of :data:`chaos.nemesis.FAULTS`);
+:func:`schedule` turns a scenario, a seed and a run duration into a list of
+:class:`FaultStep`: when each fault starts, how long it holds before it heals, and which
+nodes it picks when it picks at random. Everything random comes from one
+``random.Random`` seeded with the scenario's name and the seed, so one seed replays the same
+schedule. Faults that aim at a role (the leader of a partition, the active controller) find
+their node when they are injected; the step's nodes are then the fallback when the role has
+no holder.
+
+Faults start after a quiet first 10 % of the run and heal before its last 20 %, so every run
+sees the cluster before, during and after faults; one fault holds at a time.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+__all__ = ["SCENARIOS", "FaultStep", "Scenario", "scenario", "schedule"]
+
+PROCESS_FAULTS = (
+    "kill-random",
+    "kill-leader",
+    "kill-controller",
+    "kill-minority",
+    "kill-all",
+    "pause-random",
+    "pause-leader",
+)
+"""Faults on node processes (``kill -9``, ``SIGSTOP``/``SIGCONT``): every target has them."""
+
+NETWORK_FAULTS = ("partition-leader", "partition-halves")
+"""Faults on the network between nodes: the local target with namespaces, compose."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A named kind of chaos: the faults its schedule draws from."""
+
+    name: str
+    description: str
+    faults: tuple[str, ...]
+    hold_s: tuple[float, float] = (2.0, 5.0)
+    """How long each fault holds before it heals, drawn uniformly from this range."""
+    gap_s: tuple[float, float] = (2.0, 5.0)
+    """Quiet time between a heal and the next fault, drawn uniformly from this range."""
+
+    @property
+    def needs_network(self) -> bool:
+        """Whether a fault of this scenario cuts the network (needs namespaces locally)."""
+        return any(fault in NETWORK_FAULTS for fault in self.faults)
+
+
+@dataclass(frozen=True, slots=True)
+class FaultStep:
+    """One fault of a schedule: start ``at_s`` into the run, hold ``hold_s``, then heal.
+
+    ``nodes``: the nodes the seed picked: the targets of a fault on random nodes, the
+    minority of a split, the fallback of a fault aimed at a role.
+    """
+
+    at_s: float
+    fault: str
+    nodes: tuple[int, ...]
+    hold_s: float
+
+
+_SCENARIOS = (
+    Scenario("kill-random", "kill -9 a random node, restart it after a while", ("kill-random",)),
+    Scenario(
+        "kill-leader",
+        "kill -9 the leader of partition 0, restart it after a while",
+        ("kill-leader",),
+    ),
+    Scenario(
+        "kill-controller",
+        "kill -9 the active controller, restart it after a while",
+        ("kill-controller",),
+    ),
+    Scenario(
+        "kill-minority",
+        "kill -9 a random minority of the nodes at once, restart them after a while",
+        ("kill-minority",),
+    ),
+    Scenario("kill-all", "kill -9 every node at once, restart them all", ("kill-all",)),
+    Scenario("pause-random", "SIGSTOP a random node, SIGCONT it after a while", ("pause-random",)),
+    Scenario(
+        "pause-leader",
+        "SIGSTOP the leader of partition 0, SIGCONT it after a while",
+        ("pause-leader",),
+    ),
+    Scenario(
+        "partition-leader",
+        "cut the leader of partition 0 off the other nodes (clients still reach it), "
+        "heal after a while",
+        ("partition-leader",),
+    ),
+    Scenario(
+        "partition-halves",
+        "split the nodes into a random minority and majority, heal after a while",
+        ("partition-halves",),
+    ),
+    Scenario("mixed", "a random mix of the process faults above (kill, pause)", PROCESS_FAULTS),
+    Scenario(
+        "mixed-network",
+        "a random mix of every fault above, network partitions included",
+        PROCESS_FAULTS + NETWORK_FAULTS,
+    ),
+)
+
+SCENARIOS: dict[str, str] = {s.name: s.description for s in _SCENARIOS}
+"""Every scenario's name, with one line saying what it does (``python -m chaos list``)."""
+
+_BY_NAME = {s.name: s for s in _SCENARIOS}
+
+
+def scenario(name: str) -> Scenario:
+    """The scenario called ``name``; ``ValueError`` naming the known ones otherwise."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
+
+
+def _pick(rng: random.Random, fault: str, nodes: int) -> tuple[int, ...]:
+    if fault == "kill-all":
+        return tuple(range(1, nodes + 1))
+    if fault in ("kill-minority", "partition-halves"):
+        size = rng.randint(1, max(1, (nodes - 1) // 2))
+        return tuple(sorted(rng.sample(range(1, nodes + 1), size)))
+    return (rng.randrange(1, nodes + 1),)
+
+
+def schedule(name: str, seed: int, duration_s: float, nodes: int = 3) -> list[FaultStep]:
+    """The faults of scenario ``name`` for a run of ``duration_s`` seconds on ``nodes``
+    nodes (ids 1..nodes); the same list for the same arguments."""
+    chosen = scenario(name)
+    rng = random.Random(f"{name}/{seed}")
+    steps: list[FaultStep] = []
+    at = duration_s * 0.1
+    end = duration_s * 0.8
+    while True:
+        hold = rng.uniform(*chosen.hold_s)
+        if at + hold > end:
+            return steps
+        fault = rng.choice(chosen.faults)
+        steps.append(FaultStep(round(at, 2), fault, _pick(rng, fault, nodes), round(hold, 2)))
+        at += hold + rng.uniform(*chosen.gap_s)
