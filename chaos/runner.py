@@ -207,6 +207,9 @@ def run(options: RunOptions) -> dict[str, Any]:
         "recovery_ms_by_fault": _recovery_by_fault(ops, result),
         "recovery_wait_s": recovery_wait_s,
         "replicas_compared": replica_logs is not None,
+        "group_consumers_replaced": sum(
+            c.replaced for c in consumers if isinstance(c, GroupConsumerWorker)
+        ),
         "results": str(out),
     }
     (out / "result.json").write_text(

@@ -6,7 +6,8 @@
   ``info`` (:func:`send_outcome`).
 - :class:`GroupConsumerWorker`: a member of a consumer group (``subscribe``), recording each
   poll, each rebalance (``rebalance`` ops: partitions assigned, revoked or lost) and a
-  synchronous ``commit`` of its positions after every poll that returned records.
+  synchronous ``commit`` of its positions after every poll that returned records. A consumer
+  whose poll raises a non-retriable error is closed and replaced by a new member.
 - :class:`AssignConsumerWorker`: a consumer by assignment reading every partition from the
   start, recording each poll, and now and then seeking one partition back to its beginning
   (a ``seek`` op) so that records are read more than once.
@@ -71,6 +72,8 @@ log = logging.getLogger(__name__)
 
 MAX_OPS = 5_000_000
 """Bound of every worker's loop, beside its deadline."""
+MAX_REPLACEMENTS = 1000
+"""Bound of the consumers a group worker replaces after fatal errors."""
 
 _REFUSED_FOR_CONTENT = (
     MessageTooLargeError,
@@ -260,11 +263,16 @@ class GroupConsumerWorker(_Worker):
         super().__init__(f"consumer-{group}-{index}", history, deadline)
         self.group = group
         self._topic = topic
+        self._servers = bootstrap
         self._positions: dict[TopicPartition, int] = {}
-        self._consumer = Consumer(
+        self.replaced = 0
+        """Consumers closed and replaced after an error that ended their membership."""
+
+    def _new_consumer(self) -> Consumer:
+        consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap,
-                "group.id": group,
+                "bootstrap.servers": self._servers,
+                "group.id": self.group,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "client.id": self.process,
@@ -272,6 +280,33 @@ class GroupConsumerWorker(_Worker):
                 "session.timeout.ms": 10000,
             }
         )
+        consumer.subscribe(
+            [self._topic],
+            on_assign=functools.partial(self._rebalanced, "assigned"),
+            on_revoke=functools.partial(self._rebalanced, "revoked"),
+            on_lost=functools.partial(self._rebalanced, "lost"),
+        )
+        return consumer
+
+    def _replace_consumer(self, consumer: Consumer, error: LograftError) -> Consumer:
+        """A non-retriable error ended the consumer's membership for good (every later poll
+        raises it): as Jepsen does with a crashed client, close it and start a new member,
+        which reads on from the group's committed offsets (a ``rebalance`` op)."""
+        log.warning("replacing consumer process=%s error=%s", self.process, error)
+        self.replaced += 1
+        self._positions.clear()
+        try:
+            consumer.close(1000)
+        except LograftError as exc:
+            log.info("closing a failed consumer failed process=%s error=%s", self.process, exc)
+        invoked = self._history.invoke(
+            self.process, "rebalance", group=self.group, partitions=[], detail="new consumer"
+        )
+        replacement = self._new_consumer()
+        self._history.complete(
+            invoked, "ok", group=self.group, partitions=[], detail="new consumer"
+        )
+        return replacement
 
     def _rebalanced(self, what: str, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if what != "assigned":
@@ -284,31 +319,28 @@ class GroupConsumerWorker(_Worker):
         self._history.complete(invoked, "ok", group=self.group, partitions=names, detail=what)
 
     def run(self) -> None:
+        consumer = self._new_consumer()
         try:
-            self._consumer.subscribe(
-                [self._topic],
-                on_assign=functools.partial(self._rebalanced, "assigned"),
-                on_revoke=functools.partial(self._rebalanced, "revoked"),
-                on_lost=functools.partial(self._rebalanced, "lost"),
-            )
             while self._running():
                 invoked = self._history.invoke(self.process, "poll", group=self.group)
                 try:
-                    records = self._consumer.poll(500)
+                    records = consumer.poll(500)
                 except LograftError as exc:
                     self._history.complete(invoked, "fail", error=exc.error_name)
-                    self._stop_event.wait(0.2)
+                    if not exc.retriable and self.replaced < MAX_REPLACEMENTS:
+                        consumer = self._replace_consumer(consumer, exc)
+                    self._stop_event.wait(1.0)
                     continue
                 polled = _polled(records)
                 self._history.complete(invoked, "ok", group=self.group, records=polled)
                 for topic, partition, offset, _value in polled:
                     self._positions[TopicPartition(topic, partition)] = offset + 1
                 if polled:
-                    self._commit()
+                    self._commit(consumer)
         finally:
-            self._consumer.close()
+            consumer.close()
 
-    def _commit(self) -> None:
+    def _commit(self, consumer: Consumer) -> None:
         offsets = dict(self._positions)
         invoked = self._history.invoke(
             self.process,
@@ -317,7 +349,7 @@ class GroupConsumerWorker(_Worker):
             offsets={f"{tp.topic}/{tp.partition}": offset for tp, offset in offsets.items()},
         )
         try:
-            self._consumer.commit(offsets)
+            consumer.commit(offsets)
         except LograftError as exc:
             # A timeout may follow a commit that was applied; refusals are rare enough that
             # telling them apart buys nothing (the checker reads only acknowledged commits).
