@@ -1,40 +1,56 @@
 """What a chaos run's history shows: anomalies, each with the operations that show it.
 
-Pure and deterministic: :func:`check` reads the ops of a :mod:`chaos.history` and the final
-state collected after healing (:class:`FinalState`: the drain of every partition from its
-earliest offset, optionally each replica's records below the high watermark) and reports
-every anomaly of these kinds (:data:`KINDS`), as Jepsen's Kafka checker does:
+Pure and deterministic (no clock, no I/O): :func:`check` reads the ops of a
+:mod:`chaos.history` and the state collected after the faults healed (:class:`FinalState`:
+the drain of every partition from its earliest offset, optionally each replica's records
+below the high watermark) and reports every anomaly of these kinds (:data:`KINDS`), in the
+manner of Jepsen's Kafka checker (``jepsen.tests.kafka``):
 
 - ``lost-write``: a send acknowledged (``ok``) whose value the drain lacks;
-- ``duplicate``: a value at two offsets of the drain;
-- ``offset-mismatch``: an acknowledged send whose value the drain has elsewhere than the
-  partition and offset of its acknowledgement;
-- ``offset-conflict``: one offset of a partition seen with two values (acks, polls, drain);
-- ``failed-write-read``: a value whose send definitely failed (``fail``), read anyway;
-- ``dirty-read``: a value a consumer polled that the drain lacks (it was read, then lost);
-- ``producer-order``: an idempotent producer's acknowledged values in one partition whose
-  drain offsets are not in the order they were sent;
-- ``non-monotonic-poll``: a consumer's polls of one partition went back (or repeated an
-  offset) with no ``rebalance`` or ``seek`` of that consumer in between;
-- ``commit-regression``: a group's acknowledged commits of one partition went backwards;
-- ``replica-divergence``: two replicas hold different values at one offset below the high
-  watermark after healing;
+- ``duplicate``: a value at two or more offsets of the drain (reported whatever the
+  producer; the message says whether it was idempotent, for which it is a broken promise);
+- ``offset-mismatch``: a value the drain has, acknowledged at another partition or offset
+  than where the drain has it, or polled at an offset the drain has no record at (polled
+  where the drain has another value, it is an ``offset-conflict``);
+- ``offset-conflict``: one offset of a partition seen with two values, by any reads (polls,
+  the drain) or acknowledgements;
+- ``failed-write-read``: a value whose send definitely failed (``fail``), read anyway (by a
+  poll or the drain);
+- ``dirty-read``: a value a poll returned that the drain lacks (it was visible, then lost);
+- ``producer-order``: an idempotent producer (``idempotent`` true on the send, or an extra
+  ``max_in_flight`` of 1) whose acknowledged values in one partition stand in the drain in
+  another order than the one it invoked the sends in; one anomaly per value that lands
+  before a value sent earlier;
+- ``non-monotonic-poll``: a consumer's poll returned, for a partition, an offset at or below
+  the previous one it returned for it, with no ``rebalance`` or ``seek`` of that consumer
+  between (one anomaly per poll and partition);
+- ``commit-regression``: a group's acknowledged commit of a partition below an offset whose
+  commit had already been acknowledged before it was invoked;
+- ``replica-divergence``: replicas holding different values at one offset below the high
+  watermark after healing (one anomaly per partition);
 - ``under-replicated-after-heal``: a partition whose ISR stayed short after healing.
 
-A send that ended ``info`` (unknown outcome) may or may not be in the drain: neither is an
-anomaly. Recovery time: for each healing fault, from its completion to the completion of the
-first acknowledged ``acks=all`` send invoked after it.
+A send that ended ``info`` (or never completed) is indeterminate: it may be in the drain or
+not, and neither is an anomaly; it is still held to every other rule (a duplicate of it is
+a duplicate; a poll of it that the drain lacks is a dirty read). Anomalies cite ops by
+index; the drain op is never cited (it holds every record), the messages say where the
+drain has a value instead.
+
+Recovery time (:attr:`CheckResult.recovery_ms`): for each healing fault (:data:`HEALING_FAULTS`,
+completed ``ok``), the ms from its completion to the completion of the first acknowledged
+``acks=all`` send invoked after it (a send without ``acks`` counts as acks=all, the producer
+default), or ``None`` when there was none.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from chaos.history import Op
+from chaos.history import HistoryError, Op
 
 __all__ = [
     "HEALING_FAULTS",
@@ -67,16 +83,25 @@ HEALING_FAULTS = frozenset({"heal", "restart", "resume", "restart-all", "recover
 Position = tuple[str, int]
 """A partition: (topic, partition)."""
 
+_Slot = tuple[str, int, int]
+"""One offset of one partition: (topic, partition, offset)."""
+
+_MAX_LISTED = 4
+"""Positions or ops a message names before it says how many more there are."""
+
 
 @dataclass(frozen=True, slots=True)
 class FinalState:
     """What was collected after the faults healed.
 
     ``drained``: each partition's records from its earliest offset to its end, as
-    ``(offset, value)`` in offset order; when empty, the history's ``drain`` ops are used.
-    ``replica_logs``: per partition, per node id, the ``(offset, value)`` records below the
-    high watermark. ``under_replicated_after_heal``: partitions (``"topic-partition"``) whose
-    ISR was still short once the cluster had had time to recover.
+    ``(offset, value)`` in offset order; when empty, the history's ``drain`` ops are read
+    instead. ``replica_logs``: per partition, per node id, the ``(offset, value)`` records
+    below the high watermark. ``under_replicated_after_heal``: partitions
+    (``"topic-partition"``) whose ISR was still short once the cluster had had time to
+    recover. ``heal_times_ms``: ``(fault op index, time_ms)`` of each heal, when the runner
+    knows better than the history's ``fault`` ops when the faults ended (empty: the history's
+    healing faults are used).
     """
 
     drained: Mapping[Position, Sequence[tuple[int, str | None]]] = field(
@@ -86,6 +111,7 @@ class FinalState:
         default_factory=lambda: MappingProxyType({})
     )
     under_replicated_after_heal: Sequence[str] = ()
+    heal_times_ms: Sequence[tuple[int, float]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +129,12 @@ class Anomaly:
 
 @dataclass(frozen=True, slots=True)
 class CheckResult:
-    """The anomalies found, counted by kind, with the run's statistics."""
+    """The anomalies found (sorted by kind, then ops), with the run's statistics.
+
+    ``stats``: ``send-invoked``, ``send-ok``, ``send-fail``, ``send-info`` (an invocation
+    never completed counts as info), the same for ``poll``, ``commit`` and ``fault`` (and any
+    other function the history has), ``records-polled`` and ``records-drained``.
+    """
 
     anomalies: tuple[Anomaly, ...]
     stats: Mapping[str, int]
@@ -134,6 +165,40 @@ class CheckResult:
         }
 
 
+def check(ops: Sequence[Op], final: FinalState) -> CheckResult:
+    """Every anomaly the history and the final state show (see the module docstring).
+
+    Raises :class:`chaos.history.HistoryError` when two sends carry the same value (values
+    must be unique in a run, or nothing can be concluded from reading one).
+    """
+    calls = _pair(ops)
+    sends = [call for call in calls if call.f == "send"]
+    send_of = _sends_by_value(sends)
+    seen = _Seen.collect(calls, sends, _drained(ops, final))
+    anomalies = [
+        *_lost_writes(sends, seen),
+        *_duplicates(seen, send_of),
+        *_offset_mismatches(seen, send_of),
+        *_offset_conflicts(seen),
+        *_failed_write_reads(sends, seen),
+        *_dirty_reads(seen, send_of),
+        *_producer_order(sends, seen),
+        *_non_monotonic_polls(ops, calls),
+        *_commit_regressions(ops, calls),
+        *_replica_divergence(final),
+        *(
+            _anomaly("under-replicated-after-heal", f"{tp} stayed under-replicated after healing")
+            for tp in final.under_replicated_after_heal
+        ),
+    ]
+    order = {kind: n for n, kind in enumerate(KINDS)}
+    anomalies.sort(key=lambda a: (order[a.kind], a.op_indexes, a.message))
+    return CheckResult(tuple(anomalies), _stats(calls, seen), _recovery(calls, sends, final))
+
+
+# --- pairing and what was observed -----------------------------------------------------
+
+
 @dataclass(frozen=True, slots=True)
 class _Call:
     """An invocation and its completion (``None`` when the run ended first)."""
@@ -142,7 +207,16 @@ class _Call:
     completion: Op | None
 
     @property
+    def f(self) -> str:
+        return self.invoke.f
+
+    @property
+    def process(self) -> str:
+        return self.invoke.process
+
+    @property
     def outcome(self) -> str:
+        """ok, fail or info (an invocation never completed is info)."""
         return self.completion.type if self.completion is not None else "info"
 
     @property
@@ -151,329 +225,485 @@ class _Call:
             return (self.invoke.index,)
         return (self.invoke.index, self.completion.index)
 
+    def field(self, name: str) -> Any:
+        """A field of the completion, else of the invocation."""
+        if self.completion is not None:
+            value = getattr(self.completion, name)
+            if value is not None:
+                return value
+        return getattr(self.invoke, name)
+
 
 def _pair(ops: Sequence[Op]) -> list[_Call]:
-    """Each invocation with its completion: the one whose ``ref`` names it, else (a history
-    without refs) its process's next completion."""
-    open_calls: dict[str, Op] = {}
+    """Each invocation with its completion, in invocation order: the completion whose
+    ``ref`` names it, else (a history without refs) its process's open invocation of the
+    same function. A completion of nothing recorded is ignored."""
     calls: list[_Call] = []
-    pending: dict[int, int] = {}
+    slot_of: dict[int, int] = {}  # open invocation index -> position in calls
+    open_by_process: dict[str, list[int]] = defaultdict(list)
     for op in ops:
         if op.type == "invoke":
-            open_calls[op.process] = op
-            pending[op.index] = len(calls)
+            slot_of[op.index] = len(calls)
+            open_by_process[op.process].append(op.index)
             calls.append(_Call(op, None))
             continue
         invoked_index = op.ref
         if invoked_index is None:
-            invoked = open_calls.get(op.process)
-            invoked_index = invoked.index if invoked is not None else None
-        if invoked_index is None or invoked_index not in pending:
-            continue  # a completion of nothing recorded: ignored
-        slot = pending.pop(invoked_index)
-        calls[slot] = _Call(calls[slot].invoke, op)
-        if open_calls.get(op.process) is calls[slot].invoke:
-            del open_calls[op.process]
+            candidates = [
+                i for i in open_by_process[op.process] if calls[slot_of[i]].invoke.f == op.f
+            ]
+            invoked_index = candidates[-1] if candidates else None
+        if invoked_index is None or invoked_index not in slot_of:
+            continue
+        slot = slot_of.pop(invoked_index)
+        call = calls[slot]
+        if call.invoke.process != op.process:
+            slot_of[invoked_index] = slot
+            continue
+        open_by_process[op.process].remove(invoked_index)
+        calls[slot] = _Call(call.invoke, op)
     return calls
 
 
-def _is_idempotent(call: _Call) -> bool:
-    op = call.invoke
-    if op.idempotent is not None:
-        return op.idempotent
-    return op.producer is not None and "idempotent" in op.producer and "no-" not in op.producer
-
-
-def _is_acks_all(call: _Call) -> bool:
-    acks = call.invoke.acks
-    return acks is None or acks in ("all", "-1")
-
-
-def _drained(
-    ops: Sequence[Op], final: FinalState
-) -> tuple[dict[Position, list[tuple[int, str | None]]], tuple[int, ...]]:
-    """The drain per partition, and the indexes of the drain ops it came from."""
-    if final.drained:
-        return {tp: list(records) for tp, records in final.drained.items()}, ()
-    drained: dict[Position, list[tuple[int, str | None]]] = defaultdict(list)
-    indexes: list[int] = []
-    for op in ops:
-        if op.f == "drain" and op.type == "ok" and op.records is not None:
-            indexes.append(op.index)
-            for topic, partition, offset, value in op.records:
-                drained[(topic, partition)].append((offset, value))
-    return {tp: sorted(set(records)) for tp, records in drained.items()}, tuple(indexes)
-
-
-def check(ops: Sequence[Op], final: FinalState) -> CheckResult:
-    """Every anomaly the history and the final state show (see the module docstring)."""
-    calls = _pair(ops)
-    sends = [c for c in calls if c.invoke.f == "send"]
-    polls = [c for c in calls if c.invoke.f == "poll" and c.outcome == "ok"]
-    drained, drain_ops = _drained(ops, final)
-    anomalies: list[Anomaly] = []
-
-    # Where the drain has each value.
-    drain_positions: dict[str, list[tuple[Position, int]]] = defaultdict(list)
-    for tp, records in sorted(drained.items()):
-        for offset, value in records:
-            if value is not None:
-                drain_positions[value].append((tp, offset))
+def _sends_by_value(sends: Sequence[_Call]) -> dict[str, _Call]:
     send_of: dict[str, _Call] = {}
-    for call in sends:
-        if call.invoke.value is not None:
-            send_of[call.invoke.value] = call
-
-    def send_ops(value: str) -> tuple[int, ...]:
-        call = send_of.get(value)
-        return call.indexes if call is not None else ()
-
-    # Values each poll saw, and every observation of (partition, offset) -> value.
-    polled: dict[str, list[int]] = defaultdict(list)
-    seen_at: dict[tuple[str, int, int], dict[str | None, list[int]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
-    for call in polls:
-        assert call.completion is not None
-        for topic, partition, offset, value in call.completion.records or ():
-            seen_at[(topic, partition, offset)][value].append(call.completion.index)
-            if value is not None:
-                polled[value].append(call.completion.index)
-    for tp, records in drained.items():
-        for offset, value in records:
-            seen_at[(tp[0], tp[1], offset)][value].extend(drain_ops)
-
     for call in sends:
         value = call.invoke.value
         if value is None:
             continue
-        completion = call.completion
-        where = drain_positions.get(value, [])
-        if call.outcome == "ok":
-            assert completion is not None
-            topic = completion.topic or call.invoke.topic or ""
-            if completion.partition is not None and completion.offset is not None:
-                seen_at[(topic, completion.partition, completion.offset)][value].append(
-                    completion.index
-                )
-            if not where:
-                anomalies.append(
-                    Anomaly(
-                        "lost-write",
-                        f"{value} was acknowledged at {topic}-{completion.partition}@"
-                        f"{completion.offset} but the drain lacks it",
-                        call.indexes,
-                    )
-                )
-            elif completion.partition is not None and completion.offset is not None:
-                acked = ((topic, completion.partition), completion.offset)
-                if acked not in where:
-                    anomalies.append(
-                        Anomaly(
-                            "offset-mismatch",
-                            f"{value} was acknowledged at {topic}-{completion.partition}@"
-                            f"{completion.offset}; the drain has it at "
-                            + ", ".join(f"{t}-{p}@{o}" for (t, p), o in where),
-                            call.indexes + drain_ops,
-                        )
-                    )
-        elif call.outcome == "fail" and (where or value in polled):
-            anomalies.append(
-                Anomaly(
-                    "failed-write-read",
-                    f"{value}'s send failed ({call.completion.error if call.completion else ''})"
-                    " but it was read",
-                    call.indexes + tuple(polled.get(value, ())) + (drain_ops if where else ()),
-                )
+        if value in send_of:
+            raise HistoryError(
+                f"value {value!r} was sent twice (ops {send_of[value].invoke.index} and "
+                f"{call.invoke.index}); values must be unique in a run"
             )
+        send_of[value] = call
+    return send_of
 
-    for value, where in sorted(drain_positions.items()):
-        if len(where) > 1:
-            sent = send_of.get(value)
-            idempotent = sent is not None and _is_idempotent(sent)
-            anomalies.append(
-                Anomaly(
-                    "duplicate",
-                    f"{value} is in the drain {len(where)} times: "
-                    + ", ".join(f"{t}-{p}@{o}" for (t, p), o in where)
-                    + (" (idempotent producer)" if idempotent else ""),
-                    send_ops(value) + drain_ops,
+
+def _drained(ops: Sequence[Op], final: FinalState) -> dict[Position, list[tuple[int, str | None]]]:
+    """The drain per partition, in offset order: the final state's, else the drain ops'."""
+    if final.drained:
+        return {tp: sorted(records, key=_by_offset) for tp, records in final.drained.items()}
+    drained: dict[Position, list[tuple[int, str | None]]] = defaultdict(list)
+    for op in ops:
+        if op.f == "drain" and op.type == "ok":
+            for topic, partition, offset, value in op.records or ():
+                drained[(topic, partition)].append((offset, value))
+    return {tp: sorted(set(records), key=_by_offset) for tp, records in drained.items()}
+
+
+def _by_offset(record: tuple[int, str | None]) -> tuple[int, str]:
+    return (record[0], record[1] or "")
+
+
+def _ack_slot(call: _Call) -> _Slot | None:
+    """Where an acknowledged send's ack put its value (None when the ack did not say)."""
+    if call.outcome != "ok":
+        return None
+    topic, partition, offset = call.field("topic"), call.field("partition"), call.field("offset")
+    if topic is None or partition is None or offset is None or offset < 0:
+        return None
+    return (topic, partition, offset)
+
+
+@dataclass(slots=True)
+class _Sources:
+    """Who saw one value at one slot."""
+
+    drained: bool = False
+    acks: list[int] = field(default_factory=list)
+    polls: list[int] = field(default_factory=list)
+
+    def describe(self) -> str:
+        parts = ["the drain"] if self.drained else []
+        if self.acks:
+            parts.append(f"ack op {_listed(self.acks)}")
+        if self.polls:
+            parts.append(f"poll op {_listed(self.polls)}")
+        return ", ".join(parts)
+
+
+@dataclass(slots=True)
+class _Seen:
+    """Every observation of the history: the drain, the polls and the acks."""
+
+    drained: dict[Position, list[tuple[int, str | None]]]
+    drain_slots: dict[str, list[_Slot]]
+    """value -> where the drain has it, in (topic, partition, offset) order."""
+    polled: dict[str, dict[_Slot, list[int]]]
+    """value -> slot -> the poll completions that returned it there, in history order."""
+    at: dict[_Slot, dict[str | None, _Sources]]
+    """slot -> value -> who saw it there."""
+    records_polled: int
+
+    @classmethod
+    def collect(
+        cls,
+        calls: Sequence[_Call],
+        sends: Sequence[_Call],
+        drained: dict[Position, list[tuple[int, str | None]]],
+    ) -> _Seen:
+        at: dict[_Slot, dict[str | None, _Sources]] = defaultdict(dict)
+        drain_slots: dict[str, list[_Slot]] = defaultdict(list)
+        for (topic, partition), records in sorted(drained.items()):
+            for offset, value in records:
+                slot = (topic, partition, offset)
+                at[slot].setdefault(value, _Sources()).drained = True
+                if value is not None:
+                    drain_slots[value].append(slot)
+        polled: dict[str, dict[_Slot, list[int]]] = defaultdict(lambda: defaultdict(list))
+        records_polled = 0
+        for call in calls:
+            if call.f != "poll" or call.outcome != "ok" or call.completion is None:
+                continue
+            for topic, partition, offset, value in call.completion.records or ():
+                records_polled += 1
+                slot = (topic, partition, offset)
+                sources = at[slot].setdefault(value, _Sources())
+                if call.completion.index not in sources.polls:
+                    sources.polls.append(call.completion.index)
+                if value is not None:
+                    indexes = polled[value][slot]
+                    if call.completion.index not in indexes:
+                        indexes.append(call.completion.index)
+        for call in sends:
+            acked = _ack_slot(call)
+            if acked is not None and call.completion is not None:
+                at[acked].setdefault(call.invoke.value, _Sources()).acks.append(
+                    call.completion.index
                 )
-            )
+        return cls(drained, dict(drain_slots), dict(polled), dict(at), records_polled)
 
-    for (topic, partition, offset), values in sorted(seen_at.items()):
-        if len(values) > 1:
-            shown = sorted(values, key=lambda v: (v is None, v or ""))
-            indexes = sorted({i for v in shown for i in values[v]})
-            anomalies.append(
-                Anomaly(
-                    "offset-conflict",
-                    f"{topic}-{partition}@{offset} was seen as "
-                    + " and ".join(repr(v) for v in shown),
-                    tuple(indexes),
-                )
-            )
-
-    drained_values = set(drain_positions)
-    for value, indexes in sorted(polled.items()):
-        if value not in drained_values:
-            anomalies.append(
-                Anomaly(
-                    "dirty-read",
-                    f"{value} was polled but the drain lacks it",
-                    tuple(indexes) + send_ops(value),
-                )
-            )
-
-    anomalies += _producer_order(sends, drain_positions)
-    anomalies += _non_monotonic_polls(calls)
-    anomalies += _commit_regressions(calls)
-    anomalies += _replica_divergence(final)
-    anomalies += [
-        Anomaly("under-replicated-after-heal", f"{tp} stayed under-replicated after healing")
-        for tp in final.under_replicated_after_heal
-    ]
-
-    order = {kind: n for n, kind in enumerate(KINDS)}
-    anomalies.sort(key=lambda a: (order.get(a.kind, len(order)), a.op_indexes, a.message))
-    return CheckResult(tuple(anomalies), _stats(calls, drained), _recovery(calls, sends))
+    def poll_ops(self, value: str) -> tuple[int, ...]:
+        """Every poll completion that returned ``value``, in history order."""
+        return tuple(sorted({i for ops in self.polled.get(value, {}).values() for i in ops}))
 
 
-def _producer_order(
-    sends: Sequence[_Call], drain_positions: Mapping[str, Sequence[tuple[Position, int]]]
-) -> list[Anomaly]:
-    anomalies = []
-    last: dict[tuple[str, Position], tuple[int, _Call]] = {}
-    for call in sorted(sends, key=lambda c: c.invoke.index):
+# --- the anomalies ----------------------------------------------------------------------
+
+
+def _anomaly(kind: str, message: str, op_indexes: Iterable[int] = ()) -> Anomaly:
+    indexes = tuple(dict.fromkeys(op_indexes))  # in order, without repeats
+    return Anomaly(kind, " ".join(message.split()), indexes)
+
+
+def _slot_text(slot: _Slot) -> str:
+    topic, partition, offset = slot
+    return f"{topic}-{partition}@{offset}"
+
+
+def _listed(items: Sequence[object]) -> str:
+    shown = ", ".join(str(item) for item in items[:_MAX_LISTED])
+    if len(items) > _MAX_LISTED:
+        shown += f" and {len(items) - _MAX_LISTED} more"
+    return shown
+
+
+def _producer_text(call: _Call | None) -> str:
+    if call is None:
+        return "never sent"
+    idempotent = call.invoke.idempotent
+    what = {True: "idempotent", False: "non-idempotent", None: "idempotence unknown"}[idempotent]
+    acks = "" if call.invoke.acks is None else f", acks={call.invoke.acks}"
+    return f"sent by {call.process}: {what}{acks}, send {call.outcome}"
+
+
+def _lost_writes(sends: Sequence[_Call], seen: _Seen) -> Iterable[Anomaly]:
+    for call in sends:
         value = call.invoke.value
-        if call.outcome != "ok" or value is None or not _is_idempotent(call):
+        if call.outcome != "ok" or value is None or value in seen.drain_slots:
             continue
-        where = drain_positions.get(value, [])
-        if len(where) != 1:
+        slot = _ack_slot(call)
+        where = f" at {_slot_text(slot)}" if slot is not None else ""
+        acks = "" if call.invoke.acks is None else f" (acks={call.invoke.acks})"
+        yield _anomaly(
+            "lost-write",
+            f"{value} sent by {call.process} was acknowledged{where}{acks} but the drain lacks it",
+            call.indexes,
+        )
+
+
+def _duplicates(seen: _Seen, send_of: Mapping[str, _Call]) -> Iterable[Anomaly]:
+    for value, slots in seen.drain_slots.items():
+        if len(slots) < 2:
+            continue
+        sent = send_of.get(value)
+        yield _anomaly(
+            "duplicate",
+            f"{value} is in the drain {len(slots)} times, at "
+            f"{_listed([_slot_text(s) for s in slots])} ({_producer_text(sent)})",
+            sent.indexes if sent is not None else (),
+        )
+
+
+def _offset_mismatches(seen: _Seen, send_of: Mapping[str, _Call]) -> Iterable[Anomaly]:
+    for value, slots in seen.drain_slots.items():
+        in_drain = set(slots)
+        claims: list[str] = []
+        indexes: list[int] = []
+        sent = send_of.get(value)
+        acked = _ack_slot(sent) if sent is not None else None
+        if sent is not None and acked is not None and acked not in in_drain:
+            claims.append(f"acknowledged at {_slot_text(acked)}")
+            indexes += sent.indexes
+        for slot, polls in seen.polled.get(value, {}).items():
+            # Where the drain has another value, the poll shows an offset-conflict instead.
+            if slot not in in_drain and not any(s.drained for s in seen.at[slot].values()):
+                claims.append(f"polled at {_slot_text(slot)} (op {_listed(polls)})")
+                indexes += polls
+        if claims:
+            yield _anomaly(
+                "offset-mismatch",
+                f"{value} was {' and '.join(claims)}; the drain has it at "
+                f"{_listed([_slot_text(s) for s in slots])}",
+                indexes,
+            )
+
+
+def _offset_conflicts(seen: _Seen) -> Iterable[Anomaly]:
+    for slot, values in sorted(seen.at.items()):
+        if len(values) < 2:
+            continue
+        shown = sorted(values.items(), key=lambda item: (item[0] is None, item[0] or ""))
+        indexes = sorted({i for _, sources in shown for i in (*sources.acks, *sources.polls)})
+        yield _anomaly(
+            "offset-conflict",
+            f"{_slot_text(slot)} was seen with {len(shown)} values: "
+            + "; ".join(f"{value!r} by {sources.describe()}" for value, sources in shown),
+            indexes,
+        )
+
+
+def _failed_write_reads(sends: Sequence[_Call], seen: _Seen) -> Iterable[Anomaly]:
+    for call in sends:
+        value = call.invoke.value
+        if call.outcome != "fail" or value is None:
+            continue
+        polls = seen.poll_ops(value)
+        drained = seen.drain_slots.get(value, [])
+        if not polls and not drained:
+            continue
+        readers = []
+        if drained:
+            readers.append(f"the drain (at {_listed([_slot_text(s) for s in drained])})")
+        if polls:
+            readers.append(f"poll op {_listed(polls)}")
+        error = call.field("error")
+        yield _anomaly(
+            "failed-write-read",
+            f"{value}'s send by {call.process} failed"
+            + (f" ({error})" if error else "")
+            + f" but {' and '.join(readers)} read it",
+            (*call.indexes, *polls),
+        )
+
+
+def _dirty_reads(seen: _Seen, send_of: Mapping[str, _Call]) -> Iterable[Anomaly]:
+    for value, slots in seen.polled.items():
+        if value in seen.drain_slots:
+            continue
+        polls = seen.poll_ops(value)
+        sent = send_of.get(value)
+        yield _anomaly(
+            "dirty-read",
+            f"{value} was polled at {_listed([_slot_text(s) for s in slots])} "
+            f"(op {_listed(polls)}) but the drain lacks it ({_producer_text(sent)})",
+            (*polls, *(sent.indexes if sent is not None else ())),
+        )
+
+
+def _keeps_order(call: _Call) -> bool:
+    """Whether a send's producer promises per-partition order (idempotent, or one request
+    in flight at a time)."""
+    return call.invoke.idempotent is True or call.invoke.extra.get("max_in_flight") == 1
+
+
+def _producer_order(sends: Sequence[_Call], seen: _Seen) -> Iterable[Anomaly]:
+    highest: dict[tuple[str, Position], tuple[int, _Call]] = {}
+    for call in sends:  # in invocation order
+        value = call.invoke.value
+        if call.outcome != "ok" or value is None or not _keeps_order(call):
+            continue
+        slots = seen.drain_slots.get(value, [])
+        if len(slots) != 1:
             continue  # lost or duplicated: reported as such
-        tp, offset = where[0]
-        key = (call.invoke.process, tp)
-        before = last.get(key)
+        topic, partition, offset = slots[0]
+        key = (call.process, (topic, partition))
+        before = highest.get(key)
         if before is not None and offset < before[0]:
             earlier = before[1]
-            anomalies.append(
-                Anomaly(
-                    "producer-order",
-                    f"{call.invoke.process} sent {earlier.invoke.value} before {value}, but "
-                    f"{tp[0]}-{tp[1]} has them at offsets {before[0]} and {offset}",
-                    earlier.indexes + call.indexes,
-                )
+            yield _anomaly(
+                "producer-order",
+                f"{call.process} sent {earlier.invoke.value} before {value}, but the drain has "
+                f"them at {topic}-{partition}@{before[0]} and @{offset}",
+                (*earlier.indexes, *call.indexes),
             )
         if before is None or offset > before[0]:
-            last[key] = (offset, call)
-    return anomalies
+            highest[key] = (offset, call)
 
 
-def _non_monotonic_polls(calls: Sequence[_Call]) -> list[Anomaly]:
-    anomalies = []
-    last: dict[tuple[str, Position], tuple[int, int]] = {}
-    for call in sorted(calls, key=lambda c: c.invoke.index):
-        process = call.invoke.process
-        if call.invoke.f in ("rebalance", "seek"):
-            for key in [k for k in last if k[0] == process]:
-                del last[key]
+def _non_monotonic_polls(ops: Sequence[Op], calls: Sequence[_Call]) -> Iterable[Anomaly]:
+    """Per consumer and partition, each poll's offsets against the previous one returned."""
+    resets = {
+        call.invoke.index: call
+        for call in calls
+        if call.f in ("rebalance", "seek") and call.outcome != "fail"
+    }
+    ok_polls = {
+        call.completion.index: call
+        for call in calls
+        if call.f == "poll" and call.outcome == "ok" and call.completion is not None
+    }
+    last: dict[str, dict[Position, tuple[int, int]]] = defaultdict(dict)  # -> (offset, op)
+    for op in ops:
+        reset = resets.get(op.index)
+        if reset is not None:
+            positions = last[op.process]
+            if reset.f == "seek" and reset.invoke.partitions:
+                for name in reset.invoke.partitions:
+                    name_topic, _, name_partition = name.rpartition("/")
+                    if name_partition.isdigit():
+                        positions.pop((name_topic, int(name_partition)), None)
+            else:
+                positions.clear()
             continue
-        if call.invoke.f != "poll" or call.outcome != "ok" or call.completion is None:
+        if op.index not in ok_polls:
             continue
-        for topic, partition, offset, _value in call.completion.records or ():
-            key = (process, (topic, partition))
-            before = last.get(key)
-            if before is not None and offset <= before[0]:
-                anomalies.append(
-                    Anomaly(
-                        "non-monotonic-poll",
-                        f"{process} polled {topic}-{partition}@{offset} after @{before[0]}",
-                        (before[1], call.completion.index),
-                    )
+        positions = last[op.process]
+        flagged: set[Position] = set()
+        for topic, partition, offset, _value in op.records or ():
+            tp = (topic, partition)
+            before = positions.get(tp)
+            if before is not None and offset <= before[0] and tp not in flagged:
+                flagged.add(tp)
+                yield _anomaly(
+                    "non-monotonic-poll",
+                    f"{op.process} polled {topic}-{partition}@{offset} after @{before[0]} "
+                    f"(op {before[1]}) with no rebalance or seek between",
+                    (before[1], op.index),
                 )
-            last[key] = (offset, call.completion.index)
-    return anomalies
+            positions[tp] = (offset, op.index)
 
 
-def _commit_regressions(calls: Sequence[_Call]) -> list[Anomaly]:
-    anomalies = []
-    last: dict[tuple[str, str], tuple[int, int]] = {}
-    ok_commits = [c for c in calls if c.invoke.f == "commit" and c.outcome == "ok" and c.completion]
-    for call in sorted(ok_commits, key=lambda c: c.completion.index if c.completion else 0):
-        assert call.completion is not None
-        group = call.invoke.group or ""
-        for tp, offset in sorted((call.invoke.offsets or {}).items()):
-            key = (group, tp)
-            before = last.get(key)
+def _commit_regressions(ops: Sequence[Op], calls: Sequence[_Call]) -> Iterable[Anomaly]:
+    """A commit acknowledged below what a commit acknowledged before its invocation set."""
+    ok_commits = {
+        call.invoke.index: call
+        for call in calls
+        if call.f == "commit" and call.outcome == "ok" and call.completion is not None
+    }
+    by_completion = {call.completion.index: call for call in ok_commits.values() if call.completion}
+    committed: dict[tuple[str, str], tuple[int, _Call]] = {}  # acknowledged so far
+    floors: dict[int, dict[str, tuple[int, _Call]]] = {}  # per commit, at its invocation
+    for op in ops:
+        call = ok_commits.get(op.index)
+        if call is not None:
+            group = call.field("group") or ""
+            floors[op.index] = {
+                tp: committed[(group, tp)]
+                for tp in _commit_offsets(call)
+                if (group, tp) in committed
+            }
+            continue
+        call = by_completion.get(op.index)
+        if call is None:
+            continue
+        group = call.field("group") or ""
+        floor = floors.get(call.invoke.index, {})
+        for tp, offset in sorted(_commit_offsets(call).items()):
+            before = floor.get(tp)
             if before is not None and offset < before[0]:
-                anomalies.append(
-                    Anomaly(
-                        "commit-regression",
-                        f"group {group} committed {tp} at {offset} after {before[0]}",
-                        (before[1], call.completion.index),
-                    )
+                yield _anomaly(
+                    "commit-regression",
+                    f"group {group or '(none)'} committed {tp} at {offset} after its commit at "
+                    f"{before[0]} (op {before[1].invoke.index}) was acknowledged",
+                    (*before[1].indexes, *call.indexes),
                 )
-            if before is None or offset >= before[0]:
-                last[key] = (offset, call.completion.index)
-    return anomalies
+            current = committed.get((group, tp))
+            if current is None or offset >= current[0]:
+                committed[(group, tp)] = (offset, call)
 
 
-def _replica_divergence(final: FinalState) -> list[Anomaly]:
-    anomalies = []
+def _commit_offsets(call: _Call) -> Mapping[str, int]:
+    offsets = call.invoke.offsets
+    if offsets is None and call.completion is not None:
+        offsets = call.completion.offsets
+    return offsets or {}
+
+
+def _replica_divergence(final: FinalState) -> Iterable[Anomaly]:
     for (topic, partition), replicas in sorted(final.replica_logs.items()):
         by_offset: dict[int, dict[str | None, list[int]]] = defaultdict(lambda: defaultdict(list))
         for node, records in sorted(replicas.items()):
             for offset, value in records:
                 by_offset[offset][value].append(node)
-        for offset, values in sorted(by_offset.items()):
-            if len(values) > 1:
-                shown = "; ".join(
-                    f"nodes {sorted(nodes)}: {value!r}"
-                    for value, nodes in sorted(values.items(), key=lambda kv: min(kv[1]))
-                )
-                anomalies.append(
-                    Anomaly(
-                        "replica-divergence",
-                        f"{topic}-{partition}@{offset} differs between replicas: {shown}",
-                    )
-                )
-    return anomalies
+        differing = [(o, values) for o, values in sorted(by_offset.items()) if len(values) > 1]
+        if not differing:
+            continue
+        offset, values = differing[0]
+        shown = "; ".join(
+            f"node {_listed(nodes)}: {value!r}"
+            for value, nodes in sorted(values.items(), key=lambda kv: min(kv[1]))
+        )
+        yield _anomaly(
+            "replica-divergence",
+            f"{topic}-{partition}'s replicas differ below the high watermark at "
+            f"{len(differing)} offset(s); first {topic}-{partition}@{offset}: {shown}",
+        )
 
 
-def _stats(calls: Sequence[_Call], drained: Mapping[Position, Sequence[Any]]) -> dict[str, int]:
-    stats: dict[str, int] = defaultdict(int)
+# --- statistics and recovery ------------------------------------------------------------
+
+
+def _stats(calls: Sequence[_Call], seen: _Seen) -> dict[str, int]:
+    stats: dict[str, int] = {
+        f"{f}-{what}": 0
+        for f in ("send", "poll", "commit", "fault")
+        for what in ("invoked", "ok", "fail", "info")
+    }
     for call in calls:
-        stats[f"{call.invoke.f}-invoked"] += 1
-        stats[f"{call.invoke.f}-{call.outcome}"] += 1
-        if call.invoke.f == "poll" and call.completion is not None:
-            stats["records-polled"] += len(call.completion.records or ())
-    stats["records-drained"] = sum(len(records) for records in drained.values())
+        stats[f"{call.f}-invoked"] = stats.get(f"{call.f}-invoked", 0) + 1
+        stats[f"{call.f}-{call.outcome}"] = stats.get(f"{call.f}-{call.outcome}", 0) + 1
+    stats["records-polled"] = seen.records_polled
+    stats["records-drained"] = sum(len(records) for records in seen.drained.values())
     return dict(sorted(stats.items()))
 
 
+def _is_acks_all(call: _Call) -> bool:
+    return call.invoke.acks in (None, "all", "-1")
+
+
 def _recovery(
-    calls: Sequence[_Call], sends: Sequence[_Call]
+    calls: Sequence[_Call], sends: Sequence[_Call], final: FinalState
 ) -> tuple[tuple[int, float | None], ...]:
-    acked = sorted(
-        (c for c in sends if c.outcome == "ok" and c.completion is not None and _is_acks_all(c)),
-        key=lambda c: c.invoke.time_ms,
-    )
-    recoveries = []
-    for call in calls:
-        if (
-            call.invoke.f != "fault"
-            or call.invoke.fault not in HEALING_FAULTS
-            or call.completion is None
-        ):
-            continue
-        healed_at = call.completion.time_ms
-        first = next((c for c in acked if c.invoke.time_ms >= healed_at), None)
-        recoveries.append(
-            (
-                call.invoke.index,
-                None
-                if first is None or first.completion is None
-                else round(first.completion.time_ms - healed_at, 1),
+    acked = [
+        call
+        for call in sends
+        if call.outcome == "ok" and call.completion is not None and _is_acks_all(call)
+    ]
+    heals: list[tuple[int, float, int | None]] = []  # (fault op, healed at, completion index)
+    if final.heal_times_ms:
+        heals = [(index, float(ms), None) for index, ms in final.heal_times_ms]
+    else:
+        heals = [
+            (call.invoke.index, call.completion.time_ms, call.completion.index)
+            for call in calls
+            if call.f == "fault"
+            and call.invoke.fault in HEALING_FAULTS
+            and call.outcome == "ok"
+            and call.completion is not None
+        ]
+    recoveries: list[tuple[int, float | None]] = []
+    for fault_index, healed_at, healed_index in heals:
+        after = [
+            call.completion.time_ms
+            for call in acked
+            if call.completion is not None
+            and (
+                call.invoke.index > healed_index
+                if healed_index is not None
+                else call.invoke.time_ms >= healed_at
             )
-        )
+        ]
+        recoveries.append((fault_index, round(min(after) - healed_at, 1) if after else None))
     return tuple(recoveries)

@@ -1,17 +1,26 @@
-"""The chaos checker on hand-made histories: each anomaly kind is found, and its near-identical
-valid twin is not flagged (a checker that cannot fail is worthless)."""
+"""The chaos checker on hand-made histories: each anomaly kind is found in a history that has
+exactly that anomaly, and its near-identical valid twin is not flagged (a checker that cannot
+fail is worthless); indeterminate sends are never held against the system; generated valid
+histories are valid, and dropping any acknowledged value from their drain is one lost write.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
+import random
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Literal
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.checker import KINDS, FinalState, check
-from chaos.history import HistoryWriter, Op, read_history
+from chaos.checker import KINDS, CheckResult, FinalState, check
+from chaos.history import HistoryError, HistoryWriter, Op
 
 TOPIC = "t"
+Outcome = Literal["ok", "fail", "info", "none"]
 
 
 class Clock:
@@ -25,262 +34,797 @@ class Clock:
         return self.now
 
 
-def writer() -> HistoryWriter:
-    return HistoryWriter(None, clock=Clock())
+class History:
+    """A hand-made history: helpers that record whole operations."""
+
+    def __init__(self) -> None:
+        self.h = HistoryWriter(clock=Clock())
+
+    def ops(self) -> list[Op]:
+        return self.h.ops()
+
+    def send(
+        self,
+        process: str,
+        value: str,
+        outcome: Outcome = "ok",
+        partition: int = 0,
+        offset: int | None = None,
+        idempotent: bool | None = True,
+        acks: str = "all",
+    ) -> tuple[int, ...]:
+        """One send, invoked and completed; returns its op indexes."""
+        invoked = self.invoke_send(process, value, partition, idempotent, acks)
+        if outcome == "none":
+            return (invoked.index,)
+        return (invoked.index, self.complete_send(invoked, outcome, partition, offset).index)
+
+    def invoke_send(
+        self,
+        process: str,
+        value: str,
+        partition: int = 0,
+        idempotent: bool | None = True,
+        acks: str = "all",
+    ) -> Op:
+        return self.h.invoke(
+            process,
+            "send",
+            topic=TOPIC,
+            partition=partition,
+            value=value,
+            acks=acks,
+            idempotent=idempotent,
+        )
+
+    def complete_send(
+        self, invoked: Op, outcome: Outcome, partition: int = 0, offset: int | None = None
+    ) -> Op:
+        if outcome == "ok":
+            return self.h.complete(invoked, "ok", topic=TOPIC, partition=partition, offset=offset)
+        assert outcome in ("fail", "info")
+        return self.h.complete(invoked, outcome, error="REQUEST_TIMED_OUT")
+
+    def poll(self, process: str, records: list[tuple[int, int, str]]) -> int:
+        """One ok poll of (partition, offset, value) records; returns its completion index."""
+        invoked = self.h.invoke(process, "poll", group=None)
+        done = self.h.complete(invoked, "ok", records=[(TOPIC, p, o, v) for p, o, v in records])
+        return done.index
+
+    def op(self, process: str, f: str, outcome: Outcome = "ok", **fields: object) -> Op:
+        invoked = self.h.invoke(process, f, **fields)
+        if outcome == "none":
+            return invoked
+        return self.h.complete(invoked, outcome)
+
+    def commit(
+        self, process: str, group: str, offsets: dict[str, int], outcome: Outcome = "ok"
+    ) -> Op:
+        return self.op(process, "commit", outcome, group=group, offsets=offsets)
+
+    def drain(self, records: list[tuple[int, int, str]]) -> None:
+        invoked = self.h.invoke("drain", "drain")
+        self.h.complete(invoked, "ok", records=[(TOPIC, p, o, v) for p, o, v in records])
+
+    def check(self, final: FinalState | None = None) -> CheckResult:
+        return check(self.ops(), final or FinalState())
+
+    def kinds(self, final: FinalState | None = None) -> dict[str, int]:
+        return {kind: n for kind, n in self.check(final).counts.items() if n}
 
 
-def send(
-    h: HistoryWriter,
-    process: str,
-    value: str,
-    outcome: str,
-    partition: int = 0,
-    offset: int | None = None,
-    idempotent: bool = True,
-) -> None:
-    invoked = h.invoke(
-        process,
-        "send",
-        topic=TOPIC,
-        partition=partition,
-        value=value,
-        idempotent=idempotent,
-        acks="all",
-    )
-    if outcome == "ok":
-        h.complete(invoked, "ok", topic=TOPIC, partition=partition, offset=offset)
-    elif outcome in ("fail", "info"):
-        h.complete(invoked, outcome, error="TIMEOUT")  # type: ignore[arg-type]
-
-
-def poll(h: HistoryWriter, process: str, records: list[tuple[int, int, str]]) -> None:
-    invoked = h.invoke(process, "poll", group=None)
-    h.complete(invoked, "ok", records=[(TOPIC, p, o, v) for p, o, v in records])
-
-
-def drain(h: HistoryWriter, records: list[tuple[int, int, str]]) -> None:
-    invoked = h.invoke("drain", "drain")
-    h.complete(invoked, "ok", records=[(TOPIC, p, o, v) for p, o, v in records])
-
-
-def kinds(h: HistoryWriter, final: FinalState | None = None) -> dict[str, int]:
-    result = check(h.ops(), final or FinalState())
-    return {kind: n for kind, n in result.counts.items() if n}
-
-
-def base() -> HistoryWriter:
-    """Two acknowledged writes, polled and drained: valid."""
-    h = writer()
-    send(h, "p0", "a", "ok", offset=0)
-    send(h, "p0", "b", "ok", offset=1)
-    poll(h, "c0", [(0, 0, "a"), (0, 1, "b")])
+def base() -> History:
+    """Acknowledged writes to two partitions, polled in order: valid once drained."""
+    h = History()
+    h.send("p0", "a", offset=0)
+    h.send("p0", "b", offset=1)
+    h.send("p1", "c", partition=1, offset=0)
+    h.poll("c0", [(0, 0, "a"), (0, 1, "b"), (1, 0, "c")])
     return h
+
+
+FULL_DRAIN = [(0, 0, "a"), (0, 1, "b"), (1, 0, "c")]
+
+
+def only(h: History, kind: str, final: FinalState | None = None) -> tuple[int, ...]:
+    """Asserts the history has exactly one anomaly, of ``kind``; returns its ops."""
+    result = h.check(final)
+    assert [a.kind for a in result.anomalies] == [kind], result.anomalies
+    assert "\n" not in result.anomalies[0].message
+    assert not result.valid
+    return result.anomalies[0].op_indexes
 
 
 def test_a_clean_history_is_valid() -> None:
     h = base()
-    drain(h, [(0, 0, "a"), (0, 1, "b")])
-    result = check(h.ops(), FinalState())
+    h.drain(FULL_DRAIN)
+    result = h.check()
     assert result.valid
+    assert result.anomalies == ()
     assert result.counts == dict.fromkeys(KINDS, 0)
-    assert result.stats["send-ok"] == 2
+
+
+# --- each kind: a history with exactly it, and its valid twin -----------------------------
 
 
 def test_lost_write() -> None:
+    h = History()
+    h.send("p0", "a", offset=0)
+    b = h.send("p0", "b", offset=1, acks="1")
+    h.drain([(0, 0, "a")])
+    assert only(h, "lost-write") == b
+    message = h.check().anomalies[0].message
+    assert message == "b sent by p0 was acknowledged at t-0@1 (acks=1) but the drain lacks it"
+    twin = History()
+    twin.send("p0", "a", offset=0)
+    twin.send("p0", "b", offset=1, acks="1")
+    twin.drain([(0, 0, "a"), (0, 1, "b")])
+    assert twin.kinds() == {}
+
+
+@pytest.mark.parametrize("outcome", ["fail", "info", "none"])
+def test_a_write_that_was_not_acknowledged_is_never_lost(outcome: Outcome) -> None:
     h = base()
-    drain(h, [(0, 0, "a")])
-    result = check(h.ops(), FinalState())
-    assert [a.kind for a in result.anomalies if a.kind == "lost-write"] == ["lost-write"]
-    lost = next(a for a in result.anomalies if a.kind == "lost-write")
-    assert "b was acknowledged" in lost.message
-    assert lost.op_indexes == (2, 3)  # the send of b: its invoke and its ok
+    h.send("p0", "d", outcome)
+    h.drain(FULL_DRAIN)
+    assert h.kinds() == {}
 
 
-def test_an_unknown_send_may_or_may_not_be_there() -> None:
-    for present in (True, False):
-        h = base()
-        send(h, "p0", "c", "info")
-        drain(h, [(0, 0, "a"), (0, 1, "b")] + ([(0, 2, "c")] if present else []))
-        assert kinds(h) == {}
-
-
-def test_duplicate() -> None:
+@pytest.mark.parametrize("outcome", ["info", "none"])
+@pytest.mark.parametrize("present", [True, False])
+def test_an_indeterminate_send_may_or_may_not_be_in_the_drain(
+    outcome: Outcome, present: bool
+) -> None:
     h = base()
-    drain(h, [(0, 0, "a"), (0, 1, "b"), (0, 2, "b")])
-    found = kinds(h)
-    assert found.get("duplicate") == 1
+    h.send("p0", "d", outcome)
+    h.drain(FULL_DRAIN + ([(0, 2, "d")] if present else []))
+    assert h.kinds() == {}
+
+
+def test_an_indeterminate_send_a_poll_saw_is_still_a_dirty_read_if_the_drain_lacks_it() -> None:
+    h = base()
+    d = h.send("p0", "d", "info")
+    seen = h.poll("c0", [(0, 2, "d")])
+    h.drain(FULL_DRAIN)
+    assert only(h, "dirty-read") == (seen, *d)
+    twin = base()
+    twin.send("p0", "d", "info")
+    twin.poll("c0", [(0, 2, "d")])
+    twin.drain([*FULL_DRAIN, (0, 2, "d")])
+    assert twin.kinds() == {}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "idempotent", "said"),
+    [
+        ("ok", True, "idempotent"),
+        ("ok", False, "non-idempotent"),
+        ("ok", None, "idempotence unknown"),
+        ("info", True, "idempotent"),  # an unknown send is still not to be written twice
+    ],
+)
+def test_duplicate(outcome: Outcome, idempotent: bool | None, said: str) -> None:
+    def history(twice: bool) -> tuple[History, tuple[int, ...]]:
+        h = History()
+        h.send("p0", "a", offset=0)
+        b = h.send("p0", "b", outcome, offset=1, idempotent=idempotent)
+        h.drain([(0, 0, "a"), (0, 1, "b")] + ([(0, 2, "b")] if twice else []))
+        return h, b
+
+    h, b = history(twice=True)
+    assert only(h, "duplicate") == b
+    message = h.check().anomalies[0].message
+    assert message.startswith("b is in the drain 2 times, at t-0@1, t-0@2 (sent by p0: ")
+    assert f": {said}, acks=all, send {outcome})" in message
+    assert history(twice=False)[0].kinds() == {}
+
+
+def test_a_duplicate_across_partitions_is_a_duplicate() -> None:
+    h = History()
+    a = h.send("p0", "a", offset=0)
+    h.drain([(0, 0, "a"), (1, 0, "a")])
+    assert only(h, "duplicate") == a
 
 
 def test_offset_mismatch() -> None:
-    h = writer()
-    send(h, "p0", "a", "ok", offset=5)
-    drain(h, [(0, 0, "a")])
-    assert kinds(h) == {"offset-mismatch": 1}
+    def history(acked_at: int) -> tuple[History, tuple[int, ...]]:
+        h = History()
+        a = h.send("p0", "a", offset=acked_at)
+        h.drain([(0, 0, "a")])
+        return h, a
+
+    h, a = history(acked_at=5)
+    assert only(h, "offset-mismatch") == a
+    assert h.check().anomalies[0].message == (
+        "a was acknowledged at t-0@5; the drain has it at t-0@0"
+    )
+    assert history(acked_at=0)[0].kinds() == {}
 
 
-def test_offset_conflict() -> None:
+def test_an_ack_in_the_wrong_partition_is_an_offset_mismatch() -> None:
+    h = History()
+    invoked = h.invoke_send("p0", "a", partition=1)
+    h.complete_send(invoked, "ok", partition=1, offset=0)
+    h.drain([(0, 0, "a")])
+    assert only(h, "offset-mismatch") == (invoked.index, invoked.index + 1)
+
+
+def test_a_poll_at_an_offset_the_drain_does_not_have_is_an_offset_mismatch() -> None:
+    def history(polled_at: int) -> tuple[History, int]:
+        h = History()
+        h.send("p0", "a", offset=0)
+        seen = h.poll("c0", [(0, polled_at, "a")])
+        h.drain([(0, 0, "a")])
+        return h, seen
+
+    h, seen = history(polled_at=3)
+    assert only(h, "offset-mismatch") == (seen,)
+    assert history(polled_at=0)[0].kinds() == {}
+
+
+def test_an_ack_without_an_offset_is_not_a_mismatch() -> None:
+    # acks=0: the producer learns no offset (Kafka reports -1).
+    h = History()
+    h.send("p0", "a", offset=-1, acks="0")
+    h.drain([(0, 0, "a")])
+    assert h.kinds() == {}
+
+
+def test_offset_conflict_between_a_poll_and_the_drain() -> None:
+    def history(polled_at: int) -> tuple[History, int]:
+        h = base()
+        seen = h.poll("c1", [(0, polled_at, "b")])  # b, which the drain has at offset 1
+        h.drain(FULL_DRAIN)
+        return h, seen
+
+    h, seen = history(polled_at=0)
+    assert only(h, "offset-conflict") == (1, 7, seen)  # a's ack, the first poll, c1's
+    assert h.check().anomalies[0].message == (
+        "t-0@0 was seen with 2 values: 'a' by the drain, ack op 1, poll op 7; 'b' by poll op 9"
+    )
+    assert history(polled_at=1)[0].kinds() == {}
+
+
+def test_offset_conflict_between_two_acks() -> None:
+    # An unclean election: a was acknowledged at offset 1, then the new leader gave offset 1
+    # to b. The drain has b there and a later on: a's ack is also an offset mismatch.
+    h = History()
+    a = h.send("p0", "a", offset=1)
+    b = h.send("p1", "b", offset=1)
+    h.drain([(0, 0, "x"), (0, 1, "b"), (0, 2, "a")])
+    result = h.check()
+    assert result.counts["offset-conflict"] == 1
+    assert result.counts["offset-mismatch"] == 1
+    conflict = next(x for x in result.anomalies if x.kind == "offset-conflict")
+    assert conflict.op_indexes == (a[1], b[1])
+
+
+def test_offset_conflict_between_two_polls() -> None:
+    def history(second: str) -> History:
+        h = History()
+        h.send("p0", "a", offset=0)
+        h.send("p0", "b", "info")
+        h.poll("c0", [(0, 0, "a")])
+        h.poll("c1", [(0, 0, second)])
+        h.drain([(0, 0, "a"), (0, 1, "b")])
+        return h
+
+    assert only(history("b"), "offset-conflict") == (1, 5, 7)
+    assert history("a").kinds() == {}
+
+
+def test_failed_write_read_by_the_drain() -> None:
+    def history(drained: bool) -> tuple[History, tuple[int, ...]]:
+        h = base()
+        d = h.send("p0", "d", "fail")
+        h.drain(FULL_DRAIN + ([(0, 2, "d")] if drained else []))
+        return h, d
+
+    h, d = history(drained=True)
+    assert only(h, "failed-write-read") == d
+    assert h.check().anomalies[0].message == (
+        "d's send by p0 failed (REQUEST_TIMED_OUT) but the drain (at t-0@2) read it"
+    )
+    assert history(drained=False)[0].kinds() == {}
+
+
+def test_failed_write_read_by_a_poll() -> None:
     h = base()
-    poll(h, "c1", [(0, 1, "x")])  # another value at offset 1
-    drain(h, [(0, 0, "a"), (0, 1, "b")])
-    found = kinds(h)
-    assert found.get("offset-conflict") == 1
-
-
-def test_failed_write_read() -> None:
-    h = base()
-    send(h, "p0", "c", "fail")
-    drain(h, [(0, 0, "a"), (0, 1, "b"), (0, 2, "c")])
-    assert kinds(h) == {"failed-write-read": 1}
-    valid = base()
-    send(valid, "p0", "c", "fail")
-    drain(valid, [(0, 0, "a"), (0, 1, "b")])
-    assert kinds(valid) == {}
+    d = h.send("p0", "d", "fail")
+    seen = h.poll("c0", [(0, 2, "d")])
+    h.drain([*FULL_DRAIN, (0, 2, "d")])
+    assert only(h, "failed-write-read") == (*d, seen)
+    # Polled but then gone from the log: also a dirty read.
+    gone = base()
+    gone.send("p0", "d", "fail")
+    gone.poll("c0", [(0, 2, "d")])
+    gone.drain(FULL_DRAIN)
+    assert gone.kinds() == {"failed-write-read": 1, "dirty-read": 1}
 
 
 def test_dirty_read() -> None:
-    h = writer()
-    send(h, "p0", "a", "info")
-    poll(h, "c0", [(0, 0, "a")])
-    drain(h, [])
-    assert kinds(h) == {"dirty-read": 1}
+    def history(drained: bool) -> tuple[History, tuple[int, ...], int]:
+        h = History()
+        a = h.send("p0", "a", "info")
+        seen = h.poll("c0", [(0, 0, "a")])
+        h.poll("c0", [(0, 1, "b")])  # b was never sent: still read, still in the drain
+        h.drain(([(0, 0, "a")] if drained else []) + [(0, 1, "b")])
+        return h, a, seen
+
+    h, a, seen = history(drained=False)
+    assert only(h, "dirty-read") == (seen, *a)
+    assert "(sent by p0: idempotent, acks=all, send info)" in h.check().anomalies[0].message
+    assert history(drained=True)[0].kinds() == {}
 
 
-def test_producer_order_only_for_idempotent_producers() -> None:
+def test_an_acknowledged_write_polled_then_lost_is_a_lost_write_and_a_dirty_read() -> None:
+    h = base()
+    h.drain([(0, 0, "a"), (1, 0, "c")])
+    assert h.kinds() == {"lost-write": 1, "dirty-read": 1}
+
+
+def test_producer_order_only_for_producers_that_promise_it() -> None:
     # a was sent before b, yet the log (and the acks) put b first: a retried batch jumped
     # ahead, which idempotence exists to prevent.
-    for idempotent, expected in ((True, {"producer-order": 1}), (False, {})):
-        h = writer()
-        send(h, "p0", "a", "ok", offset=1, idempotent=idempotent)
-        send(h, "p0", "b", "ok", offset=0, idempotent=idempotent)
-        drain(h, [(0, 0, "b"), (0, 1, "a")])
-        assert kinds(h) == expected
+    def history(idempotent: bool | None, **extra: object) -> tuple[History, tuple[int, ...]]:
+        h = History()
+        first = h.h.invoke("p0", "send", topic=TOPIC, value="a", idempotent=idempotent, **extra)
+        second = h.h.invoke("p0", "send", topic=TOPIC, value="b", idempotent=idempotent, **extra)
+        acked_b = h.complete_send(second, "ok", offset=0)
+        acked_a = h.complete_send(first, "ok", offset=1)
+        h.drain([(0, 0, "b"), (0, 1, "a")])
+        return h, (first.index, acked_a.index, second.index, acked_b.index)
+
+    h, indexes = history(idempotent=True)
+    assert only(h, "producer-order") == indexes
+    assert h.check().anomalies[0].message == (
+        "p0 sent a before b, but the drain has them at t-0@1 and @0"
+    )
+    assert history(idempotent=False)[0].kinds() == {}
+    assert history(idempotent=None)[0].kinds() == {}
+    assert history(idempotent=False, max_in_flight=1)[0].kinds() == {"producer-order": 1}
 
 
-def test_non_monotonic_poll_unless_a_seek_came_between() -> None:
+def test_producer_order_holds_for_sends_in_flight_together() -> None:
+    # Completions in another order than the sends do not matter: the log order does.
+    h = History()
+    first = h.invoke_send("p0", "a")
+    second = h.invoke_send("p0", "b")
+    h.complete_send(second, "ok", offset=1)
+    h.complete_send(first, "ok", offset=0)
+    h.drain([(0, 0, "a"), (0, 1, "b")])
+    assert h.kinds() == {}
+
+
+def test_producer_order_is_per_producer_and_partition() -> None:
+    h = History()
+    h.send("p0", "a", offset=1)
+    h.send("p1", "b", offset=0)  # another producer: no order between p0 and p1
+    h.send("p0", "c", partition=1, offset=0)  # another partition
+    h.drain([(0, 0, "b"), (0, 1, "a"), (1, 0, "c")])
+    assert h.kinds() == {}
+
+
+def test_non_monotonic_poll() -> None:
     h = base()
-    poll(h, "c0", [(0, 0, "a")])
-    drain(h, [(0, 0, "a"), (0, 1, "b")])
-    assert kinds(h) == {"non-monotonic-poll": 1}
-    valid = base()
-    seek = valid.invoke("c0", "seek", partitions=["t/0"])
-    valid.complete(seek, "ok")
-    poll(valid, "c0", [(0, 0, "a")])
-    drain(valid, [(0, 0, "a"), (0, 1, "b")])
-    assert kinds(valid) == {}
+    first = h.poll("c0", [(0, 1, "b")])  # base's poll (op 7) read up to t-0@1
+    h.drain(FULL_DRAIN)
+    assert only(h, "non-monotonic-poll") == (7, first)
+    assert h.check().anomalies[0].message == (
+        "c0 polled t-0@1 after @1 (op 7) with no rebalance or seek between"
+    )
+
+
+def test_non_monotonic_poll_within_one_poll_is_reported_once() -> None:
+    h = History()
+    h.send("p0", "a", offset=0)
+    h.send("p0", "b", offset=1)
+    seen = h.poll("c0", [(0, 1, "b"), (0, 0, "a"), (0, 0, "a")])
+    h.drain([(0, 0, "a"), (0, 1, "b")])
+    assert only(h, "non-monotonic-poll") == (seen,)
+
+
+@pytest.mark.parametrize(
+    ("between", "expected"),
+    [
+        (lambda h: h.op("c0", "seek", partitions=["t/0"]), {}),
+        (lambda h: h.op("c0", "seek"), {}),  # every partition
+        (lambda h: h.op("c0", "seek", "info", partitions=["t/0"]), {}),  # it may have moved
+        (lambda h: h.op("c0", "rebalance", partitions=["t/0", "t/1"]), {}),
+        (lambda h: h.op("c0", "rebalance", "none"), {}),
+        (lambda h: h.op("c0", "seek", "fail", partitions=["t/0"]), {"non-monotonic-poll": 1}),
+        (lambda h: h.op("c0", "seek", partitions=["t/1"]), {"non-monotonic-poll": 1}),
+        (lambda h: h.op("c1", "rebalance", partitions=["t/0"]), {"non-monotonic-poll": 1}),
+        (lambda h: h.poll("c1", [(0, 0, "a")]), {"non-monotonic-poll": 1}),
+    ],
+)
+def test_non_monotonic_poll_unless_that_consumer_seeked_or_rebalanced(
+    between: Callable[[History], object], expected: dict[str, int]
+) -> None:
+    h = base()
+    between(h)
+    h.poll("c0", [(0, 0, "a"), (0, 1, "b")])
+    h.drain(FULL_DRAIN)
+    assert h.kinds() == expected
+
+
+def test_a_consumer_moving_on_is_monotonic() -> None:
+    h = base()
+    h.send("p0", "d", offset=2)
+    h.poll("c0", [(0, 2, "d")])
+    h.poll("c0", [])
+    h.drain([*FULL_DRAIN, (0, 2, "d")])
+    assert h.kinds() == {}
 
 
 def test_commit_regression() -> None:
-    def history(second: int) -> HistoryWriter:
+    def history(second: int) -> tuple[History, Op, Op]:
         h = base()
-        for offset in (2, second):
-            invoked = h.invoke("c0", "commit", group="g", offsets={"t/0": offset})
-            h.complete(invoked, "ok")
-        drain(h, [(0, 0, "a"), (0, 1, "b")])
-        return h
+        earlier = h.commit("c0", "g", {"t/0": 2, "t/1": 1})
+        later = h.commit("c1", "g", {"t/0": second})
+        h.drain(FULL_DRAIN)
+        return h, earlier, later
 
-    assert kinds(history(1)) == {"commit-regression": 1}
-    assert kinds(history(2)) == {}
-
-
-def test_replica_divergence_and_under_replication_come_from_the_final_state() -> None:
-    h = base()
-    drain(h, [(0, 0, "a"), (0, 1, "b")])
-    diverged = FinalState(
-        replica_logs={(TOPIC, 0): {1: [(0, "a"), (1, "b")], 2: [(0, "a"), (1, "z")]}},
-        under_replicated_after_heal=["t-0"],
+    h, earlier, later = history(second=1)
+    ops = (earlier.ref, earlier.index, later.ref, later.index)
+    assert only(h, "commit-regression") == ops
+    assert h.check().anomalies[0].message == (
+        f"group g committed t/0 at 1 after its commit at 2 (op {earlier.ref}) was acknowledged"
     )
-    assert kinds(h, diverged) == {"replica-divergence": 1, "under-replicated-after-heal": 1}
-    same = FinalState(replica_logs={(TOPIC, 0): {1: [(0, "a")], 2: [(0, "a"), (1, "b")]}})
-    assert kinds(h, same) == {}
+    assert history(second=2)[0].kinds() == {}
+    assert history(second=3)[0].kinds() == {}
 
 
-def test_recovery_time_is_from_the_heal_to_the_first_acknowledged_send_after_it() -> None:
-    h = writer()
-    fault = h.invoke("nemesis", "fault", fault="kill", targets=[1])
-    h.complete(fault, "ok")
-    heal = h.invoke("nemesis", "fault", fault="restart", targets=[1])
-    healed = h.complete(heal, "ok")
-    invoked = h.invoke("p0", "send", topic=TOPIC, value="a", acks="all")
-    acked = h.complete(invoked, "ok", topic=TOPIC, partition=0, offset=0)
-    drain(h, [(0, 0, "a")])
-    result = check(h.ops(), FinalState())
-    assert result.recovery_ms == ((heal.index, round(acked.time_ms - healed.time_ms, 1)),)
+@pytest.mark.parametrize(
+    "history",
+    [
+        # Commits that overlapped in time: either may have been applied last.
+        "overlapping",
+        # The higher commit failed, or its outcome is unknown: nothing was acknowledged.
+        "fail",
+        "info",
+        # Another group's offsets are its own.
+        "other-group",
+    ],
+)
+def test_commits_that_do_not_regress(history: str) -> None:
+    h = base()
+    if history == "overlapping":
+        high = h.h.invoke("c0", "commit", group="g", offsets={"t/0": 2})
+        low = h.h.invoke("c1", "commit", group="g", offsets={"t/0": 1})
+        h.h.complete(high, "ok")
+        h.h.complete(low, "ok")
+    else:
+        outcome: Outcome = "ok" if history == "other-group" else history  # type: ignore[assignment]
+        h.commit("c0", "g", {"t/0": 2}, outcome)
+        h.commit("c1", "h" if history == "other-group" else "g", {"t/0": 1})
+    h.drain(FULL_DRAIN)
+    assert h.kinds() == {}
 
 
-def test_history_round_trips_through_its_file(tmp_path: Path) -> None:
-    path = tmp_path / "history.jsonl"
-    h = HistoryWriter(path, clock=Clock())
-    send(h, "p0", "a", "ok", offset=0)
-    poll(h, "c0", [(0, 0, "a")])
-    h.record("nemesis", "info", "fault", fault="kill", targets=[2], custom="kept")
-    h.close()
-    with path.open("a") as file:
-        file.write('{"index": 9, "time')  # a torn last line
-    read = read_history(path)
-    assert read == h.ops()
-    assert read[-1].extra == {"custom": "kept"}
+def test_replica_divergence() -> None:
+    h = base()
+    h.drain(FULL_DRAIN)
+    diverged = FinalState(
+        replica_logs={
+            (TOPIC, 0): {1: [(0, "a"), (1, "b")], 2: [(0, "a"), (1, "z")], 3: [(0, "y")]},
+            (TOPIC, 1): {1: [(0, "c")], 2: [(0, "c")]},
+        }
+    )
+    assert only(h, "replica-divergence", diverged) == ()
+    assert h.check(diverged).anomalies[0].message == (
+        "t-0's replicas differ below the high watermark at 2 offset(s); first t-0@0: "
+        "node 1, 2: 'a'; node 3: 'y'"
+    )
+    same = FinalState(
+        replica_logs={(TOPIC, 0): {1: [(0, "a")], 2: [(0, "a"), (1, "b")], 3: []}},
+    )
+    assert h.kinds(same) == {}
 
 
-def _valid_history(draw: st.DrawFn) -> tuple[HistoryWriter, list[Op]]:
-    h = writer()
-    partitions = draw(st.integers(1, 3))
-    next_offset = dict.fromkeys(range(partitions), 0)
-    drained: list[tuple[int, int, str]] = []
-    acked: list[Op] = []
-    for n in range(draw(st.integers(1, 30))):
-        partition = draw(st.integers(0, partitions - 1))
-        outcome = draw(st.sampled_from(["ok", "ok", "fail", "info"]))
-        value = f"v{n}"
-        invoked = h.invoke(f"p{n % 3}", "send", topic=TOPIC, partition=partition, value=value)
-        if outcome == "ok" or (outcome == "info" and draw(st.booleans())):
-            offset = next_offset[partition]
-            next_offset[partition] += 1
-            drained.append((partition, offset, value))
-            if outcome == "ok":
-                h.complete(invoked, "ok", topic=TOPIC, partition=partition, offset=offset)
-                acked.append(invoked)
-                continue
-        h.complete(invoked, "fail" if outcome == "fail" else "info", error="E")
-    drain(h, drained)
-    return h, acked
+def test_under_replicated_after_heal() -> None:
+    h = base()
+    h.drain(FULL_DRAIN)
+    final = FinalState(under_replicated_after_heal=["t-1"])
+    assert only(h, "under-replicated-after-heal", final) == ()
+    assert h.check(final).anomalies[0].message == "t-1 stayed under-replicated after healing"
+    assert h.kinds(FinalState(under_replicated_after_heal=[])) == {}
 
 
-@st.composite
-def valid_histories(draw: st.DrawFn) -> tuple[HistoryWriter, list[Op]]:
-    return _valid_history(draw)
+def test_every_kind_has_a_test_of_its_own() -> None:
+    names = [name for name in globals() if name.startswith("test_")]
+    for kind in KINDS:
+        assert any(name.startswith(f"test_{kind.replace('-', '_')}") for name in names), kind
 
 
-@settings(max_examples=60, deadline=None)
-@given(valid_histories(), st.data())
-def test_generated_valid_histories_are_valid_and_each_dropped_ack_is_one_lost_write(
-    generated: tuple[HistoryWriter, list[Op]], data: st.DataObject
-) -> None:
-    h, acked = generated
-    ops = h.ops()
-    assert check(ops, FinalState()).valid
-    if not acked:
-        return
-    dropped = data.draw(st.sampled_from(acked))
-    drain_op = ops[-1]
-    assert drain_op.records is not None
-    kept = tuple(r for r in drain_op.records if r[3] != dropped.value)
-    changed = [*ops[:-1], Op(**{**_fields(drain_op), "records": kept})]
-    result = check(changed, FinalState())
-    assert [a.kind for a in result.anomalies] == ["lost-write"]
-    assert result.anomalies[0].op_indexes[0] == dropped.index
+# --- the drain, pairing, statistics, recovery ---------------------------------------------
 
 
-def _fields(op: Op) -> dict[str, object]:
-    return {name: getattr(op, name) for name in Op.__slots__ if not name.startswith("__")}
+def test_the_drain_of_the_final_state_is_used_when_given() -> None:
+    h = History()
+    h.send("p0", "a", offset=0)
+    assert h.kinds(FinalState(drained={(TOPIC, 0): [(0, "a")]})) == {}
+    assert h.kinds(FinalState(drained={(TOPIC, 0): []})) == {"lost-write": 1}
+    assert h.kinds() == {"lost-write": 1}  # no drain at all: nothing acknowledged survived
+
+
+def test_the_drain_op_and_the_final_state_give_the_same_result() -> None:
+    h = base()
+    h.send("p0", "d", "info")
+    h.poll("c0", [(0, 0, "a")])
+    h.drain([(0, 0, "a"), (0, 2, "d")])
+    drained = {(TOPIC, 0): [(0, "a"), (2, "d")]}
+    assert h.check() == h.check(FinalState(drained=drained))
+    assert h.kinds() == {"lost-write": 2, "dirty-read": 2, "non-monotonic-poll": 1}
+
+
+def test_completions_without_refs_pair_with_their_process_open_invocation() -> None:
+    # A hand-written history (no refs): each process has one operation open at a time.
+    ops = [
+        Op(0, 0.0, "p0", "invoke", "send", topic=TOPIC, partition=0, value="a"),
+        Op(1, 1.0, "p1", "invoke", "send", topic=TOPIC, partition=0, value="b"),
+        Op(2, 2.0, "p1", "ok", "send", topic=TOPIC, partition=0, offset=1),
+        Op(3, 3.0, "p0", "ok", "send", topic=TOPIC, partition=0, offset=0),
+        Op(4, 4.0, "p2", "ok", "send", topic=TOPIC, partition=0, offset=9),  # of nothing
+        Op(5, 5.0, "drain", "invoke", "drain"),
+        Op(6, 6.0, "drain", "ok", "drain", records=((TOPIC, 0, 0, "a"), (TOPIC, 0, 1, "b"))),
+    ]
+    result = check(ops, FinalState())
+    assert result.valid
+    assert result.stats["send-ok"] == 2
 
 
 def test_sends_in_flight_together_are_paired_by_reference() -> None:
     # One producer, two sends in flight, completed in the other order: pairing by process
     # alone would swap them and report two offset mismatches.
-    h = writer()
-    first = h.invoke("p0", "send", topic=TOPIC, partition=0, value="a")
-    second = h.invoke("p0", "send", topic=TOPIC, partition=0, value="b")
-    h.complete(second, "ok", topic=TOPIC, partition=0, offset=1)
-    h.complete(first, "ok", topic=TOPIC, partition=0, offset=0)
-    drain(h, [(0, 0, "a"), (0, 1, "b")])
-    assert kinds(h) == {}
+    h = History()
+    first = h.invoke_send("p0", "a")
+    second = h.invoke_send("p0", "b")
+    h.complete_send(second, "ok", offset=1)
+    h.complete_send(first, "ok", offset=0)
+    h.drain([(0, 0, "a"), (0, 1, "b")])
+    assert h.kinds() == {}
+
+
+def test_a_value_sent_twice_is_a_broken_history() -> None:
+    h = History()
+    h.send("p0", "a", offset=0)
+    h.send("p1", "a", offset=1)
+    with pytest.raises(HistoryError, match="'a' was sent twice"):
+        h.check()
+
+
+def test_stats_count_operations_by_outcome_and_records_read() -> None:
+    h = base()
+    h.send("p0", "d", "fail")
+    h.send("p0", "e", "info")
+    h.send("p0", "f", "none")
+    h.commit("c0", "g", {"t/0": 2})
+    h.op("nemesis", "fault", fault="kill", targets=[1])
+    h.op("c0", "poll", "fail")
+    h.drain(FULL_DRAIN)
+    stats = h.check().stats
+    assert {k: v for k, v in stats.items() if k.startswith("send-")} == {
+        "send-invoked": 6,
+        "send-ok": 3,
+        "send-fail": 1,
+        "send-info": 2,  # one unknown, one never completed
+    }
+    assert (stats["poll-invoked"], stats["poll-ok"], stats["poll-fail"]) == (2, 1, 1)
+    assert (stats["commit-invoked"], stats["commit-ok"]) == (1, 1)
+    assert (stats["fault-invoked"], stats["fault-ok"]) == (1, 1)
+    assert (stats["records-polled"], stats["records-drained"]) == (3, 3)
+
+
+def test_every_stat_is_present_in_an_empty_history() -> None:
+    stats = check([], FinalState()).stats
+    for f in ("send", "poll", "commit", "fault"):
+        for what in ("invoked", "ok", "fail", "info"):
+            assert stats[f"{f}-{what}"] == 0
+
+
+def test_recovery_is_from_each_heal_to_the_first_acks_all_ack_of_a_send_invoked_after_it() -> None:
+    h = History()
+    h.op("nemesis", "fault", fault="kill", targets=[1])
+    before = h.invoke_send("p0", "a")  # invoked before the heal: does not count
+    healed = h.op("nemesis", "fault", fault="restart", targets=[1])
+    h.complete_send(before, "ok", offset=0)
+    h.send("p1", "b", acks="1", offset=1)  # acks=1: does not count
+    h.send("p2", "c", "info")  # not acknowledged
+    slow = h.invoke_send("p3", "d")  # invoked first after the heal, acknowledged last
+    fast = h.invoke_send("p4", "e")
+    fast_ack = h.complete_send(fast, "ok", offset=2)
+    h.complete_send(slow, "ok", offset=3)
+    h.op("nemesis", "fault", fault="pause", targets=[2])
+    never = h.op("nemesis", "fault", fault="resume", targets=[2])  # nothing acked after it
+    h.op("nemesis", "fault", "fail", fault="heal", targets=[1, 2])  # a failed heal: none
+    h.drain([(0, 0, "a"), (0, 1, "b"), (0, 2, "e"), (0, 3, "d")])
+    result = h.check()
+    assert result.valid
+    assert healed.ref is not None and never.ref is not None
+    assert result.recovery_ms == (
+        (healed.ref, round(fast_ack.time_ms - healed.time_ms, 1)),
+        (never.ref, None),
+    )
+    assert result.recovery_ms[0][1] == 8.0  # the clock reads 1 ms per op: 8 ops later
+
+
+def test_recovery_from_heal_times_the_runner_gives() -> None:
+    h = History()
+    h.send("p0", "a", offset=0)  # its invocation at 1 ms, its ack at 2 ms
+    h.drain([(0, 0, "a")])
+    assert h.check(FinalState(heal_times_ms=[(7, 0.5)])).recovery_ms == ((7, 1.5),)
+    assert h.check(FinalState(heal_times_ms=[(7, 1.5)])).recovery_ms == ((7, None),)
+
+
+def test_the_result_is_json_and_deterministic() -> None:
+    h = base()
+    h.poll("c0", [(0, 0, "a")])
+    h.send("p0", "d", "fail")
+    heal = h.op("nemesis", "fault", fault="heal", targets=[1])
+    h.drain([(0, 0, "a"), (0, 2, "d")])
+    final = FinalState(under_replicated_after_heal=["t-0"])
+    first, second = check(h.ops(), final), check(list(h.ops()), final)
+    assert first == second
+    document = json.loads(json.dumps(first.to_json()))
+    assert document["valid"] is False
+    assert set(document["counts"]) == set(KINDS)
+    assert document["counts"]["lost-write"] == 2
+    assert document["recovery_ms"] == [{"fault_op": heal.ref, "ms": None}]
+    assert [a["kind"] for a in document["anomalies"]] == sorted(
+        (a["kind"] for a in document["anomalies"]), key=KINDS.index
+    )
+    assert all(set(a) == {"kind", "message", "ops"} for a in document["anomalies"])
+
+
+# --- generated histories ------------------------------------------------------------------
+
+
+class _Run:
+    """A generated run against a model log that behaves as promised (acks=all,
+    idempotence): each send lands, if it lands, when it is invoked, so every producer's
+    records are in invocation order; completions come back in any order."""
+
+    def __init__(self, rng: random.Random, partitions: int) -> None:
+        self.rng = rng
+        self.h = History()
+        self.logs: list[list[str]] = [[] for _ in range(partitions)]
+        self.in_flight: list[tuple[Op, Outcome, int | None]] = []
+        self.positions: dict[str, dict[int, int]] = {}
+        self.committed: dict[tuple[str, str], int] = {}
+        self.acked: list[tuple[str, tuple[int, ...]]] = []  # (value, send op indexes)
+        self.polled: set[str] = set()
+        self.sent = 0
+
+    def step(self) -> None:
+        action = self.rng.choice(["send", "send", "complete", "complete", "poll", "other"])
+        if action == "send" or (action == "complete" and not self.in_flight):
+            self.send()
+        elif action == "complete":
+            self.complete(self.in_flight.pop(self.rng.randrange(len(self.in_flight))))
+        elif action == "poll":
+            self.poll(self.rng.choice(["c0", "c1"]))
+        else:
+            self.other()
+
+    def send(self) -> None:
+        process = f"p{self.rng.randrange(3)}"
+        partition = self.rng.randrange(len(self.logs))
+        value = f"{process}-{self.sent}"
+        self.sent += 1
+        outcomes: list[Outcome] = ["ok", "ok", "ok", "fail", "info", "none"]
+        outcome = self.rng.choice(outcomes)
+        lands = outcome == "ok" or (outcome in ("info", "none") and self.rng.random() < 0.5)
+        invoked = self.h.invoke_send(process, value, partition, idempotent=True)
+        offset = None
+        if lands:
+            offset = len(self.logs[partition])
+            self.logs[partition].append(value)
+        self.in_flight.append((invoked, outcome, offset))
+
+    def complete(self, call: tuple[Op, Outcome, int | None]) -> None:
+        invoked, outcome, offset = call
+        if outcome == "none":
+            return  # never completes
+        assert invoked.partition is not None
+        done = self.h.complete_send(invoked, outcome, invoked.partition, offset)
+        if outcome == "ok":
+            assert invoked.value is not None
+            self.acked.append((invoked.value, (invoked.index, done.index)))
+
+    def poll(self, consumer: str) -> None:
+        positions = self.positions.setdefault(consumer, {})
+        records = []
+        for partition, log in enumerate(self.logs):
+            start = positions.get(partition, 0)
+            end = min(len(log), start + self.rng.randrange(4))
+            records += [(partition, offset, log[offset]) for offset in range(start, end)]
+            positions[partition] = end
+        self.polled.update(value for _, _, value in records)
+        self.h.poll(consumer, records)
+
+    def other(self) -> None:
+        consumer = self.rng.choice(["c0", "c1"])
+        positions = self.positions.setdefault(consumer, {})
+        kind = self.rng.choice(["seek", "rebalance", "commit", "fault"])
+        if kind == "seek" and positions:
+            partition = self.rng.choice(sorted(positions))
+            positions[partition] = self.rng.randint(0, positions[partition])
+            self.h.op(consumer, "seek", partitions=[f"{TOPIC}/{partition}"])
+        elif kind == "rebalance":
+            positions.clear()
+            self.h.op(consumer, "rebalance", partitions=[f"{TOPIC}/{p}" for p in range(2)])
+        elif kind == "commit" and positions:
+            group = f"g-{consumer}"
+            offsets = {}
+            for partition, position in positions.items():
+                key = (group, f"{TOPIC}/{partition}")
+                self.committed[key] = max(self.committed.get(key, 0), position)
+                offsets[key[1]] = self.committed[key]
+            self.h.commit(consumer, group, offsets)
+        else:
+            fault = self.rng.choice(["kill", "restart", "pause", "resume", "heal"])
+            self.h.op("nemesis", "fault", fault=fault, targets=[self.rng.randrange(3)])
+
+    def finish(self) -> list[Op]:
+        while self.in_flight:
+            self.complete(self.in_flight.pop(self.rng.randrange(len(self.in_flight))))
+        self.h.drain(
+            [
+                (p, offset, value)
+                for p, log in enumerate(self.logs)
+                for offset, value in enumerate(log)
+            ]
+        )
+        return self.h.ops()
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> _Run:
+    run = _Run(random.Random(draw(st.integers(0, 2**32))), draw(st.integers(1, 3)))
+    for _ in range(draw(st.integers(0, 60))):
+        run.step()
+    return run
+
+
+def _with_drain(ops: list[Op], records: list[tuple[str, int, int, str | None]]) -> list[Op]:
+    assert ops[-1].f == "drain" and ops[-1].type == "ok"
+    return [*ops[:-1], replace(ops[-1], records=tuple(records))]
+
+
+@settings(max_examples=150, deadline=None)
+@given(runs(), st.data())
+def test_generated_valid_histories_are_valid_and_each_dropped_ack_is_one_lost_write(
+    run: _Run, data: st.DataObject
+) -> None:
+    ops = run.finish()
+    result = check(ops, FinalState())
+    assert result.valid, result.anomalies
+    assert result.stats["send-ok"] == len(run.acked)
+    if not run.acked:
+        return
+    value, indexes = data.draw(st.sampled_from(run.acked))
+    drained = ops[-1].records or ()
+    changed = check(_with_drain(ops, [r for r in drained if r[3] != value]), FinalState())
+    lost = [a for a in changed.anomalies if a.kind == "lost-write"]
+    assert len(lost) == 1
+    assert lost[0].op_indexes == indexes
+    assert lost[0].message.startswith(f"{value} sent by ")
+    # A consumer that read it saw a value the log then lost: a dirty read, and nothing else.
+    expected = {"lost-write": 1} | ({"dirty-read": 1} if value in run.polled else {})
+    assert {k: n for k, n in changed.counts.items() if n} == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(runs(), st.data())
+def test_a_drained_value_written_again_is_exactly_one_duplicate(
+    run: _Run, data: st.DataObject
+) -> None:
+    ops = run.finish()
+    drained = list(ops[-1].records or ())
+    if not drained:
+        return
+    topic, partition, _, value = data.draw(st.sampled_from(drained))
+    end = max(offset for _, p, offset, _ in drained if p == partition) + 1
+    changed = check(_with_drain(ops, [*drained, (topic, partition, end, value)]), FinalState())
+    assert [a.kind for a in changed.anomalies] == ["duplicate"]
