@@ -96,7 +96,7 @@ def _svg(ops: Sequence[Op]) -> str:
         )
 
     parts = [
-        f'<svg width="{_WIDTH}" height="{_HEIGHT + 34}" xmlns="http://www.w3.org/2000/svg" '
+        f'<svg width="{_WIDTH}" height="{_HEIGHT + 50}" xmlns="http://www.w3.org/2000/svg" '
         'font-family="sans-serif">'
     ]
     for begin, end, label in _fault_bands(ops):
@@ -119,30 +119,39 @@ def _svg(ops: Sequence[Op]) -> str:
                 shape, base = bar(second, base, count, colour, what)
                 parts.append(shape)
     for name, quantile, colour in (("p50", 0.5, "#38761d"), ("max", 1.0, "#999999")):
-        points = []
+        runs: list[list[str]] = []
+        previous = None
         for second, counts in sorted(seconds.items()):
             if not counts.latencies:
                 continue
             ordered = sorted(counts.latencies)
             value = ordered[min(int(len(ordered) * quantile), len(ordered) - 1)]
-            points.append(
-                f"{_LEFT + second * x + x / 2:.1f},{_HEIGHT - value / slowest * plot:.1f}"
-            )
-        if points:
+            point = f"{_LEFT + second * x + x / 2:.1f},{_HEIGHT - value / slowest * plot:.1f}"
+            if previous is None or second != previous + 1:
+                runs.append([])  # no line across seconds without an acknowledgement
+            runs[-1].append(point)
+            previous = second
+        for run in runs:
+            if len(run) == 1:
+                cx, cy = run[0].split(",")
+                parts.append(f'<circle cx="{cx}" cy="{cy}" r="2" fill="{colour}"/>')
+                continue
             parts.append(
-                f'<polyline points="{" ".join(points)}" fill="none" stroke="{colour}" '
+                f'<polyline points="{" ".join(run)}" fill="none" stroke="{colour}" '
                 f'stroke-width="1.5"><title>{name} send latency</title></polyline>'
             )
     parts.append(
         f'<text x="0" y="12" font-size="10">{top}/s</text>'
         f'<text x="0" y="{_HEIGHT}" font-size="10">0</text>'
-        f'<text x="{_WIDTH - 70}" y="12" font-size="10" fill="#38761d">{slowest:.0f} ms</text>'
+        f'<text x="{_WIDTH - 50}" y="12" font-size="10" fill="#38761d">{slowest:.0f} ms</text>'
         f'<text x="{_LEFT}" y="{_HEIGHT + 14}" font-size="10">0 s</text>'
         f'<text x="{_WIDTH - 30}" y="{_HEIGHT + 14}" font-size="10">{last} s</text>'
-        f'<text x="{_LEFT}" y="{_HEIGHT + 30}" font-size="11">bars: sends per second by '
-        "outcome (blue acknowledged, yellow unknown, red failed) · lines: latency of the sends "
-        "acknowledged in that second, p50 (green) and max (grey), scale at the top right · "
-        "red bands: faults, from injection to healing</text></svg>"
+        f'<text x="{_LEFT}" y="{_HEIGHT + 30}" font-size="11">bars: sends completed per second '
+        "by outcome (blue acknowledged, yellow unknown, red failed), scale at the top left · "
+        "red bands: faults, from injection to healing</text>"
+        f'<text x="{_LEFT}" y="{_HEIGHT + 45}" font-size="11">lines: latency of the sends '
+        "acknowledged in that second, p50 (green) and max (grey), scale at the top right"
+        "</text></svg>"
     )
     return "\n".join(parts)
 

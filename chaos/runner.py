@@ -113,9 +113,10 @@ def run(options: RunOptions) -> dict[str, Any]:
     stamp = time.strftime("%Y%m%dT%H%M%S")
     out = options.results_dir / f"{options.scenario}-{options.workload}-{options.seed}-{stamp}"
     out.mkdir(parents=True, exist_ok=True)
-    history = HistoryWriter(out / "history.jsonl")
     target = _make_target(options, out)
     target.up()
+    # The history's clock starts once the cluster serves: time 0 is the start of the load.
+    history = HistoryWriter(out / "history.jsonl")
     bootstrap = target.bootstrap
     producers: list[ProducerWorker] = []
     consumers: list[GroupConsumerWorker | AssignConsumerWorker] = []
