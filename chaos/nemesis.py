@@ -7,7 +7,8 @@
   (``kill -9``, ``SIGSTOP``/``SIGCONT``; with ``netns=True`` each node in a network
   namespace of its own, :class:`chaos.network.NetnsNetwork`); :class:`ComposeTarget` runs the
   repository's ``docker-compose.yml`` (``docker kill``, ``docker pause``, network
-  disconnects).
+  disconnects). With ``lazyfs=True`` the local nodes keep their data on a LazyFS mount
+  (:mod:`chaos.lazyfs`), the :class:`Disk` a power loss crashes.
 * A :class:`Fault` picks its nodes (:meth:`Fault.select`), then ``inject`` and, after the
   step's hold, ``heal``: :class:`Kill` (restart), :class:`Pause` (resume), :class:`Isolate`
   and :class:`Split` (network; heal). :data:`FAULTS` names each fault a schedule step
@@ -35,8 +36,9 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from chaos.history import HistoryWriter
+from chaos.lazyfs import LazyFS
 from chaos.network import NetnsNetwork, free_subnet
-from chaos.scenarios import NETWORK_FAULTS, SCENARIOS, FaultStep, schedule
+from chaos.scenarios import DISK_FAULTS, NETWORK_FAULTS, SCENARIOS, FaultStep, schedule
 from cluster.client import AdminClient
 from cluster.errors import LograftError
 from cluster.launcher import ClusterSpec, LocalCluster
@@ -51,6 +53,7 @@ __all__ = [
     "FAULTS",
     "SCENARIOS",
     "ComposeTarget",
+    "Disk",
     "Fault",
     "FaultStep",
     "Injected",
@@ -60,6 +63,7 @@ __all__ = [
     "Nemesis",
     "Network",
     "Pause",
+    "PowerLoss",
     "Split",
     "Target",
     "TargetError",
@@ -95,6 +99,14 @@ class Network(Protocol):
         ...
 
 
+class Disk(Protocol):
+    """The nodes' storage as a power loss sees it (``chaos.lazyfs.LazyFS`` has this)."""
+
+    def crash(self) -> object:
+        """Drop every write and directory change not made durable by an fsync."""
+        ...
+
+
 class Target(Protocol):
     """Where the cluster runs, as the nemesis and the runner see it.
 
@@ -117,6 +129,11 @@ class Target(Protocol):
     @property
     def network(self) -> Network | None:
         """The network cuts, or ``None`` when this target cannot cut links."""
+        ...
+
+    @property
+    def disk(self) -> Disk | None:
+        """The storage that can lose power, or ``None`` when this target has none."""
         ...
 
     def up(self) -> None:
@@ -204,7 +221,8 @@ class LocalTarget(_AdminLookups):
     ``data_dir`` holds every node's data. With ``netns`` each node runs in a network
     namespace of its own behind a bridge (needs root, ``ip`` and ``nft``), so that
     :attr:`network` can cut links; otherwise nodes listen on 127.0.0.1 and there is no
-    network to cut.
+    network to cut. With ``lazyfs`` ``data_dir`` is a LazyFS mount (``/dev/fuse``; its
+    durable store in ``data_dir`` + ``.durable``), so that :attr:`disk` can lose power.
     """
 
     name = "local"
@@ -215,12 +233,17 @@ class LocalTarget(_AdminLookups):
         nodes: int = 3,
         configs: Mapping[str, str] | None = None,
         netns: bool = False,
+        lazyfs: bool = False,
     ) -> None:
         self._data_dir = data_dir
         self._nodes = nodes
         self._configs = dict(configs or {})
         self._netns = netns
         self._network: NetnsNetwork | None = None
+        self._lazyfs = (
+            LazyFS(data_dir.with_name(data_dir.name + ".durable"), data_dir) if lazyfs else None
+        )
+        self._mounted = False
         self._cluster: LocalCluster | None = None
 
     @property
@@ -242,7 +265,14 @@ class LocalTarget(_AdminLookups):
     def network(self) -> Network | None:
         return self._network
 
+    @property
+    def disk(self) -> Disk | None:
+        return self._lazyfs
+
     def up(self) -> None:
+        if self._lazyfs is not None:
+            self._lazyfs.mount()
+            self._mounted = True
         if self._netns:
             network = NetnsNetwork(f"lgc{os.getpid() % 100000}", self._nodes, free_subnet())
             network.setup()
@@ -268,8 +298,13 @@ class LocalTarget(_AdminLookups):
                 self._resume_all()
                 self._cluster.down()
         finally:
-            if self._network is not None:
-                self._network.teardown()
+            try:
+                if self._network is not None:
+                    self._network.teardown()
+            finally:
+                if self._lazyfs is not None and self._mounted:
+                    self._lazyfs.unmount(sync=True)  # the durable store then has it all
+                    self._mounted = False
 
     def _resume_all(self) -> None:
         for node in self.node_ids:
@@ -305,9 +340,8 @@ class LocalTarget(_AdminLookups):
         self.cluster.kill(node, signal.SIGCONT)
 
     def replica_logs(self, topic: str, partitions: int) -> ReplicaLogs | None:
-        return read_replica_logs(
-            {n: self._data_dir / f"node-{n}" for n in self.node_ids}, topic, partitions
-        )
+        root = self._lazyfs.backing if self._lazyfs is not None else self._data_dir
+        return read_replica_logs({n: root / f"node-{n}" for n in self.node_ids}, topic, partitions)
 
 
 def read_replica_logs(node_dirs: Mapping[int, Path], topic: str, partitions: int) -> ReplicaLogs:
@@ -440,6 +474,10 @@ class ComposeTarget(_AdminLookups):
     @property
     def network(self) -> Network | None:
         return self._network
+
+    @property
+    def disk(self) -> Disk | None:
+        return None
 
     @property
     def network_name(self) -> str:
@@ -589,8 +627,9 @@ class Fault(ABC):
         return step.fault
 
     @abstractmethod
-    def inject(self, target: Target, nodes: Sequence[int]) -> None:
-        """Inject the fault into ``nodes``."""
+    def inject(self, target: Target, nodes: Sequence[int]) -> str | None:
+        """Inject the fault into ``nodes``; returns what it did beyond its name, if anything
+        (the ``detail`` of its completion in the history)."""
 
     @abstractmethod
     def heal(self, target: Target, nodes: Sequence[int]) -> None:
@@ -604,7 +643,7 @@ class Kill(Fault):
     name: ClassVar[str] = "kill"
     heal_name: ClassVar[str] = "restart"
 
-    def inject(self, target: Target, nodes: Sequence[int]) -> None:
+    def inject(self, target: Target, nodes: Sequence[int]) -> str | None:
         errors = []
         for node in nodes:  # kill every one even when one fails
             try:
@@ -613,6 +652,7 @@ class Kill(Fault):
                 errors.append(f"node {node}: {exc}")
         if errors:
             raise TargetError("; ".join(errors))
+        return None
 
     def heal(self, target: Target, nodes: Sequence[int]) -> None:
         target.start(nodes)
@@ -625,13 +665,35 @@ class Pause(Fault):
     name: ClassVar[str] = "pause"
     heal_name: ClassVar[str] = "resume"
 
-    def inject(self, target: Target, nodes: Sequence[int]) -> None:
+    def inject(self, target: Target, nodes: Sequence[int]) -> str | None:
         for node in nodes:
             target.pause(node)
+        return None
 
     def heal(self, target: Target, nodes: Sequence[int]) -> None:
         for node in nodes:
             target.resume(node)
+
+
+@dataclass(frozen=True, slots=True)
+class PowerLoss(Fault):
+    """Every one of the nodes loses power at once: ``kill -9``, then every write and
+    directory change not made durable by an fsync is dropped; healed by starting them."""
+
+    name: ClassVar[str] = "power-loss"
+    heal_name: ClassVar[str] = "restart"
+
+    def inject(self, target: Target, nodes: Sequence[int]) -> str | None:
+        if target.disk is None:
+            raise TargetError(f"the {target.name} target cannot lose power (local: data on LazyFS)")
+        try:
+            Kill(self.select).inject(target, nodes)
+        finally:
+            dropped = target.disk.crash()  # whatever was killed loses what it had not synced
+        return f"dropped {dropped}"
+
+    def heal(self, target: Target, nodes: Sequence[int]) -> None:
+        target.start(nodes)
 
 
 def _network(target: Target) -> Network:
@@ -649,12 +711,13 @@ class Isolate(Fault):
     name: ClassVar[str] = "partition"
     heal_name: ClassVar[str] = "heal"
 
-    def inject(self, target: Target, nodes: Sequence[int]) -> None:
+    def inject(self, target: Target, nodes: Sequence[int]) -> str | None:
         network = _network(target)
         if len(nodes) == 1:
             network.isolate(nodes[0], cut_clients=False)
         else:
             network.partition([[n] for n in target.node_ids], cut_clients=False)
+        return None
 
     def heal(self, target: Target, nodes: Sequence[int]) -> None:
         _network(target).heal()
@@ -674,8 +737,9 @@ class Split(Fault):
     def _groups(target: Target, nodes: Sequence[int]) -> list[list[int]]:
         return [sorted(nodes), [n for n in target.node_ids if n not in nodes]]
 
-    def inject(self, target: Target, nodes: Sequence[int]) -> None:
+    def inject(self, target: Target, nodes: Sequence[int]) -> str | None:
         _network(target).partition(self._groups(target, nodes), cut_clients=False)
+        return None
 
     def heal(self, target: Target, nodes: Sequence[int]) -> None:
         _network(target).heal()
@@ -691,10 +755,11 @@ FAULTS: dict[str, Fault] = {
     "pause-leader": Pause(leader),
     "partition-leader": Isolate(leader),
     "partition-halves": Split(picked),
+    "power-loss": PowerLoss(every),
 }
 """Every fault a schedule step may name (:attr:`chaos.scenarios.FaultStep.fault`)."""
 
-assert set(NETWORK_FAULTS) <= set(FAULTS)
+assert set(NETWORK_FAULTS) | set(DISK_FAULTS) <= set(FAULTS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -749,7 +814,7 @@ class Nemesis:
         """The end of the faults: heal the network, resume and start every node."""
         target = self._target
 
-        def heal() -> None:
+        def heal() -> str | None:
             if target.network is not None:
                 target.network.heal()
             for node in target.node_ids:
@@ -758,21 +823,32 @@ class Nemesis:
                 except Exception as exc:  # not running: started next
                     log.debug("resume skipped node=%d error=%s", node, exc)
             target.start(target.node_ids)
+            return None
 
         return self._record("heal", tuple(target.node_ids), "end of faults", heal)
 
     def _record(
-        self, name: str, nodes: Sequence[int], detail: str, action: Callable[[], None]
+        self,
+        name: str,
+        nodes: Sequence[int],
+        detail: str,
+        action: Callable[[], str | None],
     ) -> bool:
         invoked = self._history.invoke(
             self.process, "fault", fault=name, targets=list(nodes), detail=detail
         )
         try:
-            action()
+            done = action()
         except Exception as exc:  # a fault that could not be done is recorded, not raised
             log.warning("fault failed fault=%s nodes=%s error=%s", name, list(nodes), exc)
             self._history.complete(invoked, "fail", fault=name, error=str(exc)[:500])
             return False
-        log.info("fault done fault=%s nodes=%s detail=%s", name, list(nodes), detail)
-        self._history.complete(invoked, "ok", fault=name, targets=list(nodes))
+        log.info("fault done fault=%s nodes=%s detail=%s %s", name, list(nodes), detail, done)
+        self._history.complete(
+            invoked,
+            "ok",
+            fault=name,
+            targets=list(nodes),
+            detail=detail if done is None else f"{detail}: {done}",
+        )
         return True

@@ -2,7 +2,8 @@
 
 :func:`run` starts its own three-node cluster on a :class:`~chaos.nemesis.Target` (local
 processes on free ports with their data under the results directory, each node in a network
-namespace of its own when the scenario cuts the network; or the compose project), creates a
+namespace of its own when the scenario cuts the network, the data on LazyFS when it loses
+power; or the compose project), creates a
 topic of three replicas with the workload's configs, starts the producers, the group
 consumers and a consumer by assignment, performs the scenario's schedule
 (:func:`chaos.scenarios.schedule`) through a :class:`~chaos.nemesis.Nemesis`, heals
@@ -102,8 +103,14 @@ def _make_target(options: RunOptions, out: Path) -> Target:
         return ComposeTarget(out / "compose", configs=NODE_CONFIGS)
     if options.target != "local":
         raise ValueError(f"unknown target {options.target!r}; known: {', '.join(TARGETS)}")
-    needs_network = scenario(options.scenario).needs_network
-    return LocalTarget(out / "cluster", nodes=3, configs=NODE_CONFIGS, netns=needs_network)
+    chosen = scenario(options.scenario)
+    return LocalTarget(
+        out / "cluster",
+        nodes=3,
+        configs=NODE_CONFIGS,
+        netns=chosen.needs_network,
+        lazyfs=chosen.needs_disk,
+    )
 
 
 def run(options: RunOptions) -> dict[str, Any]:

@@ -18,7 +18,16 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-__all__ = ["SCENARIOS", "FaultStep", "Scenario", "scenario", "schedule"]
+__all__ = [
+    "DISK_FAULTS",
+    "NETWORK_FAULTS",
+    "PROCESS_FAULTS",
+    "SCENARIOS",
+    "FaultStep",
+    "Scenario",
+    "scenario",
+    "schedule",
+]
 
 PROCESS_FAULTS = (
     "kill-random",
@@ -33,6 +42,9 @@ PROCESS_FAULTS = (
 
 NETWORK_FAULTS = ("partition-leader", "partition-halves")
 """Faults on the network between nodes: the local target with namespaces, compose."""
+
+DISK_FAULTS = ("power-loss",)
+"""Faults on the nodes' storage: the local target with data on LazyFS (chaos.lazyfs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +63,11 @@ class Scenario:
     def needs_network(self) -> bool:
         """Whether a fault of this scenario cuts the network (needs namespaces locally)."""
         return any(fault in NETWORK_FAULTS for fault in self.faults)
+
+    @property
+    def needs_disk(self) -> bool:
+        """Whether a fault of this scenario loses unsynced writes (needs LazyFS)."""
+        return any(fault in DISK_FAULTS for fault in self.faults)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +119,12 @@ _SCENARIOS = (
         "split the nodes into a random minority and majority, heal after a while",
         ("partition-halves",),
     ),
+    Scenario(
+        "power-loss",
+        "every node loses power at once: kill -9 all, drop every write not fsynced "
+        "(data on LazyFS), restart them all",
+        ("power-loss",),
+    ),
     Scenario("mixed", "a random mix of the process faults above (kill, pause)", PROCESS_FAULTS),
     Scenario(
         "mixed-network",
@@ -125,7 +148,7 @@ def scenario(name: str) -> Scenario:
 
 
 def _pick(rng: random.Random, fault: str, nodes: int) -> tuple[int, ...]:
-    if fault == "kill-all":
+    if fault in ("kill-all", "power-loss"):
         return tuple(range(1, nodes + 1))
     if fault in ("kill-minority", "partition-halves"):
         size = rng.randint(1, max(1, (nodes - 1) // 2))

@@ -110,6 +110,13 @@ WORKLOADS = {
             True,
             (("min.insync.replicas", "2"), ("unclean.leader.election.enable", "true")),
         ),
+        # Acknowledged before fdatasync (every flush.ms = 1 s): a power loss may take them.
+        WorkloadConfig(
+            "flush-interval",
+            "all",
+            True,
+            (("min.insync.replicas", "2"), ("flush.policy", "interval")),
+        ),
     )
 }
 """The workloads by name: ``acks-all`` is the configuration lograft promises no loss for."""

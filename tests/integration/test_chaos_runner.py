@@ -4,7 +4,8 @@ history, result and report behind.
 
 The runs are the short set of ``chaos.suite`` (fixed seeds, about 25-30 s each). Scenarios
 that cut the network need root, ``ip`` and ``nft`` (each node in a network namespace of its
-own): skipped without them, failed instead when ``LOGRAFT_REQUIRE_NETNS=1``.
+own): skipped without them, failed instead when ``LOGRAFT_REQUIRE_NETNS=1``. Power-loss
+scenarios need ``/dev/fuse`` (the data on LazyFS): skipped without it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from chaos.history import read_history
+from chaos.lazyfs import fuse_available
 from chaos.network import netns_unavailable
 from chaos.runner import RunOptions, run
 from chaos.scenarios import scenario, schedule
@@ -32,6 +34,8 @@ def test_the_short_set_finds_no_anomaly_with_acks_all(tmp_path: Path, planned: S
             if os.environ.get("LOGRAFT_REQUIRE_NETNS") == "1":
                 pytest.fail(f"LOGRAFT_REQUIRE_NETNS=1 but {reason}")
             pytest.skip(reason)
+    if scenario(planned.scenario).needs_disk and not fuse_available():
+        pytest.skip("power loss needs /dev/fuse (LazyFS)")
     summary = run(
         RunOptions(planned.scenario, planned.seed, planned.duration_s, planned.workload, tmp_path)
     )

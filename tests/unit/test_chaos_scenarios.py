@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 import pytest
 
 from chaos.history import HistoryWriter
-from chaos.nemesis import FAULTS, Nemesis, Network, ReplicaLogs, TargetError
+from chaos.nemesis import FAULTS, Disk, Nemesis, Network, ReplicaLogs, TargetError
 from chaos.scenarios import SCENARIOS, FaultStep, scenario, schedule
 from chaos.workload import send_outcome
 from cluster.errors import (
@@ -46,6 +46,7 @@ def test_a_minority_is_less_than_half_of_the_nodes() -> None:
     sizes = {len(s.nodes) for seed in range(30) for s in schedule("kill-minority", seed, 100, 5)}
     assert sizes == {1, 2}
     assert {len(s.nodes) for s in schedule("kill-all", 1, 60)} == {3}
+    assert {len(s.nodes) for s in schedule("power-loss", 1, 60)} == {3}
 
 
 def test_every_fault_a_scenario_names_exists_and_network_scenarios_say_so() -> None:
@@ -54,6 +55,8 @@ def test_every_fault_a_scenario_names_exists_and_network_scenarios_say_so() -> N
     assert scenario("partition-leader").needs_network
     assert scenario("mixed-network").needs_network
     assert not scenario("mixed").needs_network
+    assert scenario("power-loss").needs_disk
+    assert not scenario("mixed-network").needs_disk
 
 
 def test_an_unknown_scenario_is_refused() -> None:
@@ -78,6 +81,15 @@ class FakeNetwork:
         return None
 
 
+class FakeDisk:
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def crash(self) -> object:
+        self.calls.append("crash")
+        return None
+
+
 class FakeTarget:
     """Records what the faults ask for; node 2 leads, node 3 is the controller."""
 
@@ -86,6 +98,7 @@ class FakeTarget:
     def __init__(self, with_network: bool = True, broken: frozenset[int] = frozenset()) -> None:
         self.calls: list[str] = []
         self._network = FakeNetwork(self.calls) if with_network else None
+        self._disk = FakeDisk(self.calls) if with_network else None
         self._broken = broken
 
     @property
@@ -99,6 +112,10 @@ class FakeTarget:
     @property
     def network(self) -> Network | None:
         return self._network
+
+    @property
+    def disk(self) -> Disk | None:
+        return self._disk
 
     def up(self) -> None:
         self.calls.append("up")
@@ -145,6 +162,7 @@ class FakeTarget:
         ("pause-leader", (1,), ["pause 2", "resume 2"]),
         ("partition-leader", (1,), ["isolate 2 clients-cut=False", "heal"]),
         ("partition-halves", (3,), ["partition [[3], [1, 2]]", "heal"]),
+        ("power-loss", (1, 2, 3), ["kill 1", "kill 2", "kill 3", "crash", "start [1, 2, 3]"]),
     ],
 )
 def test_each_fault_is_injected_healed_and_recorded(
@@ -181,12 +199,15 @@ def test_a_fault_that_cannot_be_done_is_recorded_as_failed_and_still_healed() ->
     assert nemesis.injected == 0
 
 
-def test_a_network_fault_without_a_network_fails_and_says_why() -> None:
+def test_a_network_or_disk_fault_on_a_target_without_one_fails_and_says_why() -> None:
     history = HistoryWriter(None)
-    nemesis = Nemesis(FakeTarget(with_network=False), history, ("chaos", 0))
-    injected = nemesis.inject(FaultStep(1.0, "partition-leader", (1,), 2.0))
-    assert not injected.ok
+    target = FakeTarget(with_network=False)
+    nemesis = Nemesis(target, history, ("chaos", 0))
+    assert not nemesis.inject(FaultStep(1.0, "partition-leader", (1,), 2.0)).ok
     assert "cannot cut the network" in (history.ops()[1].error or "")
+    assert not nemesis.inject(FaultStep(1.0, "power-loss", (1, 2, 3), 2.0)).ok
+    assert "cannot lose power" in (history.ops()[3].error or "")
+    assert target.calls == [], "nothing was killed for a power loss that cannot happen"
 
 
 def test_healing_everything_heals_the_network_resumes_and_starts_every_node() -> None:
