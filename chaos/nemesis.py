@@ -790,7 +790,11 @@ class Nemesis:
     def inject(self, step: FaultStep) -> Injected:
         """Inject ``step``'s fault now (recorded; a failure is recorded, not raised)."""
         fault = FAULTS[step.fault]
-        nodes = tuple(fault.select(self._target, step, self._tp))
+        try:
+            nodes = tuple(fault.select(self._target, step, self._tp))
+        except Exception as exc:  # a lookup that broke: the seed's nodes stand in
+            log.warning("fault target lookup failed fault=%s error=%s", step.fault, exc)
+            nodes = step.nodes
         ok = self._record(
             fault.name,
             nodes,

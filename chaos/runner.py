@@ -118,8 +118,9 @@ def run(options: RunOptions) -> dict[str, Any]:
     workload = WORKLOADS[options.workload]
     steps = schedule(options.scenario, options.seed, options.duration_s)
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    out = options.results_dir / f"{options.scenario}-{options.workload}-{options.seed}-{stamp}"
-    out.mkdir(parents=True, exist_ok=True)
+    out = _new_directory(
+        options.results_dir / f"{options.scenario}-{options.workload}-{options.seed}-{stamp}"
+    )
     target = _make_target(options, out)
     target.up()
     # The history's clock starts once the cluster serves: time 0 is the start of the load.
@@ -226,6 +227,20 @@ def run(options: RunOptions) -> dict[str, Any]:
     (out / "report.html").write_text(render_report(summary, ops, result))
     log.info("chaos run done scenario=%s valid=%s results=%s", options.scenario, result.valid, out)
     return summary
+
+
+def _new_directory(path: Path) -> Path:
+    """Create ``path``, or ``path-2``, ``path-3``, ... when it exists (two runs started in
+    the same second must not share a cluster)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        candidate = path if n == 1 else path.with_name(f"{path.name}-{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(f"{path} and 998 numbered variants exist")
 
 
 def _recovery_by_fault(ops: list[Op], result: CheckResult) -> dict[str, list[float | None]]:

@@ -39,6 +39,7 @@ def test_the_short_set_finds_no_anomaly_with_acks_all(tmp_path: Path, planned: S
     summary = run(
         RunOptions(planned.scenario, planned.seed, planned.duration_s, planned.workload, tmp_path)
     )
+    print(json.dumps(summary, indent=1))  # shown by pytest when an assertion below fails
     found = {k: n for k, n in summary["anomalies"].items() if n}
     assert found == {}, f"anomalies: {found}; see {summary['results']}/report.html"
     steps = schedule(planned.scenario, planned.seed, planned.duration_s)
