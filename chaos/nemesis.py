@@ -50,6 +50,7 @@ from replica.topic_config import LogConfig
 from replica.topic_partition import TopicPartition
 
 __all__ = [
+    "END_OF_FAULTS",
     "FAULTS",
     "SCENARIOS",
     "ComposeTarget",
@@ -72,6 +73,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+END_OF_FAULTS = "end of faults"
+"""The ``detail`` of the heal that ends a run's faults (:meth:`Nemesis.heal_everything`)."""
 ADMIN_TIMEOUT_MS = 5000
 """Bound of each leader / controller lookup: a fault must not wait long for its node."""
 
@@ -829,7 +832,7 @@ class Nemesis:
             target.start(target.node_ids)
             return None
 
-        return self._record("heal", tuple(target.node_ids), "end of faults", heal)
+        return self._record("heal", tuple(target.node_ids), END_OF_FAULTS, heal)
 
     def _record(
         self,

@@ -27,7 +27,7 @@ from typing import Any
 
 from chaos.checker import CheckResult, FinalState, check
 from chaos.history import HistoryWriter, Op
-from chaos.nemesis import ComposeTarget, LocalTarget, Nemesis, ReplicaLogs, Target
+from chaos.nemesis import END_OF_FAULTS, ComposeTarget, LocalTarget, Nemesis, ReplicaLogs, Target
 from chaos.report import render_report
 from chaos.scenarios import scenario, schedule
 from chaos.workload import (
@@ -244,12 +244,16 @@ def _new_directory(path: Path) -> Path:
 
 
 def _recovery_by_fault(ops: list[Op], result: CheckResult) -> dict[str, list[float | None]]:
-    """Recovery times grouped by the fault each heal ended (the heal op's ``detail``)."""
+    """Recovery times grouped by the fault each heal ended (the heal op's ``detail``); the
+    final heal counts only when a send followed it."""
     by_index = {op.index: op for op in ops}
     grouped: dict[str, list[float | None]] = defaultdict(list)
     for index, ms in result.recovery_ms:
         op = by_index.get(index)
-        grouped[(op.detail if op is not None else None) or "?"].append(ms)
+        detail = (op.detail if op is not None else None) or "?"
+        if detail == END_OF_FAULTS and ms is None:
+            continue  # the producers stop after it: nothing to measure
+        grouped[detail].append(ms)
     return dict(grouped)
 
 
