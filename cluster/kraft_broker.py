@@ -10,6 +10,16 @@ the calls go through :class:`~cluster.controller_client.ControllerClient`). It r
 with the controller once per process start (a new incarnation) and heartbeats; the
 controller unfences it once its metadata has caught up with its own registration.
 
+Until this process has registered and its image holds that registration (Kafka's initial
+catch-up), it does not act on partitions: the image it restored at start may be stale (after
+a whole-cluster restart it names this broker leader of partitions under a registration of
+the previous incarnation), so it opens their logs but neither leads nor follows them, and
+clients get NOT_LEADER_OR_FOLLOWER, retriable. Every call that carries the broker epoch
+(AlterPartition, AllocateProducerIds) waits for a registration of this incarnation instead
+of sending epoch -1, and an AlterPartition refused with STALE_BROKER_EPOCH (the broker is
+re-registering) is sent again under the new epoch, as Kafka's AlterPartitionManager does;
+producers never see that error.
+
 It registers every listener it has (Kafka's ``advertised.listeners``); replication fetches
 from other brokers at their addresses on the inter-broker listener, which is the listener of
 the endpoint it is built with.
@@ -66,6 +76,9 @@ CONTROLLED_SHUTDOWN_TIMEOUT_S = 2.5
 cluster has none to answer."""
 HEARTBEAT_CALL_TIMEOUT_S = 2.0
 ALTER_PARTITION_TIMEOUT_S = 5.0
+ALTER_PARTITION_RETRY_BACKOFF_S = 0.1
+"""Pause before an AlterPartition refused for a stale broker epoch goes again (if the
+broker has not re-registered meanwhile)."""
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 10_000
 
 
@@ -113,6 +126,12 @@ class KRaftBroker(BrokerFrontend):
         self._incarnation = uuid.uuid4()
         self.broker_epoch = -1
         self.is_fenced = True
+        self._registered = asyncio.Event()
+        """Set while this incarnation is registered and the applied image holds that
+        registration (:meth:`_update_registered`)."""
+        self._caught_up = False
+        """Whether the broker has acted on an image since it started: once registered and
+        caught up, it follows every later image (even while re-registering)."""
         self._task: asyncio.Task[None] | None = None
         self._latest_image = machine.image
         self._sync_wanted = asyncio.Event()
@@ -182,6 +201,7 @@ class KRaftBroker(BrokerFrontend):
             except (StaleBrokerEpochError, BrokerIdNotRegisteredError) as exc:
                 log.warning("broker must register again node_id=%d reason=%s", self.node_id, exc)
                 self.broker_epoch = -1
+                self._update_registered()
                 continue
             except LograftError as exc:
                 log.info("controller call failed node_id=%d error=%s", self.node_id, exc)
@@ -208,6 +228,9 @@ class KRaftBroker(BrokerFrontend):
             raise error_for_code(response.error_code, response.error_message)
         self.broker_epoch = response.broker_epoch
         log.info("broker registered node_id=%d broker_epoch=%d", self.node_id, self.broker_epoch)
+        self._update_registered()
+        # The image may have applied the registration before this answer came back.
+        self._sync_wanted.set()
 
     async def _heartbeat(self) -> None:
         response = await self._controllers.call(
@@ -235,10 +258,36 @@ class KRaftBroker(BrokerFrontend):
         broker = self._machine.image.broker(self.node_id)
         return broker is None or broker.broker_epoch != self.broker_epoch or broker.fenced
 
+    def _registered_in(self, image: MetadataImage) -> bool:
+        """Whether ``image`` holds this incarnation's registration (at its broker epoch)."""
+        if self.broker_epoch < 0:
+            return False
+        broker = image.broker(self.node_id)
+        return broker is not None and broker.broker_epoch == self.broker_epoch
+
+    def _update_registered(self) -> None:
+        """Set or clear :attr:`_registered` after the epoch or the applied image changed."""
+        if self._registered_in(self._machine.image):
+            if not self._registered.is_set():
+                log.info(
+                    "broker registration applied node_id=%d broker_epoch=%d",
+                    self.node_id,
+                    self.broker_epoch,
+                )
+            self._registered.set()
+        else:
+            self._registered.clear()
+
+    async def _current_broker_epoch(self) -> int:
+        """This incarnation's broker epoch, once it is registered and the image holds it."""
+        await self._registered.wait()
+        return self.broker_epoch
+
     # ---- the image decides what this broker hosts and leads -----------------------------
 
     def _on_image(self, previous: MetadataImage, image: MetadataImage) -> None:
         self._latest_image = image
+        self._update_registered()
         self._sync_wanted.set()
         self._image_arrived()
 
@@ -270,6 +319,27 @@ class KRaftBroker(BrokerFrontend):
             for new_partition in opened:
                 self._logs.adopt_partition(new_partition)
             log.info("partitions opened count=%d", len(opened))
+        if not self._caught_up:
+            # The logs are open (disk work done early), but until the image holds this
+            # incarnation's registration it may be a previous life's: no leading, no
+            # following, no fetching, no coordinators, no deletions.
+            if not self._registered_in(image):
+                log.info(
+                    "partition roles wait for the broker registration node_id=%d "
+                    "broker_epoch=%d partitions=%d",
+                    self.node_id,
+                    self.broker_epoch,
+                    len(wanted),
+                )
+                return
+            self._caught_up = True
+            log.info(
+                "broker caught up with its registration, acting on the metadata image "
+                "node_id=%d broker_epoch=%d metadata_offset=%d",
+                self.node_id,
+                self.broker_epoch,
+                image.offset,
+            )
         now_ms = _wall_clock_ms()
         log_configs: dict[str, LogConfig | None] = {}
         reconfigured: dict[str, int] = {}
@@ -354,31 +424,55 @@ class KRaftBroker(BrokerFrontend):
         )
 
     async def _alter_partition(self, partition: Partition, proposal: IsrProposal) -> None:
+        """Send ``proposal`` under this incarnation's broker epoch; hand its answer over.
+
+        The call waits for the broker's registration (never epoch -1). A STALE_BROKER_EPOCH
+        or BROKER_ID_NOT_REGISTERED answer says the broker is re-registering: the proposal is
+        sent again under the new epoch while this broker still leads at its leader epoch and
+        it is still the one pending (Kafka's AlterPartitionManager retries it likewise); it
+        is never handed to the partition as a failure.
+        """
         tp = partition.topic_partition
-        request = cpb.AlterPartitionRequest(
-            broker_id=self.node_id,
-            broker_epoch=self.broker_epoch,
-            topic=tp.topic,
-            partition=tp.partition,
-            leader_epoch=proposal.leader_epoch,
-            partition_epoch=proposal.partition_epoch,
-            new_isr=list(proposal.new_isr),
-        )
         try:
-            response = await self._controllers.call(
-                "AlterPartition", request, timeout_s=ALTER_PARTITION_TIMEOUT_S
-            )
-        except LograftError as exc:
-            log.info("alter partition failed partition=%s error=%s", tp, exc.error_name)
-            partition.on_isr_change_failed(proposal.leader_epoch, exc)
-            return
+            while True:
+                broker_epoch = await self._current_broker_epoch()
+                if partition.pending_isr_proposal() != proposal:
+                    return  # committed, forgotten or superseded meanwhile
+                request = cpb.AlterPartitionRequest(
+                    broker_id=self.node_id,
+                    broker_epoch=broker_epoch,
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    leader_epoch=proposal.leader_epoch,
+                    partition_epoch=proposal.partition_epoch,
+                    new_isr=list(proposal.new_isr),
+                )
+                try:
+                    response = await self._controllers.call(
+                        "AlterPartition", request, timeout_s=ALTER_PARTITION_TIMEOUT_S
+                    )
+                except LograftError as exc:
+                    log.info("alter partition failed partition=%s error=%s", tp, exc.error_name)
+                    partition.on_isr_change_failed(proposal.leader_epoch, exc)
+                    return
+                if not response.error_code:
+                    break
+                error = error_for_code(response.error_code, response.error_message)
+                if isinstance(error, StaleBrokerEpochError | BrokerIdNotRegisteredError):
+                    log.info(
+                        "alter partition sent again once re-registered partition=%s "
+                        "broker_epoch=%d error=%s",
+                        tp,
+                        broker_epoch,
+                        error.error_name,
+                    )
+                    await asyncio.sleep(ALTER_PARTITION_RETRY_BACKOFF_S)
+                    continue
+                log.info("alter partition refused partition=%s error=%s", tp, error.error_name)
+                partition.on_isr_change_failed(proposal.leader_epoch, error)
+                return
         finally:
             self._isr_calls.pop(tp, None)
-        if response.error_code:
-            error = error_for_code(response.error_code, response.error_message)
-            log.info("alter partition refused partition=%s error=%s", tp, error.error_name)
-            partition.on_isr_change_failed(proposal.leader_epoch, error)
-            return
         if response.leader_epoch == proposal.leader_epoch:
             partition.on_isr_committed(
                 response.leader_epoch, tuple(response.isr), response.partition_epoch
@@ -406,17 +500,19 @@ class KRaftBroker(BrokerFrontend):
     # ---- producer ids -------------------------------------------------------------------
 
     async def _allocate_producer_ids(self) -> tuple[int, int]:
-        # Until this process has (re-)registered, the controller knows no epoch of ours (or
-        # an older incarnation's): a block cannot be had yet. That is a transient state of
-        # this broker, so the producer is told to retry (Kafka's producer id manager answers
-        # COORDINATOR_LOAD_IN_PROGRESS while it has no block), never STALE_BROKER_EPOCH.
-        if self.broker_epoch < 0:
+        # Until this process has (re-)registered and its image holds the registration, the
+        # controller knows no epoch of ours (or an older incarnation's): a block cannot be had
+        # yet. That is a transient state of this broker, so the producer is told to retry
+        # (Kafka's producer id manager answers COORDINATOR_LOAD_IN_PROGRESS while it has no
+        # block), never STALE_BROKER_EPOCH, and no request goes out with epoch -1.
+        if not self._registered.is_set():
             raise CoordinatorLoadInProgressError(
                 f"broker {self.node_id} is not registered with the controller yet"
             )
+        broker_epoch = self.broker_epoch
         response = await self._controllers.call(
             "AllocateProducerIds",
-            cpb.AllocateProducerIdsRequest(broker_id=self.node_id, broker_epoch=self.broker_epoch),
+            cpb.AllocateProducerIdsRequest(broker_id=self.node_id, broker_epoch=broker_epoch),
             timeout_s=ALTER_PARTITION_TIMEOUT_S,
         )
         if response.error_code:

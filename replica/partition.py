@@ -445,6 +445,11 @@ class Partition:
             )
             self._send_proposal(proposal)
 
+    def pending_isr_proposal(self) -> IsrProposal | None:
+        """The AlterPartition proposal in flight while this broker leads, else None."""
+        leader = self._leader
+        return None if leader is None else leader.pending_proposal
+
     def resend_pending_proposal(self) -> None:
         """Send the in-flight AlterPartition proposal again (its answer was lost)."""
         leader = self._leader
