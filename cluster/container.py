@@ -48,7 +48,7 @@ from types import FrameType
 from typing import TextIO
 
 from cluster.errors import InvalidConfigError
-from cluster.node_config import node_setting_names
+from cluster.node_config import UNROUTABLE_HOSTS, node_setting_names, parse_listener_list
 
 __all__ = [
     "CONTAINER_DEFAULTS",
@@ -148,12 +148,10 @@ def container_settings(environ: Mapping[str, str], hostname: str) -> dict[str, s
 def _advertise_wildcards(listeners: str, advertised: str, hostname: str) -> str:
     """``advertised`` plus ``NAME://HOSTNAME:PORT`` for each listener that binds every
     interface and is not advertised: in a container the hostname is what its network dials."""
-    named = {item.split("://", 1)[0].strip() for item in advertised.split(",") if "://" in item}
+    named = {name for name, _, _ in parse_listener_list("advertised.listeners", advertised)}
     added = [advertised] if advertised.strip() else []
-    for item in listeners.split(","):
-        name, sep, address = item.strip().partition("://")
-        host, _, port = address.rpartition(":")
-        if sep and name not in named and host.strip("[]") in ("", "0.0.0.0", "::"):
+    for name, host, port in parse_listener_list("listeners", listeners):
+        if name not in named and host in UNROUTABLE_HOSTS:
             added.append(f"{name}://{hostname}:{port}")
     return ",".join(added)
 
@@ -168,12 +166,10 @@ def node_command(settings: Mapping[str, str], log_level: str) -> list[str]:
 
 def health_address(settings: Mapping[str, str]) -> str:
     """Where the health check asks: this container's first listener, on the loopback."""
-    first = settings["listeners"].split(",")[0].strip()
-    _, _, address = first.rpartition("://")
-    _, _, port = address.rpartition(":")
-    if not port.isdigit():
-        raise InvalidConfigError(f"listeners: cannot find the port of {first!r}")
-    return f"127.0.0.1:{port}"
+    bound = parse_listener_list("listeners", settings["listeners"])
+    if not bound:
+        raise InvalidConfigError("listeners: at least one NAME://HOST:PORT is needed")
+    return f"127.0.0.1:{bound[0][2]}"
 
 
 def _run(settings: Mapping[str, str], log_level: str) -> int:

@@ -34,9 +34,11 @@ __all__ = [
     "DEFAULT_LISTENER",
     "IDENTITY_SETTINGS",
     "NODE_CONFIGS",
+    "UNROUTABLE_HOSTS",
     "NodeConfig",
     "NodeListener",
     "node_setting_names",
+    "parse_listener_list",
     "parse_listeners",
 ]
 
@@ -72,7 +74,8 @@ IDENTITY_SETTINGS: Mapping[str, str] = MappingProxyType(
 where it listens and which quorum it belongs to."""
 
 _LISTENER_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
-_UNROUTABLE_HOSTS = frozenset({"", "0.0.0.0", "::"})
+UNROUTABLE_HOSTS = frozenset({"", "0.0.0.0", "::"})
+"""Bind hosts that mean "every interface": no client can dial them."""
 
 BROKER_TO_TOPIC_CONFIG: dict[str, str] = {
     "log.segment.bytes": "segment.bytes",
@@ -461,7 +464,7 @@ def _log_dir(values: Mapping[str, str]) -> str:
     return directory
 
 
-def _parse_listener_list(setting: str, text: str) -> list[tuple[str, str, int]]:
+def parse_listener_list(setting: str, text: str) -> list[tuple[str, str, int]]:
     """``NAME://HOST:PORT,...`` → ``(NAME, host, port)``; names upper-cased, as Kafka."""
     parsed: list[tuple[str, str, int]] = []
     for item in (part.strip() for part in text.split(",")):
@@ -499,7 +502,7 @@ def parse_listeners(
     that is not a listener, an advertised port 0, a listener bound to all interfaces (or
     none named) that ``advertised.listeners`` does not name, an unknown inter-broker name.
     """
-    bound = _parse_listener_list("listeners", listeners)
+    bound = parse_listener_list("listeners", listeners)
     if not bound:
         raise InvalidConfigError("listeners: at least one NAME://HOST:PORT is needed")
     ports: dict[int, str] = {}
@@ -512,14 +515,14 @@ def parse_listeners(
     names = [name for name, _, _ in bound]
     advertised = {
         name: (host, port)
-        for name, host, port in _parse_listener_list("advertised.listeners", advertised_listeners)
+        for name, host, port in parse_listener_list("advertised.listeners", advertised_listeners)
     }
     for name, (host, port) in advertised.items():
         if name not in names:
             raise InvalidConfigError(
                 f"advertised.listeners: {name} is not one of listeners ({', '.join(names)})"
             )
-        if host in _UNROUTABLE_HOSTS or port == 0:
+        if host in UNROUTABLE_HOSTS or port == 0:
             raise InvalidConfigError(
                 f"advertised.listeners: {name}://{_join_host_port(host, port)} is not an "
                 "address clients can dial (name a host and a port 1..65535)"
@@ -527,7 +530,7 @@ def parse_listeners(
     result: list[NodeListener] = []
     for name, host, port in bound:
         advertised_host, advertised_port = advertised.get(name, (host, port))
-        if advertised_host in _UNROUTABLE_HOSTS:
+        if advertised_host in UNROUTABLE_HOSTS:
             raise InvalidConfigError(
                 f"advertised.listeners: listener {name} binds "
                 f"{_join_host_port(host or '0.0.0.0', port)}, which clients cannot dial; "
