@@ -23,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import LOGRAFT, ROOT, write_report
-from tests.docker.compose import IMAGE, NODE_IDS, ComposeCluster, free_ports
+from tests.docker.compose import IMAGE, NODE_IDS, ComposeCluster
 
 IDLE_SAMPLE_S = 10.0
 
@@ -66,7 +67,8 @@ def _container_cpu_s(cluster: ComposeCluster) -> float:
 
 def one_run(index: int) -> dict[str, Any]:
     """Up, healthy, idle CPU, first node down, all down, then down with volumes."""
-    cluster = ComposeCluster(project=f"lograft-bench-{os.getpid()}-{index}", ports=free_ports(3))
+    work_dir = Path(tempfile.mkdtemp(prefix="lograft-bench-"))
+    cluster = ComposeCluster(f"lograft-bench-{os.getpid()}-{index}", work_dir)
     try:
         start = time.monotonic()
         cluster.compose("up", "-d")

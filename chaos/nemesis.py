@@ -40,6 +40,7 @@ from chaos.lazyfs import LazyFS
 from chaos.network import NetnsNetwork, free_subnet
 from chaos.scenarios import DISK_FAULTS, NETWORK_FAULTS, SCENARIOS, FaultStep, schedule
 from cluster.client import AdminClient
+from cluster.container import env_name
 from cluster.errors import LograftError
 from cluster.launcher import ClusterSpec, LocalCluster
 from cluster.launcher.processes import free_base_port
@@ -449,26 +450,27 @@ class ComposeTarget(_AdminLookups):
         configs: Mapping[str, str] | None = None,
         image: str = "lograft:latest",
         compose_file: Path = COMPOSE_FILE,
+        project: str | None = None,
     ) -> None:
         self._work_dir = work_dir
         self._configs = dict(configs or {})
         self._compose_file = compose_file
-        self.project = f"lograft-chaos-{os.getpid()}"
+        self.project = project or f"lograft-chaos-{os.getpid()}"
         base = free_base_port(3)
-        self._ports = [base, base + 1, base + 2]
-        self._env = {
+        self.ports = [base, base + 1, base + 2]
+        """The host ports the nodes are published on (``LOGRAFT_PORT_1..3``)."""
+        self.env = {
             **os.environ,
             "LOGRAFT_IMAGE": image,
-            **{
-                f"LOGRAFT_PORT_{n}": str(p) for n, p in zip(self.node_ids, self._ports, strict=True)
-            },
+            **{f"LOGRAFT_PORT_{n}": str(p) for n, p in zip(self.node_ids, self.ports, strict=True)},
         }
+        """The environment of every compose and docker command (image, host ports)."""
         self._containers: dict[int, str] = {}
         self._network = _ComposeNetwork(self)
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{port}" for port in self._ports)
+        return ",".join(f"127.0.0.1:{port}" for port in self.ports)
 
     @property
     def node_ids(self) -> list[int]:
@@ -494,7 +496,7 @@ class ComposeTarget(_AdminLookups):
     def container(self, node: int) -> str:
         """The container id of ``node``."""
         if node not in self._containers:
-            found = self._compose("ps", "-q", self.service(node)).stdout.strip()
+            found = self.compose("ps", "-q", self.service(node)).stdout.strip()
             if not found:
                 raise TargetError(f"no container for {self.service(node)}")
             self._containers[node] = found
@@ -504,7 +506,8 @@ class ComposeTarget(_AdminLookups):
         """``docker ARGS``; raises :class:`TargetError` when it fails."""
         return self._run(["docker", *args])
 
-    def _compose(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def compose(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``docker-compose ARGS`` on this project; raises :class:`TargetError` when it fails."""
         override = self._work_dir / "compose-override.yml"
         files = ["--file", str(self._compose_file)]
         if self._configs:
@@ -515,7 +518,7 @@ class ComposeTarget(_AdminLookups):
         try:
             done = subprocess.run(
                 command,
-                env=self._env,
+                env=self.env,
                 capture_output=True,
                 text=True,
                 timeout=DOCKER_TIMEOUT_S,
@@ -529,8 +532,7 @@ class ComposeTarget(_AdminLookups):
 
     def _write_override(self) -> None:
         env = "".join(
-            f'      LOGRAFT_{name.upper().replace(".", "_").replace("-", "_")}: "{value}"\n'
-            for name, value in sorted(self._configs.items())
+            f'      {env_name(name)}: "{value}"\n' for name, value in sorted(self._configs.items())
         )
         services = "".join(f"  {self.service(n)}:\n    environment:\n{env}" for n in self.node_ids)
         self._work_dir.mkdir(parents=True, exist_ok=True)
@@ -542,27 +544,33 @@ class ComposeTarget(_AdminLookups):
         if self._configs:
             self._write_override()
         try:
-            self._compose("up", "-d")
-            self._wait(lambda: all(self._healthy(n) for n in self.node_ids), "every node")
+            self.compose("up", "-d")
+            self.wait_healthy(self.node_ids)
         except BaseException:
             self.close()
             raise
 
     def close(self) -> None:
         try:
-            self._compose("down", "--volumes", "--remove-orphans", "--timeout", "5")
+            self.compose("down", "--volumes", "--remove-orphans", "--timeout", "5")
         except TargetError as exc:
             log.warning("compose down failed project=%s error=%s", self.project, exc)
 
-    def _healthy(self, node: int) -> bool:
+    def health(self, node: int) -> str:
+        """Docker's health status of ``node``'s container: starting, healthy or unhealthy."""
         done = self.docker("inspect", "--format", "{{.State.Health.Status}}", self.container(node))
-        return done.stdout.strip() == "healthy"
+        return done.stdout.strip()
 
-    def _wait(self, condition: Callable[[], bool], what: str, timeout_s: float = 180.0) -> None:
+    def wait_healthy(self, nodes: Sequence[int], timeout_s: float = 180.0) -> None:
+        """Wait until Docker reports the containers of ``nodes`` healthy (the image's health
+        check asks each node: registered, unfenced, caught up); ``TargetError`` if not."""
         deadline = time.monotonic() + timeout_s
-        while not condition():
+        while not all(self.health(n) == "healthy" for n in nodes):
             if time.monotonic() > deadline:
-                raise TargetError(f"{what} not healthy within {timeout_s:g} s")
+                states = {n: self.health(n) for n in nodes}
+                raise TargetError(
+                    f"nodes {list(nodes)} not healthy within {timeout_s:g} s: {states}"
+                )
             time.sleep(1.0)
 
     def kill(self, node: int) -> None:
@@ -574,7 +582,7 @@ class ComposeTarget(_AdminLookups):
     def start(self, nodes: Sequence[int]) -> None:
         for node in nodes:
             self.docker("start", self.container(node))
-        self._wait(lambda: all(self._healthy(n) for n in nodes), f"nodes {list(nodes)}")
+        self.wait_healthy(nodes)
 
     def pause(self, node: int) -> None:
         self.docker("pause", self.container(node))

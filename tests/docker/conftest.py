@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.docker.compose import ComposeCluster, build_image, docker_missing_reason, free_ports
+from tests.docker.compose import ComposeCluster, build_image, docker_missing_reason
 
 REQUIRE_DOCKER_ENV = "LOGRAFT_REQUIRE_DOCKER"
 
@@ -29,9 +29,11 @@ def lograft_image() -> str:
 
 
 @pytest.fixture(scope="module")
-def compose_cluster(lograft_image: str) -> Iterator[ComposeCluster]:
+def compose_cluster(
+    lograft_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ComposeCluster]:
     """The repository's docker-compose.yml, up and healthy, under a project of its own."""
-    cluster = ComposeCluster(project=f"lograft-test-{os.getpid()}", ports=free_ports(3))
+    cluster = ComposeCluster(f"lograft-test-{os.getpid()}", tmp_path_factory.mktemp("compose"))
     try:
         cluster.up()
     except BaseException:

@@ -20,7 +20,8 @@ from cluster.client.admin import NewTopic
 from cluster.client.producer import RecordMetadata
 from cluster.errors import LograftError, UnknownTopicOrPartitionError
 from replica.topic_partition import TopicPartition
-from tests.docker.compose import NODE_IDS, ComposeCluster, wait_until
+from tests.docker.compose import NODE_IDS, ComposeCluster
+from tests.integration.nodes import wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -175,7 +176,7 @@ def test_disconnected_node_catches_up_after_reconnect(
     container = compose_cluster.container(follower)
     service = compose_cluster.service(follower)
 
-    compose_cluster.docker("network", "disconnect", compose_cluster.network, container)
+    compose_cluster.docker("network", "disconnect", compose_cluster.network_name, container)
     try:
         wait_until(
             lambda: follower not in replicas(admin, "disconnect")[2],
@@ -186,7 +187,7 @@ def test_disconnected_node_catches_up_after_reconnect(
         assert len(written) == 50
     finally:
         compose_cluster.docker(
-            "network", "connect", "--alias", service, compose_cluster.network, container
+            "network", "connect", "--alias", service, compose_cluster.network_name, container
         )
     wait_until(
         lambda: follower in replicas(admin, "disconnect")[2],

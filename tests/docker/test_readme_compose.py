@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docker.compose import REPO, ComposeCluster, free_ports
+from tests.docker.compose import REPO, ComposeCluster
 
 pytestmark = pytest.mark.docker
 
@@ -35,8 +35,7 @@ def docker_steps() -> list[str]:
 
 
 def test_the_readme_compose_steps_work_verbatim(lograft_image: str, tmp_path: Path) -> None:
-    ports = free_ports(3)
-    cluster = ComposeCluster(project=f"lograft-readme-{os.getpid()}", ports=ports)
+    cluster = ComposeCluster(f"lograft-readme-{os.getpid()}", tmp_path / "compose")
     env = {
         **cluster.env,
         "COMPOSE_PROJECT_NAME": cluster.project,
