@@ -43,6 +43,7 @@ from cluster.wire import broker_pb2 as pb
 from ._clock import Clock
 from ._connection import Connections, TopicPartition, map_rpc_error
 from ._membership import GroupMembership, HeartbeatFields, MemberState, Reconciliation
+from ._rpc_errors import retried_in_background
 
 __all__ = ["CoordinatorClient", "GroupMember"]
 
@@ -502,7 +503,7 @@ class GroupMember:
             response = self.coordinator.call_once("ConsumerGroupHeartbeat", request)
         except LograftError as exc:
             with self._cond:
-                if exc.retriable:
+                if retried_in_background(exc):
                     self._failures += 1
                     # Logged once per run of failures: a retry every retry.backoff.ms follows.
                     logger.log(

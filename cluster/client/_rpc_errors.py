@@ -37,6 +37,7 @@ __all__ = [
     "describe_rpc_failure",
     "describe_unavailable",
     "map_rpc_error",
+    "retried_in_background",
     "unreachable_reason",
 ]
 
@@ -96,6 +97,15 @@ class NoBrokersAvailableError(NetworkError):
         self.failures: tuple[tuple[str, str], ...] = tuple(failures)
         tried = ", ".join(f"{address} ({reason})" for address, reason in self.failures)
         super().__init__(f"no broker answered: {tried or 'no address to try'}")
+
+
+def retried_in_background(error: LograftError) -> bool:
+    """Whether a client's own background work (a group member's heartbeat, a producer's
+    InitProducerId) tries again after ``error``: every retriable error, and also no broker
+    answering at all. A call the user waits on fails fast on that (an address list nobody
+    answers is not a slow cluster), but a running client outlasts an outage of the whole
+    cluster, as Kafka's clients do; its own deadlines bound the wait."""
+    return error.retriable or isinstance(error, NoBrokersAvailableError)
 
 
 def unreachable_reason(error: grpc.RpcError) -> str | None:

@@ -47,8 +47,9 @@ from replica.topic_partition import TopicPartition
 
 from ._accumulator import REQUEST_OVERHEAD, ProducerBatch, RecordAccumulator
 from ._clock import Clock
-from ._connection import Connections, NoBrokersAvailableError, map_rpc_error
+from ._connection import Connections, map_rpc_error
 from ._producer_metadata import ProducerMetadata
+from ._rpc_errors import retried_in_background
 from ._sequencing import PartitionSequences, Sequencer
 
 __all__ = ["Delivery", "ProduceRequest", "Sender"]
@@ -313,9 +314,8 @@ class Sender:
                 self._client_id,
             )
             return
-        # No broker answering is retried too: the batches waiting for the id are bounded
-        # by delivery.timeout.ms, and a cluster back within it is not a fatal error.
-        if error.retriable or isinstance(error, NoBrokersAvailableError):
+        # The batches waiting for the id are bounded by delivery.timeout.ms.
+        if retried_in_background(error):
             self._producer_id_retry_at = self._clock.monotonic() + self._backoff_s
             log.info("InitProducerId failed, will retry error_code=%d error=%s", code, error)
             return

@@ -15,6 +15,7 @@ close. Nothing sleeps: tests wait on the fake's condition or poll with a timeout
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -529,6 +530,41 @@ def test_a_coordinator_move_is_followed(fake: FakeGroupBroker) -> None:
         )
         consumer.poll(timeout_ms=0)
         assert seen.callbacks() == [("assign", [A0])], "a move takes nothing away"
+
+
+def test_a_member_outlasts_an_outage_of_every_broker(caplog: pytest.LogCaptureFixture) -> None:
+    # While no broker answers at all, the heartbeat cannot even find the coordinator; that
+    # ends no membership: the member keeps trying and carries on once a broker is back.
+    caplog.set_level(logging.DEBUG, logger="cluster.client._group_client")
+    broker = FakeGroupBroker()
+    server = _serve(broker)
+    broker.add_topic("a", 2)
+    broker.set_target({A0})
+    seen = Recorder()
+    try:
+        with Consumer(_config(broker)) as consumer:
+            consumer.subscribe(["a"], on_assign=seen.on_assign)
+            seen.poll_until(consumer, lambda: bool(seen.callbacks()), "the assignment")
+            server.stop(grace=None).wait()
+            seen.poll_until(
+                consumer,
+                lambda: "no broker answered" in caplog.text,
+                "a heartbeat that reached no broker",
+            )
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+            pb_grpc.add_BrokerServicer_to_server(broker, server)
+            assert server.add_insecure_port(f"127.0.0.1:{broker.port}") == broker.port
+            server.start()
+            with broker.cond:
+                since = len(broker.heartbeats)
+            seen.poll_until(
+                consumer,
+                lambda: len(broker.heartbeats) > since + 1,
+                "heartbeats to the broker once it is back",
+            )
+            assert consumer.assignment() == {A0}
+    finally:
+        server.stop(grace=None)
 
 
 def test_a_broker_without_groups_fails_the_subscription_with_a_typed_error() -> None:
