@@ -73,29 +73,29 @@ class RunOptions:
     send_interval_s: float = 0.005
 
 
-def _under_replicated(bootstrap: str, topic: str) -> list[str]:
+def _under_replicated(admin: AdminClient, topic: str) -> list[str]:
     try:
-        with AdminClient({"bootstrap.servers": bootstrap, "default.api.timeout.ms": 5000}) as admin:
-            (description,) = admin.describe_topics([topic])
-            return [
-                f"{topic}-{p.partition}"
-                for p in description.partitions
-                if len(p.isr) < len(p.replicas) or p.leader < 0
-            ]
+        (description,) = admin.describe_topics([topic])
     except LograftError as exc:
         return [f"{topic}-* ({exc.error_name})"]
+    return [
+        f"{topic}-{p.partition}"
+        for p in description.partitions
+        if len(p.isr) < len(p.replicas) or p.leader < 0
+    ]
 
 
 def _wait_recovered(bootstrap: str, topic: str, timeout_s: float) -> tuple[list[str], float]:
     """Wait until no partition of ``topic`` is under-replicated, at most ``timeout_s``;
     returns the partitions still short and the seconds waited."""
     start = time.monotonic()
-    while True:
-        short = _under_replicated(bootstrap, topic)
-        waited = time.monotonic() - start
-        if not short or waited > timeout_s:
-            return short, round(waited, 2)
-        time.sleep(0.5)
+    with AdminClient({"bootstrap.servers": bootstrap, "default.api.timeout.ms": 5000}) as admin:
+        while True:
+            short = _under_replicated(admin, topic)
+            waited = time.monotonic() - start
+            if not short or waited > timeout_s:
+                return short, round(waited, 2)
+            time.sleep(0.5)
 
 
 def _make_target(options: RunOptions, out: Path) -> Target:
