@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA ?= data/cluster
 
-.PHONY: sim lock install run test lint format typecheck unit integration docker-test image chaos proto proto-check bench clean docs
+.PHONY: sim lock install run test lint format typecheck unit integration docker-test image chaos chaos-tools proto proto-check bench clean docs
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ run: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m cluster.demo --data-dir $(DATA)
 
 ## Everything CI checks.
-test: $(STAMP) lint typecheck proto-check
+test: $(STAMP) chaos-tools lint typecheck proto-check
 	$(BIN)/pytest -q tests
 
 lint: $(STAMP)
@@ -62,10 +62,15 @@ SEED_BASE ?= 0
 sim: $(STAMP)
 	LOGRAFT_SIM_SCHEDULES=$(SCHEDULES) LOGRAFT_SIM_SEED_BASE=$(SEED_BASE) $(BIN)/pytest -q -o timeout=0 tests/sim/test_raft_simulation.py -k simulated_schedules
 
-## The long chaos set: every scenario with every workload on three local nodes; rewrites the
+## The long chaos set (about an hour): every scenario with acks=all on three local nodes, the
+## compose scenarios on docker-compose.yml, the workloads that trade safety away; rewrites the
 ## results table of docs/guarantees.md. (make test runs the short set, tests/integration/test_chaos_runner.py.)
-chaos: $(STAMP)
+chaos: $(STAMP) chaos-tools image
 	$(BIN)/python -m chaos suite --set long --update-docs docs/guarantees.md
+
+## The Debian packages the chaos faults use (iproute2, nftables, fuse3, faketime), when missing and root.
+chaos-tools:
+	chaos/install-tools.sh
 
 ## Benchmarks print JSON to stdout and write bench/results/*.json.
 bench: $(STAMP)

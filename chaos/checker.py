@@ -77,7 +77,9 @@ KINDS = (
 )
 """Every anomaly kind the checker reports, in report order."""
 
-HEALING_FAULTS = frozenset({"heal", "restart", "resume", "restart-all", "recover"})
+HEALING_FAULTS = frozenset(
+    {"heal", "restart", "resume", "restart-all", "recover", "fast-disk", "clock-reset"}
+)
 """``fault`` names that end a fault; recovery time is measured from each."""
 
 Position = tuple[str, int]

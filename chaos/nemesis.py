@@ -8,11 +8,14 @@
   namespace of its own, :class:`chaos.network.NetnsNetwork`); :class:`ComposeTarget` runs the
   repository's ``docker-compose.yml`` (``docker kill``, ``docker pause``, network
   disconnects). With ``lazyfs=True`` the local nodes keep their data on a LazyFS mount
-  (:mod:`chaos.lazyfs`), the :class:`Disk` a power loss crashes.
+  (:mod:`chaos.lazyfs`), the :class:`Disk` a power loss crashes; with ``clocks=True`` they
+  run on wall clocks of their own (:mod:`chaos.clock`).
 * A :class:`Fault` picks its nodes (:meth:`Fault.select`), then ``inject`` and, after the
-  step's hold, ``heal``: :class:`Kill` (restart), :class:`Pause` (resume), :class:`Isolate`
-  and :class:`Split` (network; heal). :data:`FAULTS` names each fault a schedule step
-  (:class:`chaos.scenarios.FaultStep`) may ask for.
+  step's hold, ``heal``: :class:`Kill` (restart), :class:`Pause` (resume), :class:`Isolate`,
+  :class:`Split`, :class:`Bridge` and :class:`OneWay` (network; heal), :class:`TornTail`
+  (kill, damage segment tails; restart), :class:`SlowDisk` (fsyncs slow; normal),
+  :class:`ClockJump` (wall clock moved; reset). :data:`FAULTS` names each fault a schedule
+  step (:class:`chaos.scenarios.FaultStep`) may ask for.
 * :class:`Nemesis` performs the steps on a target and records each injection and healing in
   the history as a ``fault`` op (invoke, then ok or fail), so the checker can measure
   recovery from each heal. A fault that cannot be done is recorded as ``fail``, not raised.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import subprocess
 import time
@@ -35,10 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from chaos.checker import HEALING_FAULTS
+from chaos.clock import NodeClocks
 from chaos.history import HistoryWriter
 from chaos.lazyfs import LazyFS
 from chaos.network import NetnsNetwork, free_subnet
 from chaos.scenarios import DISK_FAULTS, NETWORK_FAULTS, SCENARIOS, FaultStep, schedule
+from chaos.torn_tails import tear_tails
 from cluster.client import AdminClient
 from cluster.container import env_name
 from cluster.errors import LograftError
@@ -54,6 +61,8 @@ __all__ = [
     "END_OF_FAULTS",
     "FAULTS",
     "SCENARIOS",
+    "Bridge",
+    "ClockJump",
     "ComposeTarget",
     "Disk",
     "Fault",
@@ -64,11 +73,14 @@ __all__ = [
     "LocalTarget",
     "Nemesis",
     "Network",
+    "OneWay",
     "Pause",
     "PowerLoss",
+    "SlowDisk",
     "Split",
     "Target",
     "TargetError",
+    "TornTail",
     "schedule",
 ]
 
@@ -95,7 +107,11 @@ class Network(Protocol):
         ...
 
     def partition(self, groups: Sequence[Iterable[int]], cut_clients: bool = False) -> object:
-        """Let nodes talk only within their groups."""
+        """Let nodes talk only within their groups (groups that overlap make a bridge)."""
+        ...
+
+    def one_way(self, src: int, dst: int | Iterable[int]) -> object:
+        """Drop packets from ``src`` to ``dst``, not the reverse."""
         ...
 
     def heal(self) -> object:
@@ -177,6 +193,21 @@ class Target(Protocol):
         """The active controller now (``None``: none or unknown)."""
         ...
 
+    def node_data_dir(self, node: int) -> Path | None:
+        """The data directory of ``node`` as this process can write it while the node is
+        stopped, or ``None`` when this target cannot reach it."""
+        ...
+
+    def slow_disk(self, node: int, milliseconds: float) -> None:
+        """Make every fsync of ``node`` take ``milliseconds`` longer (0: normal again);
+        :class:`TargetError` when this target cannot."""
+        ...
+
+    def set_clock(self, node: int, offset_s: int) -> None:
+        """Set ``node``'s wall clock ``offset_s`` seconds from the real time (0: right
+        again); :class:`TargetError` when this target cannot."""
+        ...
+
     def replica_logs(self, topic: str, partitions: int) -> ReplicaLogs | None:
         """After :meth:`close`: each node's records of each partition below its high
         watermark, read from its data directory; ``None`` when this target cannot."""
@@ -227,6 +258,9 @@ class LocalTarget(_AdminLookups):
     :attr:`network` can cut links; otherwise nodes listen on 127.0.0.1 and there is no
     network to cut. With ``lazyfs`` ``data_dir`` is a LazyFS mount (``/dev/fuse``; its
     durable store in ``data_dir`` + ``.durable``), so that :attr:`disk` can lose power.
+    With ``clocks`` each node runs with libfaketime preloaded and an offset file of its own
+    (:class:`chaos.clock.NodeClocks`, in ``data_dir`` + ``.clocks``), so that
+    :meth:`set_clock` can move its wall clock.
     """
 
     name = "local"
@@ -238,9 +272,15 @@ class LocalTarget(_AdminLookups):
         configs: Mapping[str, str] | None = None,
         netns: bool = False,
         lazyfs: bool = False,
+        clocks: bool = False,
     ) -> None:
         self._data_dir = data_dir
         self._nodes = nodes
+        self._clocks = (
+            NodeClocks(data_dir.with_name(data_dir.name + ".clocks"), self.node_ids)
+            if clocks
+            else None
+        )
         self._configs = dict(configs or {})
         self._netns = netns
         self._network: NetnsNetwork | None = None
@@ -277,17 +317,20 @@ class LocalTarget(_AdminLookups):
         if self._lazyfs is not None:
             self._lazyfs.mount()
             self._mounted = True
+        clocks = self._clocks
+        env = {n: clocks.env(n) for n in self.node_ids} if clocks is not None else {}
         if self._netns:
             network = NetnsNetwork(f"lgc{os.getpid() % 100000}", self._nodes, free_subnet())
             network.setup()
             self._network = network
-            spec = network.cluster_spec(self._data_dir, configs=self._configs)
+            spec = network.cluster_spec(self._data_dir, configs=self._configs, env=env)
         else:
             spec = ClusterSpec(
                 data_dir=self._data_dir,
                 nodes=self._nodes,
                 base_port=free_base_port(self._nodes),
                 configs=self._configs,
+                env=env,
             )
         self._cluster = LocalCluster(spec)
         try:
@@ -342,6 +385,23 @@ class LocalTarget(_AdminLookups):
 
     def resume(self, node: int) -> None:
         self.cluster.kill(node, signal.SIGCONT)
+
+    def node_data_dir(self, node: int) -> Path | None:
+        return self.cluster.node(node).data_dir
+
+    def set_clock(self, node: int, offset_s: int) -> None:
+        if self._clocks is None:
+            raise TargetError(
+                "clock jumps need the nodes on libfaketime (LocalTarget(clocks=True))"
+            )
+        self._clocks.set_offset(node, offset_s)
+
+    def slow_disk(self, node: int, milliseconds: float) -> None:
+        if self._lazyfs is None:
+            raise TargetError("a slow disk needs the data on LazyFS (LocalTarget(lazyfs=True))")
+        data_dir = self.cluster.node(node).data_dir.resolve()
+        relative = data_dir.relative_to(self._lazyfs.mountpoint.resolve())
+        self._lazyfs.slow(f"/{relative}", milliseconds)
 
     def replica_logs(self, topic: str, partitions: int) -> ReplicaLogs | None:
         root = self._lazyfs.backing if self._lazyfs is not None else self._data_dir
@@ -406,8 +466,14 @@ class _ComposeNetwork:
     def partition(self, groups: Sequence[Iterable[int]], cut_clients: bool = False) -> object:
         # One bridge network: only the largest group keeps it, every other node is cut alone.
         sides = sorted((sorted(g) for g in groups), key=len, reverse=True)
-        self._disconnect([n for side in sides[1:] for n in side])
+        cut = [n for side in sides[1:] for n in side]
+        if set(cut) & set(sides[0]):
+            raise TargetError("the compose target cannot make a bridge (groups that overlap)")
+        self._disconnect(cut)
         return None
+
+    def one_way(self, src: int, dst: int | Iterable[int]) -> object:
+        raise TargetError("the compose target cannot drop packets one way (local: namespaces)")
 
     def heal(self) -> object:
         for node in sorted(self._cut):
@@ -590,6 +656,15 @@ class ComposeTarget(_AdminLookups):
     def resume(self, node: int) -> None:
         self.docker("unpause", self.container(node))
 
+    def node_data_dir(self, node: int) -> Path | None:
+        return None
+
+    def slow_disk(self, node: int, milliseconds: float) -> None:
+        raise TargetError("the compose target has no slow disk (local: data on LazyFS)")
+
+    def set_clock(self, node: int, offset_s: int) -> None:
+        raise TargetError("the compose target cannot move a node's clock (local: libfaketime)")
+
     def replica_logs(self, topic: str, partitions: int) -> ReplicaLogs | None:
         return None
 
@@ -707,6 +782,70 @@ class PowerLoss(Fault):
         target.start(nodes)
 
 
+@dataclass(frozen=True, slots=True)
+class TornTail(Fault):
+    """``kill -9`` the nodes, then damage the tail of the active segment of every partition
+    in their data directories (:func:`chaos.torn_tails.tear_tails`); healed by starting
+    them, which must recover the logs and fetch again what was lost."""
+
+    name: ClassVar[str] = "torn-tail"
+    heal_name: ClassVar[str] = "restart"
+
+    def inject(self, target: Target, nodes: Sequence[int]) -> str | None:
+        directories = {node: target.node_data_dir(node) for node in nodes}
+        if any(directory is None for directory in directories.values()):
+            raise TargetError(f"the {target.name} target cannot reach its nodes' data")
+        Kill(self.select).inject(target, nodes)
+        damaged = []
+        for node, directory in sorted(directories.items()):
+            assert directory is not None
+            # Seeded by the node and the files' sizes: the same state tears the same way.
+            sizes = sorted((p.name, p.stat().st_size) for p in directory.rglob("*.log"))
+            rng = random.Random(f"{node}/{sizes}")
+            damaged += [f"node {node}: {line}" for line in tear_tails(directory, rng)]
+        return "; ".join(damaged) or "nothing to damage"
+
+    def heal(self, target: Target, nodes: Sequence[int]) -> None:
+        target.start(nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class SlowDisk(Fault):
+    """Every fsync of the nodes takes ``delay_ms`` longer; healed by a normal disk again."""
+
+    name: ClassVar[str] = "slow-disk"
+    heal_name: ClassVar[str] = "fast-disk"
+    delay_ms: float = 400.0
+
+    def inject(self, target: Target, nodes: Sequence[int]) -> str | None:
+        for node in nodes:
+            target.slow_disk(node, self.delay_ms)
+        return f"fsync +{self.delay_ms:g} ms"
+
+    def heal(self, target: Target, nodes: Sequence[int]) -> None:
+        for node in nodes:
+            target.slow_disk(node, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ClockJump(Fault):
+    """The nodes' wall clocks jump ``offset_s`` seconds (their monotonic clocks do not);
+    healed by setting them right again, a jump the other way."""
+
+    name: ClassVar[str] = "clock-jump"
+    heal_name: ClassVar[str] = "clock-reset"
+    offset_s: int = 86400
+
+    def inject(self, target: Target, nodes: Sequence[int]) -> str | None:
+        for node in nodes:
+            target.set_clock(node, self.offset_s)
+        return f"wall clock {self.offset_s:+d} s"
+
+    def heal(self, target: Target, nodes: Sequence[int]) -> None:
+        for node in nodes:
+            target.set_clock(node, 0)
+
+
 def _network(target: Target) -> Network:
     if target.network is None:
         raise TargetError(
@@ -756,6 +895,51 @@ class Split(Fault):
         _network(target).heal()
 
 
+@dataclass(frozen=True, slots=True)
+class Bridge(Fault):
+    """Each node is the bridge: it reaches every other node, which do not reach each other
+    (Jepsen's bridge: two overlapping majorities); clients still reach every node."""
+
+    name: ClassVar[str] = "partition"
+    heal_name: ClassVar[str] = "heal"
+
+    def describe(self, step: FaultStep, nodes: Sequence[int], target: Target) -> str:
+        return f"{step.fault} {self._groups(target, nodes)}"
+
+    @staticmethod
+    def _groups(target: Target, nodes: Sequence[int]) -> list[list[int]]:
+        others = [n for n in target.node_ids if n not in nodes]
+        return [sorted({*nodes, other}) for other in others]
+
+    def inject(self, target: Target, nodes: Sequence[int]) -> str | None:
+        _network(target).partition(self._groups(target, nodes), cut_clients=False)
+        return None
+
+    def heal(self, target: Target, nodes: Sequence[int]) -> None:
+        _network(target).heal()
+
+
+@dataclass(frozen=True, slots=True)
+class OneWay(Fault):
+    """Packets from each node to every other node are dropped; the reverse direction and
+    the clients pass (a node that hears its peers but cannot answer them)."""
+
+    name: ClassVar[str] = "partition"
+    heal_name: ClassVar[str] = "heal"
+
+    def describe(self, step: FaultStep, nodes: Sequence[int], target: Target) -> str:
+        return f"{step.fault} {sorted(nodes)} -/-> others"
+
+    def inject(self, target: Target, nodes: Sequence[int]) -> str | None:
+        network = _network(target)
+        (node,) = nodes
+        network.one_way(node, [n for n in target.node_ids if n != node])
+        return None
+
+    def heal(self, target: Target, nodes: Sequence[int]) -> None:
+        _network(target).heal()
+
+
 FAULTS: dict[str, Fault] = {
     "kill-random": Kill(picked),
     "kill-leader": Kill(leader),
@@ -766,11 +950,18 @@ FAULTS: dict[str, Fault] = {
     "pause-leader": Pause(leader),
     "partition-leader": Isolate(leader),
     "partition-halves": Split(picked),
+    "partition-bridge": Bridge(picked),
+    "partition-one-way": OneWay(leader),
     "power-loss": PowerLoss(every),
+    "torn-tail": TornTail(picked),
+    "slow-disk": SlowDisk(picked),
+    "clock-forward": ClockJump(picked, offset_s=86400),
+    "clock-back": ClockJump(picked, offset_s=-86400),
 }
 """Every fault a schedule step may name (:attr:`chaos.scenarios.FaultStep.fault`)."""
 
 assert set(NETWORK_FAULTS) | set(DISK_FAULTS) <= set(FAULTS)
+assert {fault.heal_name for fault in FAULTS.values()} <= HEALING_FAULTS, "recovery is measured"
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,9 +46,10 @@ and appends it to :attr:`NetnsNetwork.faults`). Endpoints are node ids (1..N) an
   still reach every node (Jepsen's usual choice: the clients stand for an application that
   sees both sides); with ``cut_clients=True`` they stay with the largest group (the first of
   equal size) and lose the others.
-* ``one_way(src, dst)``: packets from ``src`` to ``dst`` are dropped, the reverse direction
-  passes (TCP between the two fails both ways all the same, its handshake needs both).
-  Either end may be :data:`CLIENTS`.
+* ``one_way(src, dst)``: packets from ``src`` to ``dst`` (one endpoint or several) are
+  dropped, the reverse direction passes (TCP between the two fails both ways all the same, its
+  handshake needs both; a connection already open stalls one way). Either end may be
+  :data:`CLIENTS`.
 * ``heal()``: nothing is dropped.
 
 Use::
@@ -493,20 +494,23 @@ table inet {NFT_TABLE} {{
             NetFault("partition", cut_off, f"partition {shown} ({clients})", frozenset(blocked))
         )
 
-    def one_way(self, src: int, dst: int) -> NetFault:
-        """Drop packets from ``src`` to ``dst`` (node ids or :data:`CLIENTS`); not the reverse."""
-        for endpoint in (src, dst):
+    def one_way(self, src: int, dst: int | Iterable[int]) -> NetFault:
+        """Drop packets from ``src`` to ``dst`` (node ids or :data:`CLIENTS`; ``dst`` may be
+        several); not the reverse."""
+        dsts = sorted({dst} if isinstance(dst, int) else set(dst))
+        for endpoint in (src, *dsts):
             if endpoint != CLIENTS:
                 self._check_node(endpoint)
-        if src == dst:
-            raise ValueError(f"one_way needs two endpoints, got {src} twice")
+        if not dsts or src in dsts:
+            raise ValueError(f"one_way needs two endpoints that differ, got {src} to {dsts}")
         name = {CLIENTS: "clients"}
+        shown = ", ".join(name.get(d, f"node {d}") for d in dsts)
         description = (
-            f"drop packets from {name.get(src, f'node {src}')} to "
-            f"{name.get(dst, f'node {dst}')} (the reverse passes)"
+            f"drop packets from {name.get(src, f'node {src}')} to {shown} (the reverse passes)"
         )
-        targets = tuple(sorted(n for n in (src, dst) if n != CLIENTS))
-        return self._apply(NetFault("one-way", targets, description, frozenset({(src, dst)})))
+        targets = tuple(sorted(n for n in (src, *dsts) if n != CLIENTS))
+        blocked = frozenset((src, d) for d in dsts)
+        return self._apply(NetFault("one-way", targets, description, blocked))
 
     def heal(self) -> NetFault:
         """Drop nothing any more."""

@@ -98,24 +98,34 @@ def _wait_recovered(bootstrap: str, topic: str, timeout_s: float) -> tuple[list[
             time.sleep(0.5)
 
 
+def _check_target(options: RunOptions) -> None:
+    chosen = scenario(options.scenario)
+    if options.target not in TARGETS:
+        raise ValueError(f"unknown target {options.target!r}; known: {', '.join(TARGETS)}")
+    if options.target not in chosen.targets:
+        raise ValueError(
+            f"scenario {chosen.name} runs on {', '.join(chosen.targets)} only, not {options.target}"
+        )
+
+
 def _make_target(options: RunOptions, out: Path) -> Target:
+    chosen = scenario(options.scenario)
     if options.target == "compose":
         return ComposeTarget(out / "compose", configs=NODE_CONFIGS)
-    if options.target != "local":
-        raise ValueError(f"unknown target {options.target!r}; known: {', '.join(TARGETS)}")
-    chosen = scenario(options.scenario)
     return LocalTarget(
         out / "cluster",
         nodes=3,
         configs=NODE_CONFIGS,
         netns=chosen.needs_network,
         lazyfs=chosen.needs_disk,
+        clocks=chosen.needs_clocks,
     )
 
 
 def run(options: RunOptions) -> dict[str, Any]:
     """Run one scenario; returns its summary (see the module docstring)."""
     workload = WORKLOADS[options.workload]
+    _check_target(options)
     steps = schedule(options.scenario, options.seed, options.duration_s)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     out = _new_directory(

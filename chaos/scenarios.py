@@ -19,7 +19,9 @@ import random
 from dataclasses import dataclass
 
 __all__ = [
+    "CLOCK_FAULTS",
     "DISK_FAULTS",
+    "LOCAL_ONLY_FAULTS",
     "NETWORK_FAULTS",
     "PROCESS_FAULTS",
     "SCENARIOS",
@@ -40,11 +42,29 @@ PROCESS_FAULTS = (
 )
 """Faults on node processes (``kill -9``, ``SIGSTOP``/``SIGCONT``): every target has them."""
 
-NETWORK_FAULTS = ("partition-leader", "partition-halves")
+NETWORK_FAULTS = (
+    "partition-leader",
+    "partition-halves",
+    "partition-bridge",
+    "partition-one-way",
+)
 """Faults on the network between nodes: the local target with namespaces, compose."""
 
-DISK_FAULTS = ("power-loss",)
+DISK_FAULTS = ("power-loss", "slow-disk")
 """Faults on the nodes' storage: the local target with data on LazyFS (chaos.lazyfs)."""
+
+CLOCK_FAULTS = ("clock-forward", "clock-back")
+"""Wall-clock jumps of a node: the local target with libfaketime (chaos.clock)."""
+
+LOCAL_ONLY_FAULTS = (
+    "partition-bridge",
+    "partition-one-way",
+    "torn-tail",
+    *DISK_FAULTS,
+    *CLOCK_FAULTS,
+)
+"""Faults the compose target cannot inject (it disconnects whole container networks, does
+not reach the volumes' files, preloads nothing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +88,18 @@ class Scenario:
     def needs_disk(self) -> bool:
         """Whether a fault of this scenario loses unsynced writes (needs LazyFS)."""
         return any(fault in DISK_FAULTS for fault in self.faults)
+
+    @property
+    def needs_clocks(self) -> bool:
+        """Whether a fault of this scenario moves a node's wall clock (needs libfaketime)."""
+        return any(fault in CLOCK_FAULTS for fault in self.faults)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The targets that can run this scenario."""
+        if any(fault in LOCAL_ONLY_FAULTS for fault in self.faults):
+            return ("local",)
+        return ("local", "compose")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +134,12 @@ _SCENARIOS = (
         ("kill-minority",),
     ),
     Scenario("kill-all", "kill -9 every node at once, restart them all", ("kill-all",)),
+    Scenario(
+        "torn-tail",
+        "kill -9 a random node, damage the tail of every partition's active segment on it "
+        "(cut, garbage or zeros), restart it",
+        ("torn-tail",),
+    ),
     Scenario("pause-random", "SIGSTOP a random node, SIGCONT it after a while", ("pause-random",)),
     Scenario(
         "pause-leader",
@@ -120,16 +158,48 @@ _SCENARIOS = (
         ("partition-halves",),
     ),
     Scenario(
+        "partition-bridge",
+        "a random node keeps both others, which lose each other (a bridge), heal after a while",
+        ("partition-bridge",),
+    ),
+    Scenario(
+        "partition-one-way",
+        "packets from the leader of partition 0 to the other nodes are dropped, the reverse "
+        "passes, heal after a while",
+        ("partition-one-way",),
+        hold_s=(4.0, 8.0),
+    ),
+    Scenario(
         "power-loss",
         "every node loses power at once: kill -9 all, drop every write not fsynced "
         "(data on LazyFS), restart them all",
         ("power-loss",),
     ),
+    Scenario(
+        "slow-disk",
+        "every fsync of a random node takes 400 ms longer (data on LazyFS), normal after a while",
+        ("slow-disk",),
+        hold_s=(4.0, 8.0),
+    ),
+    Scenario(
+        "clock-jump",
+        "the wall clock of a random node jumps a day ahead or back (the monotonic clock "
+        "does not), set right after a while",
+        CLOCK_FAULTS,
+        hold_s=(4.0, 8.0),
+    ),
     Scenario("mixed", "a random mix of the process faults above (kill, pause)", PROCESS_FAULTS),
     Scenario(
         "mixed-network",
-        "a random mix of every fault above, network partitions included",
-        PROCESS_FAULTS + NETWORK_FAULTS,
+        "a random mix of the process faults and the partitions every target can cut "
+        "(isolate a leader, split)",
+        (*PROCESS_FAULTS, "partition-leader", "partition-halves"),
+    ),
+    Scenario(
+        "mixed-all",
+        "a random mix of every fault above but power loss: process, network, torn tails, "
+        "slow disk, clock jumps",
+        (*PROCESS_FAULTS, *NETWORK_FAULTS, "torn-tail", "slow-disk", *CLOCK_FAULTS),
     ),
 )
 

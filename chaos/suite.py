@@ -2,17 +2,20 @@
 
 :data:`SHORT_SET` is what ``make test`` runs (tests/integration/test_chaos_runner.py): the
 configuration lograft promises no loss for, a few minutes in all, fixed seeds.
-:data:`LONG_SET` (``make chaos``) runs every scenario with every workload, including the
-ones that trade safety away (``acks-1``, ``no-idempotence``, ``unclean``), to show what the
-checker finds there. :func:`update_guarantees` writes the table between the markers of
-``docs/guarantees.md``.
+:data:`LONG_SET` (``make chaos``, about an hour) runs every scenario with that configuration
+on the local target (power loss long enough for more than 20 crashes), the scenarios the
+compose target can inject on docker-compose.yml, and the workloads that trade safety away
+(``acks-1``, ``no-idempotence``, ``unclean``, ``flush-interval``) on the faults that show
+what the checker finds there. :func:`update_guarantees` writes the table between the
+markers of ``docs/guarantees.md``.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,8 @@ __all__ = [
     "update_guarantees",
 ]
 
+log = logging.getLogger(__name__)
+
 BEGIN = "<!-- chaos-results:begin -->"
 END = "<!-- chaos-results:end -->"
 
@@ -42,6 +47,7 @@ class SuiteRun:
     workload: str
     seed: int
     duration_s: float
+    target: str = "local"
 
 
 SHORT_SET = (
@@ -51,24 +57,65 @@ SHORT_SET = (
     SuiteRun("pause-leader", "acks-all", 4, 25),
     SuiteRun("mixed", "acks-all", 5, 30),
     SuiteRun("partition-leader", "acks-all", 6, 30),
+    SuiteRun("torn-tail", "acks-all", 15, 25),
+    SuiteRun("clock-jump", "acks-all", 15, 25),
 )
 """In ``make test``: must find no anomaly."""
 
-LONG_SET = tuple(
-    SuiteRun(scenario, workload, seed, 60)
-    for seed, scenario in enumerate(SCENARIOS, start=11)
-    for workload in ("acks-all", "acks-1", "no-idempotence", "unclean")
+POWER_LOSS_S = 240
+"""The long set's power-loss run: 23-26 whole-cluster crashes (its schedule holds a crash
+2-5 s, then 2-5 s of load)."""
+
+TRADE_SCENARIOS = ("kill-leader", "kill-all", "partition-halves", "mixed-network")
+TRADE_WORKLOADS = ("acks-1", "no-idempotence", "unclean")
+COMPOSE_SCENARIOS = ("kill-leader", "kill-all", "pause-leader", "partition-leader", "mixed-network")
+
+LONG_SET = (
+    *(
+        SuiteRun(name, "acks-all", seed, POWER_LOSS_S if name == "power-loss" else 60)
+        for seed, name in enumerate(SCENARIOS, start=11)
+    ),
+    SuiteRun("power-loss", "flush-interval", 41, 60),
+    *(
+        SuiteRun(name, workload, seed, 60)
+        for seed, name in enumerate(TRADE_SCENARIOS, start=51)
+        for workload in TRADE_WORKLOADS
+    ),
+    *(
+        SuiteRun(name, "acks-all", seed, 60, "compose")
+        for seed, name in enumerate(COMPOSE_SCENARIOS, start=61)
+    ),
 )
-"""``make chaos``: every scenario with every workload."""
+"""``make chaos``: every scenario with acks-all locally, the trades, compose."""
 
 SETS = {"short": SHORT_SET, "long": LONG_SET}
 
 
-def run_set(runs: Sequence[SuiteRun], results_dir: Path) -> list[dict[str, Any]]:
-    """Run each of ``runs``; their summaries."""
-    return [
-        run(RunOptions(r.scenario, r.seed, r.duration_s, r.workload, results_dir)) for r in runs
-    ]
+def run_set(
+    runs: Sequence[SuiteRun],
+    results_dir: Path,
+    after_each: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run each of ``runs``; their summaries. A run that breaks (its cluster does not come
+    up, its target is missing) gets a summary with ``error`` and ``valid`` false, and the
+    set goes on; ``after_each`` sees the summaries so far after every run."""
+    summaries: list[dict[str, Any]] = []
+    for r in runs:
+        options = RunOptions(r.scenario, r.seed, r.duration_s, r.workload, results_dir, r.target)
+        try:
+            summary = run(options)
+        except Exception as exc:
+            log.error("chaos run broke scenario=%s target=%s error=%r", r.scenario, r.target, exc)
+            summary = {
+                **asdict(r),
+                "error": f"{type(exc).__name__}: {exc}"[:300],
+                "valid": False,
+                "anomalies": {},
+            }
+        summaries.append(summary)
+        if after_each is not None:
+            after_each(summaries)
+    return summaries
 
 
 def results_table(summaries: Sequence[dict[str, Any]]) -> str:
@@ -79,12 +126,19 @@ def results_table(summaries: Sequence[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
+        if "error" in s:
+            lines.append(
+                f"| {s['scenario']} | {s['workload']} | {s['target']} | {s['seed']} |"
+                f" {s['duration_s']:g} s | - | - | - | run broke: {s['error']} | - |"
+            )
+            continue
         found = {kind: s["anomalies"].get(kind, 0) for kind in KINDS}
         shown = ", ".join(f"{kind} {n}" for kind, n in found.items() if n) or "none"
         sends = s["sends"]
         recovery = ", ".join("-" if ms is None else f"{ms:g}" for ms in s["recovery_ms"])
         lines.append(
-            f"| {s['scenario']} | {s['workload']} | local | {s['seed']} | {s['duration_s']:g} s |"
+            f"| {s['scenario']} | {s['workload']} | {s['target']} | {s['seed']} |"
+            f" {s['duration_s']:g} s |"
             f" {s['operations']} | {sends.get('send-ok', 0)} / {sends.get('send-info', 0)} |"
             f" {s['faults']} | {shown} | {recovery} |"
         )

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 
@@ -50,6 +49,7 @@ from controller.metadata import MetadataImage
 from controller.quorum.driver import RaftDriver
 from controller.quorum.metadata_machine import MetadataStateMachine
 from replica.broker_rpcs import BrokerEndpoint
+from replica.clocks import replication_clock_ms, wall_clock_ms
 from replica.fetcher import FollowedPartition, ReplicaFetcherManager
 from replica.group_service import GroupService
 from replica.log_manager import LogManager, remove_directories
@@ -80,10 +80,6 @@ ALTER_PARTITION_RETRY_BACKOFF_S = 0.1
 """Pause before an AlterPartition refused for a stale broker epoch goes again (if the
 broker has not re-registered meanwhile)."""
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 10_000
-
-
-def _wall_clock_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class KRaftBroker(BrokerFrontend):
@@ -136,7 +132,7 @@ class KRaftBroker(BrokerFrontend):
         self._latest_image = machine.image
         self._sync_wanted = asyncio.Event()
         self._sync_task: asyncio.Task[None] | None = None
-        self._fetchers = ReplicaFetcherManager(endpoint.node_id, logs, _wall_clock_ms)
+        self._fetchers = ReplicaFetcherManager(endpoint.node_id, logs, wall_clock_ms)
         self.groups = GroupService(logs, lambda: self._topic_counts)
         """Group coordinators for the ``__consumer_offsets`` partitions led here."""
         self._topic_counts: dict[str, int] = {}
@@ -340,7 +336,7 @@ class KRaftBroker(BrokerFrontend):
                 self.broker_epoch,
                 image.offset,
             )
-        now_ms = _wall_clock_ms()
+        now_ms = replication_clock_ms()  # starts the followers' lag clocks of a new leadership
         log_configs: dict[str, LogConfig | None] = {}
         reconfigured: dict[str, int] = {}
         followed: dict[TopicPartition, FollowedPartition] = {}
@@ -483,7 +479,7 @@ class KRaftBroker(BrokerFrontend):
         interval_s = max(self._replica_lag_time_max_ms / 2000, 0.05)
         while True:
             await asyncio.sleep(interval_s)
-            now_ms = _wall_clock_ms()
+            now_ms = replication_clock_ms()
             for partition in list(self._logs.partitions.values()):
                 if not partition.is_leader:
                     continue

@@ -13,13 +13,13 @@ and each answers with the brokers' addresses on its own listener.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cluster.errors import LograftError
 from cluster.wire import broker_pb2 as pb
+from replica.clocks import replication_clock_ms, wall_clock_ms
 from replica.group_service import GroupService
 from replica.log_manager import LogManager
 from replica.producer_ids import LocalProducerIdBlocks, ProducerIdAllocator
@@ -104,15 +104,17 @@ class BrokerRpcs:
         logs: LogManager,
         endpoint: BrokerEndpoint,
         cluster_id: str,
-        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        now_ms: Callable[[], int] = wall_clock_ms,
         frontend: ClusterFrontend | None = None,
         groups: GroupService | None = None,
         local_producer_ids: ProducerIdAllocator | None = None,
+        replication_clock_ms: Callable[[], int] = replication_clock_ms,
     ) -> None:
         self._logs = logs
         self._endpoint = endpoint
         self._cluster_id = cluster_id
         self._now_ms = now_ms
+        self._replication_clock_ms = replication_clock_ms
         self._frontend = frontend
         self._groups = groups
         self._local_producer_ids = local_producer_ids or ProducerIdAllocator(

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chaos.lazyfs.control import ControlServer
+from chaos.lazyfs.delays import FsyncDelays
 from chaos.lazyfs.mount import unmount
 from chaos.lazyfs.store import LazyStore
 
@@ -59,13 +60,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     mountpoint: Path = args.mountpoint.absolute()
     mountpoint.mkdir(parents=True, exist_ok=True)
     store = LazyStore(args.backing)
+    delays = FsyncDelays()
     mounted = threading.Event()
     stopped = threading.Event()
     failures: list[BaseException] = []
 
     def run() -> None:
         try:
-            serve(store, mountpoint, mounted.set)
+            serve(store, mountpoint, mounted.set, delays)
         except BaseException as exc:
             failures.append(exc)
         finally:
@@ -78,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("lazyfs mount failed mountpoint=%s error=%s", mountpoint, failures)
         store.close(sync=True)
         return 1
-    control = ControlServer(store, args.control) if args.control else None
+    control = ControlServer(store, args.control, delays) if args.control else None
     if control is not None:
         control.start()
     log.info("lazyfs mounted mountpoint=%s backing=%s", mountpoint, store.backing)

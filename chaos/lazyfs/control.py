@@ -1,8 +1,11 @@
 """The control channel of a LazyFS mount: a unix socket taking one command per connection.
 
-A client sends one line (``crash``, ``sync``, ``status`` or ``ping``) and reads one JSON
-line back: ``{"ok": true, ...}`` with the :class:`~chaos.lazyfs.store.Unsynced` figures
-(for ``crash``: what it dropped), or ``{"ok": false, "error": "..."}``. The reply to
+A client sends one line (``crash``, ``sync``, ``status``, ``ping``, ``slow PREFIX MS`` or
+``fast``) and reads one JSON line back: ``{"ok": true, ...}`` with the
+:class:`~chaos.lazyfs.store.Unsynced` figures (for ``crash``: what it dropped), or
+``{"ok": false, "error": "..."}``. ``slow PREFIX MS`` holds every fsync of a path under
+``PREFIX`` (``/node-2``; ``/`` for all) up by ``MS`` milliseconds
+(:class:`~chaos.lazyfs.delays.FsyncDelays`); ``fast`` removes every delay. The reply to
 ``crash`` comes after the crash is done, so a harness knows the layer lost what it had to
 lose before it restarts anything. :func:`request` is the client.
 """
@@ -19,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from chaos.lazyfs.delays import FsyncDelays
 from chaos.lazyfs.errors import LazyFSControlError
 from chaos.lazyfs.store import LazyStore, Unsynced
 
@@ -26,15 +30,16 @@ __all__ = ["COMMANDS", "ControlServer", "request"]
 
 log = logging.getLogger(__name__)
 
-COMMANDS = ("crash", "sync", "status", "ping")
+COMMANDS = ("crash", "sync", "status", "ping", "slow", "fast")
 """The commands the control socket takes."""
 
 
 class ControlServer:
     """Serves the control socket at ``path`` for ``store`` on a daemon thread."""
 
-    def __init__(self, store: LazyStore, path: Path) -> None:
+    def __init__(self, store: LazyStore, path: Path, delays: FsyncDelays | None = None) -> None:
         self._store = store
+        self._delays = delays
         self._path = path
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
@@ -92,9 +97,28 @@ class ControlServer:
             result = self._store.status()
         elif command in ("status", "ping"):
             result = self._store.status()
+        elif command.startswith("slow ") or command == "fast":
+            self._set_delay(command)
+            result = self._store.status()
         else:
             raise ValueError(f"unknown command {command!r}; one of {', '.join(COMMANDS)}")
         return dataclasses.asdict(result)
+
+    def _set_delay(self, command: str) -> None:
+        if self._delays is None:
+            raise ValueError("this mount serves no slow disk")
+        if command == "fast":
+            self._delays.clear()
+            return
+        words = command.split()
+        if len(words) != 3:
+            raise ValueError(f"usage: slow PREFIX MS, got {command!r}")
+        try:
+            milliseconds = float(words[2])
+        except ValueError:
+            raise ValueError(f"slow: {words[2]!r} is not a number of milliseconds") from None
+        self._delays.set(words[1], milliseconds / 1000.0)
+        log.info("lazyfs fsync delay prefix=%s ms=%g", words[1], milliseconds)
 
 
 def request(path: Path, command: str, timeout_s: float = 60.0) -> Unsynced:

@@ -32,6 +32,7 @@ os.environ.setdefault("FUSE_LIBRARY_NAME", "fuse3")
 
 import mfusepy  # type: ignore[import-untyped]  # after FUSE_LIBRARY_NAME is set
 
+from chaos.lazyfs.delays import FsyncDelays
 from chaos.lazyfs.store import FileAttributes, LazyStore
 
 __all__ = ["serve"]
@@ -81,9 +82,19 @@ class _Operations(mfusepy.Operations):  # type: ignore[misc]
 
     use_ns = True
 
-    def __init__(self, store: LazyStore, on_mounted: Callable[[], None]) -> None:
+    def __init__(
+        self, store: LazyStore, on_mounted: Callable[[], None], delays: FsyncDelays
+    ) -> None:
         self._store = store
         self._on_mounted = on_mounted
+        self._delays = delays
+        # The path each handle was opened by: fsync comes by handle (nullpath_ok), and a
+        # slow disk is chosen by path. A rename later does not move a delay: fine for a
+        # node's whole data directory.
+        self._opened: dict[int, str] = {}
+
+    def _delay(self, path: str | None, fh: int) -> None:
+        self._delays.hold(path or self._opened.get(fh))
 
     @staticmethod
     def _caller() -> tuple[int, int]:
@@ -142,16 +153,20 @@ class _Operations(mfusepy.Operations):  # type: ignore[misc]
         return 0
 
     def opendir(self, path: str) -> int:
-        return self._store.opendir(path)
+        fh = self._store.opendir(path)
+        self._opened[fh] = path
+        return fh
 
     def readdir(self, path: str | None, fh: int) -> list[tuple[str, dict[str, int], int]]:
         return [(e.name, {"st_mode": e.mode, "st_ino": e.ino}, 0) for e in self._store.readdir(fh)]
 
     def releasedir(self, path: str | None, fh: int) -> int:
+        self._opened.pop(fh, None)
         self._store.releasedir(fh)
         return 0
 
     def fsyncdir(self, path: str | None, datasync: int, fh: int) -> int:
+        self._delay(path, fh)
         self._store.fsyncdir(fh)
         return 0
 
@@ -182,10 +197,14 @@ class _Operations(mfusepy.Operations):  # type: ignore[misc]
 
     def create(self, path: str, mode: int, flags: int) -> int:
         uid, gid = self._caller()
-        return self._store.create(path, mode, flags, uid, gid)
+        fh = self._store.create(path, mode, flags, uid, gid)
+        self._opened[fh] = path
+        return fh
 
     def open(self, path: str, flags: int) -> int:
-        return self._store.open(path, flags)
+        fh = self._store.open(path, flags)
+        self._opened[fh] = path
+        return fh
 
     def read(self, path: str | None, size: int, offset: int, fh: int) -> bytes:
         return self._store.read(fh, size, offset)
@@ -201,22 +220,29 @@ class _Operations(mfusepy.Operations):  # type: ignore[misc]
         return 0
 
     def release(self, path: str | None, fh: int) -> int:
+        self._opened.pop(fh, None)
         self._store.release(fh)
         return 0
 
     def fsync(self, path: str | None, datasync: int, fh: int) -> int:
+        self._delay(path, fh)
         self._store.fsync(fh)
         return 0
 
 
-def serve(store: LazyStore, mountpoint: Path, on_mounted: Callable[[], None]) -> None:
+def serve(
+    store: LazyStore,
+    mountpoint: Path,
+    on_mounted: Callable[[], None],
+    delays: FsyncDelays | None = None,
+) -> None:
     """Mount ``store`` on ``mountpoint`` and serve it (multi-threaded) until unmounted.
 
-    ``on_mounted`` is called once the kernel has the mount. Raises ``RuntimeError`` if
-    libfuse fails (e.g. no ``/dev/fuse``)."""
+    ``on_mounted`` is called once the kernel has the mount; ``delays`` slow fsyncs down by
+    path. Raises ``RuntimeError`` if libfuse fails (e.g. no ``/dev/fuse``)."""
     log.info("lazyfs mounting mountpoint=%s backing=%s", mountpoint, store.backing)
     _Fuse(
-        _Operations(store, on_mounted),
+        _Operations(store, on_mounted, delays or FsyncDelays()),
         str(mountpoint),
         foreground=True,
         fsname="lazyfs",

@@ -159,6 +159,15 @@ class LazyFS:
         """What a crash now would drop."""
         return request(self.control_path, "status")
 
+    def slow(self, prefix: str, milliseconds: float) -> None:
+        """Hold every fsync under ``prefix`` of the mount (``/node-2``; ``/`` for all) up by
+        ``milliseconds`` (0: no longer); a slow disk."""
+        request(self.control_path, f"slow {prefix} {milliseconds:g}")
+
+    def fast(self) -> None:
+        """No fsync is held up any more."""
+        request(self.control_path, "fast")
+
     def unmount(self, sync: bool = True) -> None:
         """Stop the mount process: unmount, with everything synced first (a clean shutdown),
         or with ``sync=False`` after a crash."""

@@ -274,7 +274,7 @@ def start_node(node: NodeRecord, voters: str, configs: Mapping[str, str]) -> Non
         )
     create_directories(node.data_dir)
     argv = node.command(voters, configs)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **node.env)
     with open(node.log_path, "ab") as log_file:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         log_file.write(f"---- {stamp} lograft cluster: {' '.join(argv)}\n".encode())

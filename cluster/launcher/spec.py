@@ -95,8 +95,10 @@ class ClusterSpec:
     """What ``up`` should start: N combined nodes on consecutive ports, data under one dir.
 
     ``hosts`` gives a node (by id) another listen address than ``host``; ``netns`` starts a
-    node (by id) inside that network namespace (``ip netns exec``, needs root). Both default
-    to none: every node on ``host``, in the launcher's namespace.
+    node (by id) inside that network namespace (``ip netns exec``, needs root); ``env`` adds
+    variables to a node's (by id) environment (the chaos suite's clock jumps preload
+    libfaketime this way). All default to none: every node on ``host``, in the launcher's
+    namespace and environment.
     """
 
     data_dir: Path = DEFAULT_DATA_DIR
@@ -107,6 +109,7 @@ class ClusterSpec:
     roles: tuple[str, ...] = DEFAULT_ROLES
     hosts: Mapping[int, str] = field(default_factory=dict)
     netns: Mapping[int, str] = field(default_factory=dict)
+    env: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -120,7 +123,7 @@ class ClusterSpec:
         # Absolute, so that the /proc check and cluster.json do not depend on the cwd.
         object.__setattr__(self, "data_dir", Path(os.path.abspath(self.data_dir)))
         object.__setattr__(self, "configs", dict(self.configs))
-        for name in ("hosts", "netns"):
+        for name in ("hosts", "netns", "env"):
             per_node = dict(getattr(self, name))
             if set(per_node) - set(self.node_ids):
                 raise LauncherError(f"{name} names nodes {sorted(per_node)}, not all among 1..N")
@@ -152,6 +155,7 @@ class ClusterSpec:
                     log_path=node_dir / NODE_LOG,
                     roles=self.roles,
                     netns=self.netns.get(node_id),
+                    env=dict(self.env.get(node_id, {})),
                 )
             )
         return records
@@ -165,7 +169,8 @@ class ClusterSpec:
 class NodeRecord:
     """One node as ``cluster.json`` records it; ``pid`` is ``None`` when it was stopped.
 
-    ``netns``: the network namespace the node runs in (``None``: the launcher's).
+    ``netns``: the network namespace the node runs in (``None``: the launcher's); ``env``:
+    variables added to the node's environment.
     """
 
     node_id: int
@@ -177,6 +182,7 @@ class NodeRecord:
     log_path: Path
     roles: tuple[str, ...]
     netns: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def address(self) -> str:
@@ -207,7 +213,8 @@ class NodeRecord:
         return argv
 
     def to_json(self) -> dict[str, Any]:
-        """The node's entry in ``cluster.json`` (``netns`` only when it has one)."""
+        """The node's entry in ``cluster.json`` (``netns`` and ``env`` only when it has
+        them)."""
         doc: dict[str, Any] = {
             "node_id": self.node_id,
             "pid": self.pid,
@@ -220,6 +227,8 @@ class NodeRecord:
         }
         if self.netns is not None:
             doc["netns"] = self.netns
+        if self.env:
+            doc["env"] = dict(self.env)
         return doc
 
     @classmethod
@@ -237,6 +246,7 @@ class NodeRecord:
             log_path=Path(doc["log_path"]),
             roles=tuple(str(role) for role in doc["roles"]),
             netns=None if netns is None else str(netns),
+            env={str(k): str(v) for k, v in dict(doc.get("env", {})).items()},
         )
 
     def layout(self) -> tuple[object, ...]:
@@ -250,6 +260,7 @@ class NodeRecord:
             self.log_path,
             self.roles,
             self.netns,
+            tuple(sorted(self.env.items())),
         )
 
 
@@ -309,6 +320,7 @@ def parse_cluster_document(
         roles=nodes[0].roles,
         hosts={n.node_id: n.host for n in nodes if n.host != nodes[0].host},
         netns={n.node_id: n.netns for n in nodes if n.netns is not None},
+        env={n.node_id: n.env for n in nodes if n.env},
     )
     return spec, nodes, voters
 

@@ -5,7 +5,8 @@ history, result and report behind.
 The runs are the short set of ``chaos.suite`` (fixed seeds, about 25-30 s each). Scenarios
 that cut the network need root, ``ip`` and ``nft`` (each node in a network namespace of its
 own): skipped without them, failed instead when ``LOGRAFT_REQUIRE_NETNS=1``. Power-loss
-scenarios need ``/dev/fuse`` (the data on LazyFS): skipped without it.
+and slow-disk scenarios need ``/dev/fuse`` (the data on LazyFS; ``LOGRAFT_REQUIRE_FUSE=1``),
+clock jumps libfaketime (``LOGRAFT_REQUIRE_CHAOS_TOOLS=1``; ``chaos/install-tools.sh``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos.clock import clock_unavailable
 from chaos.history import read_history
 from chaos.lazyfs import fuse_available
 from chaos.network import netns_unavailable
@@ -28,14 +30,21 @@ pytestmark = pytest.mark.integration
 
 @pytest.mark.parametrize("planned", SHORT_SET, ids=lambda r: f"{r.scenario}-{r.seed}")
 def test_the_short_set_finds_no_anomaly_with_acks_all(tmp_path: Path, planned: SuiteRun) -> None:
-    if scenario(planned.scenario).needs_network:
-        reason = netns_unavailable()
-        if reason is not None:
-            if os.environ.get("LOGRAFT_REQUIRE_NETNS") == "1":
-                pytest.fail(f"LOGRAFT_REQUIRE_NETNS=1 but {reason}")
+    chosen = scenario(planned.scenario)
+    needs = [
+        (chosen.needs_network, netns_unavailable(), "LOGRAFT_REQUIRE_NETNS"),
+        (
+            chosen.needs_disk,
+            None if fuse_available() else "power loss needs /dev/fuse (LazyFS)",
+            "LOGRAFT_REQUIRE_FUSE",
+        ),
+        (chosen.needs_clocks, clock_unavailable(), "LOGRAFT_REQUIRE_CHAOS_TOOLS"),
+    ]
+    for needed, reason, required in needs:
+        if needed and reason is not None:
+            if os.environ.get(required) == "1":
+                pytest.fail(f"{required}=1 but {reason}")
             pytest.skip(reason)
-    if scenario(planned.scenario).needs_disk and not fuse_available():
-        pytest.skip("power loss needs /dev/fuse (LazyFS)")
     summary = run(
         RunOptions(planned.scenario, planned.seed, planned.duration_s, planned.workload, tmp_path)
     )

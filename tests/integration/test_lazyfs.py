@@ -13,6 +13,7 @@ import errno
 import os
 import random
 import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -451,3 +452,33 @@ def test_power_loss_loses_acknowledged_records_under_the_interval_flush_policy(
     assert dropped.unsynced_bytes > 0, dropped
     assert len(stored) < len(acked), "the crash lost no acknowledged record"
     assert stored == acked[: len(stored)], "what survived is not a prefix of what was acked"
+
+
+@needs_fuse
+def test_a_slow_disk_holds_up_fsyncs_under_its_prefix_only_until_it_is_fast_again(
+    lazyfs: LazyFS,
+) -> None:
+    mnt = lazyfs.mountpoint
+    (mnt / "slow").mkdir()
+    (mnt / "fast").mkdir()
+    write_file(mnt / "slow" / "f", b"s")
+    write_file(mnt / "fast" / "f", b"f")
+    for directory in (mnt, mnt / "slow", mnt / "fast"):
+        fsync_path(directory)  # the names are durable; the data is not yet
+    lazyfs.slow("/slow", 30_000)  # longer than this test takes unless fast() releases it
+    done: list[str] = []
+    holder = threading.Thread(target=lambda: (fsync_path(mnt / "slow" / "f"), done.append("s")))
+    holder.start()
+    try:
+        fsync_path(mnt / "fast" / "f")  # another node's fsync is not held up
+        write_file(mnt / "slow" / "g", b"g")  # nor a write under the slow prefix
+        assert done == [] and holder.is_alive(), "the slow fsync finished before the heal"
+        assert lazyfs.status().unsynced_bytes == 2, "the held fsync has not synced f yet"
+    finally:
+        lazyfs.fast()
+        holder.join(timeout=20)
+    assert done == ["s"]
+    lazyfs.crash()
+    assert (mnt / "slow" / "f").read_bytes() == b"s", "released, the fsync made f durable"
+    assert (mnt / "fast" / "f").read_bytes() == b"f"
+    assert not (mnt / "slow" / "g").exists(), "g was never made durable"

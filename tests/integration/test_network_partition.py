@@ -280,6 +280,7 @@ def test_connectivity_follows_each_fault(net: NetnsNetwork) -> None:
     check(net.partition([[1, 2], [2, 3]]), _both_ways((1, 3)))  # a bridge: 2 sees both sides
     check(net.one_way(1, 3), {(1, 3)})
     check(net.one_way(CLIENTS, 2), {(CLIENTS, 2)})
+    check(net.one_way(2, [1, 3]), {(2, 1), (2, 3)})
     check(net.heal(), set())
     assert [f.kind for f in net.faults] == [
         "isolate",
@@ -287,6 +288,7 @@ def test_connectivity_follows_each_fault(net: NetnsNetwork) -> None:
         "partition",
         "partition",
         "partition",
+        "one-way",
         "one-way",
         "one-way",
         "heal",

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import pytest
 
 from chaos.history import HistoryWriter
 from chaos.nemesis import FAULTS, Disk, Nemesis, Network, ReplicaLogs, TargetError
+from chaos.runner import RunOptions, run
 from chaos.scenarios import SCENARIOS, FaultStep, scenario, schedule
 from chaos.workload import send_outcome
 from cluster.errors import (
@@ -56,7 +58,27 @@ def test_every_fault_a_scenario_names_exists_and_network_scenarios_say_so() -> N
     assert scenario("mixed-network").needs_network
     assert not scenario("mixed").needs_network
     assert scenario("power-loss").needs_disk
+    assert scenario("slow-disk").needs_disk
     assert not scenario("mixed-network").needs_disk
+    assert scenario("clock-jump").needs_clocks
+    assert not scenario("mixed").needs_clocks
+
+
+def test_scenarios_the_compose_target_cannot_inject_run_locally_only() -> None:
+    for name in ("mixed", "mixed-network", "kill-all", "partition-leader", "partition-halves"):
+        assert scenario(name).targets == ("local", "compose"), name
+    for name in ("partition-bridge", "partition-one-way", "torn-tail", "slow-disk"):
+        assert scenario(name).targets == ("local",), name
+    for name in ("power-loss", "clock-jump", "mixed-all"):
+        assert scenario(name).targets == ("local",), name
+
+
+def test_the_runner_refuses_a_local_only_scenario_on_compose_before_starting_anything(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ValueError, match="runs on local only"):
+        run(RunOptions("torn-tail", 1, 10, results_dir=tmp_path, target="compose"))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_unknown_scenario_is_refused() -> None:
@@ -74,6 +96,10 @@ class FakeNetwork:
 
     def partition(self, groups: Sequence[Iterable[int]], cut_clients: bool = False) -> object:
         self.calls.append(f"partition {[list(g) for g in groups]}")
+        return None
+
+    def one_way(self, src: int, dst: int | Iterable[int]) -> object:
+        self.calls.append(f"one-way {src} -> {dst}")
         return None
 
     def heal(self) -> object:
@@ -146,6 +172,15 @@ class FakeTarget:
     def controller(self) -> int | None:
         return 3
 
+    def node_data_dir(self, node: int) -> Path | None:
+        return None
+
+    def slow_disk(self, node: int, milliseconds: float) -> None:
+        self.calls.append(f"slow-disk {node} {milliseconds:g}")
+
+    def set_clock(self, node: int, offset_s: int) -> None:
+        self.calls.append(f"clock {node} {offset_s:+d}")
+
     def replica_logs(self, topic: str, partitions: int) -> ReplicaLogs | None:
         return None
 
@@ -162,6 +197,11 @@ class FakeTarget:
         ("pause-leader", (1,), ["pause 2", "resume 2"]),
         ("partition-leader", (1,), ["isolate 2 clients-cut=False", "heal"]),
         ("partition-halves", (3,), ["partition [[3], [1, 2]]", "heal"]),
+        ("partition-bridge", (1,), ["partition [[1, 2], [1, 3]]", "heal"]),
+        ("partition-one-way", (1,), ["one-way 2 -> [1, 3]", "heal"]),
+        ("slow-disk", (3,), ["slow-disk 3 400", "slow-disk 3 0"]),
+        ("clock-forward", (1,), ["clock 1 +86400", "clock 1 +0"]),
+        ("clock-back", (2,), ["clock 2 -86400", "clock 2 +0"]),
         ("power-loss", (1, 2, 3), ["kill 1", "kill 2", "kill 3", "crash", "start [1, 2, 3]"]),
     ],
 )
@@ -207,7 +247,9 @@ def test_a_network_or_disk_fault_on_a_target_without_one_fails_and_says_why() ->
     assert "cannot cut the network" in (history.ops()[1].error or "")
     assert not nemesis.inject(FaultStep(1.0, "power-loss", (1, 2, 3), 2.0)).ok
     assert "cannot lose power" in (history.ops()[3].error or "")
-    assert target.calls == [], "nothing was killed for a power loss that cannot happen"
+    assert not nemesis.inject(FaultStep(1.0, "torn-tail", (1,), 2.0)).ok
+    assert "cannot reach its nodes' data" in (history.ops()[5].error or "")
+    assert target.calls == [], "nothing was killed for a fault that cannot happen"
 
 
 def test_healing_everything_heals_the_network_resumes_and_starts_every_node() -> None:

@@ -182,6 +182,20 @@ def test_cluster_json_round_trip(tmp_path: Path) -> None:
     assert loaded.bootstrap == cluster.bootstrap
 
 
+def test_a_node_environment_is_recorded_and_restored(tmp_path: Path) -> None:
+    """A node restarted from cluster.json gets the variables it was first started with
+    (the chaos suite's clock jumps preload libfaketime into nodes this way)."""
+    env = {2: {"LD_PRELOAD": "/lib/x.so", "FAKETIME_NO_CACHE": "1"}}
+    cluster = LocalCluster(ClusterSpec(data_dir=tmp_path, nodes=3, base_port=19092, env=env))
+    cluster.save()
+    doc = json.loads((tmp_path / CLUSTER_FILE).read_text())
+    assert "env" not in doc["nodes"][0]
+    assert doc["nodes"][1]["env"] == env[2]
+    loaded = LocalCluster.load(tmp_path)
+    assert loaded.spec.env == env
+    assert [n.env for n in loaded.nodes] == [{}, env[2], {}]
+
+
 def test_save_replaces_the_file(tmp_path: Path) -> None:
     cluster = LocalCluster(ClusterSpec(data_dir=tmp_path, nodes=1))
     cluster.save()

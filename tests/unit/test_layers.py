@@ -82,6 +82,7 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("replica/follower_fetch.py", Layer.SHELL),  # the fetcher's per-partition step
     ("replica/broker_service.py", Layer.SHELL),
     ("replica/broker_rpcs.py", Layer.SHELL),  # what the broker servicer's parts share
+    ("replica/clocks.py", Layer.SHELL),  # the wall clock and the replication (monotonic) clock
     ("replica/data_plane_rpcs.py", Layer.SHELL),  # Produce, Fetch, ListOffsets
     ("replica/admin_rpcs.py", Layer.SHELL),  # metadata, topics, producer ids, configs
     ("replica/group_rpcs.py", Layer.SHELL),  # the consumer-group RPCs
