@@ -89,6 +89,8 @@ log = logging.getLogger(__name__)
 END_OF_FAULTS = "end of faults"
 """The ``detail`` of the heal that ends a run's faults (:meth:`Nemesis.heal_everything`)."""
 ADMIN_TIMEOUT_MS = 5000
+IN_SYNC_TIMEOUT_S = 60.0
+"""How long a fault that needs whole ISRs waits for them before it goes ahead anyway."""
 """Bound of each leader / controller lookup: a fault must not wait long for its node."""
 
 ReplicaLogs = dict[tuple[str, int], dict[int, list[tuple[int, str | None]]]]
@@ -193,6 +195,11 @@ class Target(Protocol):
         """The active controller now (``None``: none or unknown)."""
         ...
 
+    def wait_in_sync(self, topic: str, timeout_s: float) -> list[str]:
+        """Wait (at most ``timeout_s``) until every partition of ``topic`` has its whole ISR
+        and a leader; returns the partitions still short."""
+        ...
+
     def node_data_dir(self, node: int) -> Path | None:
         """The data directory of ``node`` as this process can write it while the node is
         stopped, or ``None`` when this target cannot reach it."""
@@ -214,8 +221,22 @@ class Target(Protocol):
         ...
 
 
+def under_replicated(admin: AdminClient, topic: str) -> list[str]:
+    """The partitions of ``topic`` whose ISR is short of their replicas or that have no
+    leader (``topic-*`` with the error when the lookup fails)."""
+    try:
+        (description,) = admin.describe_topics([topic])
+    except LograftError as exc:
+        return [f"{topic}-* ({exc.error_name})"]
+    return [
+        f"{topic}-{p.partition}"
+        for p in description.partitions
+        if len(p.isr) < len(p.replicas) or p.leader < 0
+    ]
+
+
 class _AdminLookups:
-    """``leader_of`` and ``controller`` through an admin client (for any target)."""
+    """``leader_of``, ``controller`` and ``wait_in_sync`` through an admin client."""
 
     @property
     def bootstrap(self) -> str:
@@ -238,6 +259,17 @@ class _AdminLookups:
             if info.partition == partition and info.leader >= 0:
                 return info.leader
         return None
+
+    def wait_in_sync(self, topic: str, timeout_s: float) -> list[str]:
+        """Wait (at most ``timeout_s``) until every partition of ``topic`` has its whole ISR
+        and a leader; returns the partitions still short."""
+        deadline = time.monotonic() + timeout_s
+        with self._admin() as admin:
+            while True:
+                short = under_replicated(admin, topic)
+                if not short or time.monotonic() > deadline:
+                    return short
+                time.sleep(0.25)
 
     def controller(self) -> int | None:
         """The active controller as some node's metadata has it."""
@@ -706,6 +738,10 @@ class Fault(ABC):
 
     name: ClassVar[str]
     heal_name: ClassVar[str]
+    needs_in_sync: ClassVar[bool] = False
+    """Inject only once every partition of the workload's topic has its whole ISR (bounded
+    by :data:`IN_SYNC_TIMEOUT_S`): a fault that takes away one replica's data must hit one
+    replica, not the last one left in sync."""
     select: Selector
 
     def describe(self, step: FaultStep, nodes: Sequence[int], target: Target) -> str:
@@ -790,6 +826,7 @@ class TornTail(Fault):
 
     name: ClassVar[str] = "torn-tail"
     heal_name: ClassVar[str] = "restart"
+    needs_in_sync: ClassVar[bool] = True
 
     def inject(self, target: Target, nodes: Sequence[int]) -> str | None:
         directories = {node: target.node_data_dir(node) for node in nodes}
@@ -992,6 +1029,15 @@ class Nemesis:
     def inject(self, step: FaultStep) -> Injected:
         """Inject ``step``'s fault now (recorded; a failure is recorded, not raised)."""
         fault = FAULTS[step.fault]
+        if fault.needs_in_sync:
+            try:
+                short = self._target.wait_in_sync(self._tp[0], IN_SYNC_TIMEOUT_S)
+            except Exception as exc:  # the fault goes ahead; the history shows its detail
+                short = [f"lookup failed: {exc}"]
+            if short:
+                log.warning(
+                    "fault injected without whole ISRs fault=%s short=%s", step.fault, short
+                )
         try:
             nodes = tuple(fault.select(self._target, step, self._tp))
         except Exception as exc:  # a lookup that broke: the seed's nodes stand in

@@ -27,7 +27,15 @@ from typing import Any
 
 from chaos.checker import CheckResult, FinalState, check
 from chaos.history import HistoryWriter, Op
-from chaos.nemesis import END_OF_FAULTS, ComposeTarget, LocalTarget, Nemesis, ReplicaLogs, Target
+from chaos.nemesis import (
+    END_OF_FAULTS,
+    ComposeTarget,
+    LocalTarget,
+    Nemesis,
+    ReplicaLogs,
+    Target,
+    under_replicated,
+)
 from chaos.report import render_report
 from chaos.scenarios import scenario, schedule
 from chaos.workload import (
@@ -39,7 +47,6 @@ from chaos.workload import (
 )
 from cluster.client import AdminClient
 from cluster.client.admin import NewTopic
-from cluster.errors import LograftError
 
 __all__ = ["TARGETS", "RunOptions", "run"]
 
@@ -73,25 +80,13 @@ class RunOptions:
     send_interval_s: float = 0.005
 
 
-def _under_replicated(admin: AdminClient, topic: str) -> list[str]:
-    try:
-        (description,) = admin.describe_topics([topic])
-    except LograftError as exc:
-        return [f"{topic}-* ({exc.error_name})"]
-    return [
-        f"{topic}-{p.partition}"
-        for p in description.partitions
-        if len(p.isr) < len(p.replicas) or p.leader < 0
-    ]
-
-
 def _wait_recovered(bootstrap: str, topic: str, timeout_s: float) -> tuple[list[str], float]:
     """Wait until no partition of ``topic`` is under-replicated, at most ``timeout_s``;
     returns the partitions still short and the seconds waited."""
     start = time.monotonic()
     with AdminClient({"bootstrap.servers": bootstrap, "default.api.timeout.ms": 5000}) as admin:
         while True:
-            short = _under_replicated(admin, topic)
+            short = under_replicated(admin, topic)
             waited = time.monotonic() - start
             if not short or waited > timeout_s:
                 return short, round(waited, 2)

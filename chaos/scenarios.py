@@ -136,8 +136,8 @@ _SCENARIOS = (
     Scenario("kill-all", "kill -9 every node at once, restart them all", ("kill-all",)),
     Scenario(
         "torn-tail",
-        "kill -9 a random node, damage the tail of every partition's active segment on it "
-        "(cut, garbage or zeros), restart it",
+        "once every ISR is whole, kill -9 a random node, damage the tail of every "
+        "partition's active segment on it (cut, garbage or zeros), restart it",
         ("torn-tail",),
     ),
     Scenario("pause-random", "SIGSTOP a random node, SIGCONT it after a while", ("pause-random",)),

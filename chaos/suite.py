@@ -12,6 +12,7 @@ markers of ``docs/guarantees.md``.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ __all__ = [
     "SETS",
     "SHORT_SET",
     "SuiteRun",
+    "merged_results",
     "results_table",
     "run_set",
     "update_guarantees",
@@ -145,20 +147,64 @@ def results_table(summaries: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+RESULTS_FILE = "chaos-results.json"
+"""Beside the guarantees page: the summaries its table shows, one per (scenario, workload,
+target), so that a run of a few scenarios replaces their rows and keeps the others."""
+_KEPT = (
+    "scenario",
+    "workload",
+    "target",
+    "seed",
+    "duration_s",
+    "operations",
+    "faults",
+    "valid",
+    "anomalies",
+    "sends",
+    "recovery_ms",
+    "recovery_ms_by_fault",
+    "error",
+)
+
+
+def _row_key(summary: dict[str, Any]) -> tuple[str, str, str]:
+    return summary["scenario"], summary["workload"], summary["target"]
+
+
+def merged_results(results_file: Path, summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The summaries recorded in ``results_file`` (if any) with ``summaries`` in place of
+    those of the same scenario, workload and target; the order of :data:`LONG_SET` first."""
+    recorded: list[dict[str, Any]] = []
+    if results_file.exists():
+        recorded = json.loads(results_file.read_text())
+    by_key = {_row_key(s): s for s in recorded}
+    for summary in summaries:
+        by_key[_row_key(summary)] = {k: v for k, v in summary.items() if k in _KEPT}
+    order = {(r.scenario, r.workload, r.target): n for n, r in enumerate(LONG_SET)}
+    return sorted(by_key.values(), key=lambda s: order.get(_row_key(s), len(order)))
+
+
 def update_guarantees(path: Path, summaries: Sequence[dict[str, Any]]) -> None:
-    """Replace the results between the markers of ``path`` with the table of ``summaries``."""
+    """Record ``summaries`` in :data:`RESULTS_FILE` beside ``path`` (replacing earlier runs
+    of the same scenario, workload and target) and write the table of every recorded run
+    between the markers of ``path``."""
+    results_file = path.with_name(RESULTS_FILE)
+    recorded = merged_results(results_file, summaries)
+    results_file.write_text(json.dumps(recorded, indent=1) + "\n")
     text = path.read_text()
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
     body = (
         f"\nWritten {time.strftime('%Y-%m-%d')} by `python -m chaos suite --update-docs` "
-        "(`make chaos` runs the long set), three local nodes on one machine. Workloads: "
+        "(`make chaos` runs the long set; a run of some scenarios replaces their rows, the "
+        f"summaries are in `{RESULTS_FILE}`), three nodes on one 2-core machine. Workloads: "
         "acks-all = `acks=all`, `min.insync.replicas=2`, idempotence on; acks-1 = `acks=1` "
         "(idempotence off: it needs acks=all); no-idempotence = `acks=all` without "
-        "idempotence; unclean = acks-all with `unclean.leader.election.enable=true`. A send "
+        "idempotence; unclean = acks-all with `unclean.leader.election.enable=true`; "
+        "flush-interval = acks-all with `flush.policy=interval`. A send "
         "is *unknown* when its outcome was not learnt (an error after the batch may have "
         "reached a broker): it may or may not be in the log, and neither is an anomaly. "
         "Recovery is measured for acks=all sends only; the last heal of each run is its end, "
         "after which nothing is sent (-).\n\n"
-        f"{results_table(summaries)}\n"
+        f"{results_table(recorded)}\n"
     )
     path.write_text(text[:start] + body + text[end:])

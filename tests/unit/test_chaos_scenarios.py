@@ -126,6 +126,7 @@ class FakeTarget:
         self._network = FakeNetwork(self.calls) if with_network else None
         self._disk = FakeDisk(self.calls) if with_network else None
         self._broken = broken
+        self.waited_in_sync: list[str] = []
 
     @property
     def bootstrap(self) -> str:
@@ -165,6 +166,10 @@ class FakeTarget:
 
     def resume(self, node: int) -> None:
         self.calls.append(f"resume {node}")
+
+    def wait_in_sync(self, topic: str, timeout_s: float) -> list[str]:
+        self.waited_in_sync.append(topic)
+        return []
 
     def leader_of(self, topic: str, partition: int) -> int | None:
         return 2
@@ -250,6 +255,15 @@ def test_a_network_or_disk_fault_on_a_target_without_one_fails_and_says_why() ->
     assert not nemesis.inject(FaultStep(1.0, "torn-tail", (1,), 2.0)).ok
     assert "cannot reach its nodes' data" in (history.ops()[5].error or "")
     assert target.calls == [], "nothing was killed for a fault that cannot happen"
+
+
+def test_a_fault_that_takes_a_replicas_data_waits_for_whole_isrs_first() -> None:
+    target = FakeTarget()
+    nemesis = Nemesis(target, HistoryWriter(None), ("chaos", 0))
+    nemesis.inject(FaultStep(1.0, "kill-random", (1,), 2.0))
+    assert target.waited_in_sync == []
+    nemesis.inject(FaultStep(1.0, "torn-tail", (1,), 2.0))
+    assert target.waited_in_sync == ["chaos"]
 
 
 def test_healing_everything_heals_the_network_resumes_and_starts_every_node() -> None:
