@@ -49,7 +49,7 @@ from controller.metadata import MetadataImage
 from controller.quorum.driver import RaftDriver
 from controller.quorum.metadata_machine import MetadataStateMachine
 from replica.broker_rpcs import BrokerEndpoint
-from replica.clocks import replication_clock_ms, wall_clock_ms
+from replica.clocks import interval_clock_ms, wall_clock_ms
 from replica.fetcher import FollowedPartition, ReplicaFetcherManager
 from replica.group_service import GroupService
 from replica.log_manager import LogManager, remove_directories
@@ -336,7 +336,7 @@ class KRaftBroker(BrokerFrontend):
                 self.broker_epoch,
                 image.offset,
             )
-        now_ms = replication_clock_ms()  # starts the followers' lag clocks of a new leadership
+        now_ms = interval_clock_ms()  # starts the followers' lag clocks of a new leadership
         log_configs: dict[str, LogConfig | None] = {}
         reconfigured: dict[str, int] = {}
         followed: dict[TopicPartition, FollowedPartition] = {}
@@ -479,7 +479,7 @@ class KRaftBroker(BrokerFrontend):
         interval_s = max(self._replica_lag_time_max_ms / 2000, 0.05)
         while True:
             await asyncio.sleep(interval_s)
-            now_ms = replication_clock_ms()
+            now_ms = interval_clock_ms()
             for partition in list(self._logs.partitions.values()):
                 if not partition.is_leader:
                     continue

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from cluster.errors import LograftError
 from cluster.wire import broker_pb2 as pb
-from replica.clocks import replication_clock_ms, wall_clock_ms
+from replica.clocks import interval_clock_ms, wall_clock_ms
 from replica.group_service import GroupService
 from replica.log_manager import LogManager
 from replica.producer_ids import LocalProducerIdBlocks, ProducerIdAllocator
@@ -108,13 +108,13 @@ class BrokerRpcs:
         frontend: ClusterFrontend | None = None,
         groups: GroupService | None = None,
         local_producer_ids: ProducerIdAllocator | None = None,
-        replication_clock_ms: Callable[[], int] = replication_clock_ms,
+        interval_clock_ms: Callable[[], int] = interval_clock_ms,
     ) -> None:
         self._logs = logs
         self._endpoint = endpoint
         self._cluster_id = cluster_id
         self._now_ms = now_ms
-        self._replication_clock_ms = replication_clock_ms
+        self._interval_clock_ms = interval_clock_ms
         self._frontend = frontend
         self._groups = groups
         self._local_producer_ids = local_producer_ids or ProducerIdAllocator(

@@ -4,17 +4,19 @@
   (``LogAppendTime``), segment rolling and time-based retention, offset-commit times. It may
   jump (an NTP step, an operator's ``date -s``); what reads it must accept that, as Kafka's
   log does.
-* :func:`replication_clock_ms`: the monotonic clock, for intervals that decide replication:
-  when a follower last caught up, when the ISR shrinks. A wall clock jumping a day ahead
-  would make every follower look a day behind and shrink every ISR to the leader alone (seen
-  by the chaos suite's clock-jump scenario); jumping back, followers would never leave.
+* :func:`interval_clock_ms`: the monotonic clock, for intervals and deadlines: when a
+  follower last caught up and when the ISR shrinks, consumer-group member sessions and
+  rebalance timeouts. A wall clock jumping a day ahead made every follower look a day behind
+  (every ISR shrank to its leader) and expired every group member; jumping back, followers
+  never left the ISR and a group's deadlines lay a day ahead, so a revoked partition was
+  never handed on and the group stopped committing (the chaos suite's clock-jump scenario).
 """
 
 from __future__ import annotations
 
 import time
 
-__all__ = ["replication_clock_ms", "wall_clock_ms"]
+__all__ = ["interval_clock_ms", "wall_clock_ms"]
 
 
 def wall_clock_ms() -> int:
@@ -22,6 +24,6 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-def replication_clock_ms() -> int:
+def interval_clock_ms() -> int:
     """Milliseconds of the monotonic clock (never jumps; only differences mean anything)."""
     return int(time.monotonic() * 1000)

@@ -190,7 +190,7 @@ class DataPlaneRpcs(BrokerRpcs):
                             wanted.fetch_offset,
                             wanted.last_fetched_epoch,
                             wanted.current_leader_epoch,
-                            self._replication_clock_ms(),
+                            self._interval_clock_ms(),
                         )
                         result.high_watermark = partition.high_watermark
                         if isinstance(decision, DivergingEpoch):

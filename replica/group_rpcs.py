@@ -64,7 +64,7 @@ class GroupRpcs(BrokerRpcs):
             if request.HasField("owned_partitions")
             else None
         )
-        now_ms = self._now_ms()
+        now_ms = self._interval_clock_ms()  # session and rebalance deadlines
 
         def heartbeat(coordinator: GroupCoordinator) -> Any:
             return coordinator.heartbeat(
@@ -110,7 +110,7 @@ class GroupRpcs(BrokerRpcs):
             for topic in request.topics
             for p in topic.partitions
         }
-        now_ms = self._now_ms()
+        now_ms = self._now_ms()  # the commit's timestamp
         try:
             result = await self._group_service().call(
                 request.group_id,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -28,6 +27,7 @@ from cluster.errors import (
     NotCoordinatorError,
 )
 from replica.batch_header import iter_headers, validate_batches
+from replica.clocks import interval_clock_ms, wall_clock_ms
 from replica.group import (
     CoordinatorState,
     GroupCoordinator,
@@ -53,10 +53,6 @@ _READ_CHUNK = 4 * 1024 * 1024
 T = TypeVar("T")
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 @dataclass
 class _Slot:
     """One ``__consumer_offsets`` partition's coordinator and the lock ordering its writes."""
@@ -74,12 +70,16 @@ class GroupService:
         logs: LogManager,
         partition_counts: Callable[[], Mapping[str, int]],
         config: GroupCoordinatorConfig | None = None,
-        now_ms: Callable[[], int] = _now_ms,
+        now_ms: Callable[[], int] = wall_clock_ms,
+        interval_clock_ms: Callable[[], int] = interval_clock_ms,
     ) -> None:
+        """``now_ms`` stamps what the coordinator appends; ``interval_clock_ms`` (monotonic)
+        times member sessions and rebalances (see :mod:`replica.clocks`)."""
         self._logs = logs
         self._partition_counts = partition_counts
         self._config = config or GroupCoordinatorConfig()
         self._now_ms = now_ms
+        self._interval_clock_ms = interval_clock_ms
         self._slots: dict[int, _Slot] = {}
         self._ticker: asyncio.Task[None] | None = None
         self._updates: set[asyncio.Task[None]] = set()
@@ -141,7 +141,9 @@ class GroupService:
         async with slot.lock:
             try:
                 count = self._replay(partition, slot.coordinator)
-                records = slot.coordinator.complete_load(self._partition_counts(), self._now_ms())
+                records = slot.coordinator.complete_load(
+                    self._partition_counts(), self._interval_clock_ms()
+                )
                 await self._append(partition, records)
             except (LograftError, TimeoutError) as exc:
                 log.error("group coordinator load failed partition=%d error=%r", index, exc)
@@ -278,7 +280,7 @@ class GroupService:
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(TICK_INTERVAL_S)
-            now = self._now_ms()
+            now = self._interval_clock_ms()
             for index, slot in list(self._slots.items()):
                 if slot.coordinator.state is not CoordinatorState.ACTIVE:
                     continue
