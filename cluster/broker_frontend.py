@@ -113,7 +113,8 @@ class BrokerFrontend:
             waiter: asyncio.Future[None] = loop.create_future()
             self._image_waiters.append(waiter)
             try:
-                await asyncio.wait_for(waiter, remaining)
+                async with asyncio.timeout(remaining):
+                    await waiter
             except TimeoutError:
                 continue
 

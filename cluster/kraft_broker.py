@@ -162,7 +162,8 @@ class KRaftBroker(BrokerFrontend):
         await self.groups.stop()
         if self.broker_epoch >= 0:
             try:
-                await asyncio.wait_for(self._controlled_shutdown(), CONTROLLED_SHUTDOWN_TIMEOUT_S)
+                async with asyncio.timeout(CONTROLLED_SHUTDOWN_TIMEOUT_S):
+                    await self._controlled_shutdown()
             except (TimeoutError, LograftError) as exc:
                 log.warning("controlled shutdown incomplete node_id=%d error=%r", self.node_id, exc)
         await self._controllers.close()

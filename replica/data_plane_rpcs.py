@@ -34,6 +34,12 @@ __all__ = ["DataPlaneRpcs"]
 
 log = logging.getLogger(__name__)
 
+
+async def _acked_within(partition: Partition, offset: int, acks: int, timeout_s: float) -> None:
+    async with asyncio.timeout(timeout_s):
+        await partition.wait_acked(offset, acks)
+
+
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
@@ -116,7 +122,7 @@ class DataPlaneRpcs(BrokerRpcs):
         """Wait for each partition's acks, as its ack rule says (``Partition.wait_acked``)."""
         outcomes = await asyncio.gather(
             *(
-                asyncio.wait_for(partition.wait_acked(offset, acks), timeout_s)
+                _acked_within(partition, offset, acks, timeout_s)
                 for _, partition, offset in pending
             ),
             return_exceptions=True,

@@ -160,7 +160,8 @@ class ReplicaFetcher:
         due = min((until for _, until in self._delayed.values()), default=None)
         timeout = RETRY_BACKOFF_S if due is None else max(due - loop.time(), 0.0)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._changed.wait()
 
     def _request(self) -> tuple[pb.FetchRequest | None, dict[TopicPartition, _Sent]]:
         now = asyncio.get_running_loop().time()

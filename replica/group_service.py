@@ -273,7 +273,8 @@ class GroupService:
         data = bytearray(encode_batch([v for _, v in pairs], [k for k, _ in pairs]))
         headers = validate_batches(data, max(len(data), partition.log.config.max_message_bytes))
         appended = partition.append_as_leader(data, headers, -1, self._now_ms())
-        await asyncio.wait_for(partition.wait_acked(appended.required_offset, -1), APPEND_TIMEOUT_S)
+        async with asyncio.timeout(APPEND_TIMEOUT_S):
+            await partition.wait_acked(appended.required_offset, -1)
 
     # ---- expiry ----------------------------------------------------------------------------
 

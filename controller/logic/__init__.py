@@ -35,6 +35,7 @@ from controller.logic.brokers import (
     controlled_shutdown,
     fence_brokers,
     fence_expired_brokers,
+    record_heartbeat_contact,
     register_broker,
     unregister_broker,
 )
@@ -132,6 +133,7 @@ __all__ = [
     "incremental_alter_configs",
     "parse_broker_resource_name",
     "place_replicas",
+    "record_heartbeat_contact",
     "register_broker",
     "unclean_leader_election_enabled",
     "unregister_broker",

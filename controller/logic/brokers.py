@@ -56,6 +56,7 @@ __all__ = [
     "controlled_shutdown",
     "fence_brokers",
     "fence_expired_brokers",
+    "record_heartbeat_contact",
     "register_broker",
     "unregister_broker",
 ]
@@ -244,6 +245,28 @@ def register_broker(
     )
     heartbeats.touch(request.broker_id, now_ms)
     return Decision(tuple(records), BrokerRegistrationResult(request.broker_id, epoch), unclean)
+
+
+def record_heartbeat_contact(
+    image: MetadataImage,
+    broker_id: int,
+    broker_epoch: int,
+    heartbeats: BrokerHeartbeatManager,
+    now_ms: int,
+) -> bool:
+    """A heartbeat arrived: renew the session of the broker it names, before it is decided.
+
+    The active controller decides one thing at a time and each decision waits for its
+    records to commit; a heartbeat queued behind slow commits is decided seconds after it
+    arrived, and a session renewed only then expires while the broker is alive (Kafka's
+    KAFKA-15019, KAFKA-17793: the contact time is recorded on arrival). Only the current
+    incarnation's epoch renews a session. Returns whether it did.
+    """
+    broker = image.broker(broker_id)
+    if broker is None or broker.broker_epoch != broker_epoch:
+        return False
+    heartbeats.touch(broker_id, now_ms)
+    return True
 
 
 def broker_heartbeat(

@@ -56,6 +56,7 @@ from controller.logic import (
     elect_preferred_leaders,
     fence_expired_brokers,
     incremental_alter_configs,
+    record_heartbeat_contact,
     register_broker,
 )
 from controller.logic.decision import DEFAULT_CONFIG, ControllerConfig
@@ -241,6 +242,14 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
             request.want_fence,
             request.want_shut_down,
         )
+        if self.check_active():  # the session counts from now, not from when it is decided
+            record_heartbeat_contact(
+                self._machine.image,
+                request.broker_id,
+                request.broker_epoch,
+                self._heartbeats,
+                self._now_ms(),
+            )
         try:
             result = await self._decide(
                 lambda: broker_heartbeat(

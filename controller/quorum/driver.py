@@ -223,7 +223,8 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
         self._inbound.append(item)
         self._wakeup.set()
         try:
-            answers = await asyncio.wait_for(reply, STEP_TIMEOUT_S)
+            async with asyncio.timeout(STEP_TIMEOUT_S):
+                answers = await reply
         except TimeoutError:
             answers = []
         return pb.RaftReply(messages=[to_envelope(m) for m in answers], rejected=item.rejected)

@@ -20,6 +20,7 @@ from controller.logic import (
     controlled_shutdown,
     fence_brokers,
     fence_expired_brokers,
+    record_heartbeat_contact,
     register_broker,
     unregister_broker,
 )
@@ -395,3 +396,27 @@ def test_unregister_broker() -> None:
     cluster.commit(decision)
     assert 0 not in cluster.image.brokers and cluster.image.partitions_led_by(0) == []
     assert cluster.heartbeats.last_contact_ms(0) is None
+
+
+def test_a_heartbeat_renews_the_session_when_it_arrives_not_when_it_is_decided() -> None:
+    cluster = _cluster(2)
+    arrived_ms = cluster.now_ms + 5000
+    # Broker 0's heartbeat arrives while the controller waits for a slow commit...
+    assert record_heartbeat_contact(
+        cluster.image, 0, cluster.epochs[0], cluster.heartbeats, arrived_ms
+    )
+    # ...and the session check that runs after that commit, past the timeout since the
+    # brokers' last decided heartbeats, fences broker 1 only.
+    cluster.now_ms += 10_000  # the session timeout is 9 s
+    decision = fence_expired_brokers(cluster.image, cluster.heartbeats, cluster.now_ms)
+    assert decision.result == (1,)
+
+
+def test_only_the_current_incarnation_renews_a_session_on_arrival() -> None:
+    cluster = _cluster(2)
+    later_ms = cluster.now_ms + 5000
+    assert not record_heartbeat_contact(
+        cluster.image, 0, cluster.epochs[0] - 1, cluster.heartbeats, later_ms
+    )
+    assert not record_heartbeat_contact(cluster.image, 7, 1, cluster.heartbeats, later_ms)
+    assert cluster.heartbeats.last_contact_ms(0) != later_ms
