@@ -83,6 +83,11 @@ def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
     """Controller decisions for this node's Raft driver; the ``Controller`` gRPC service."""
 
@@ -180,7 +185,19 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
     # ---- the decision pipeline ----------------------------------------------------------
 
     async def _decide(self, decide: Callable[[], Decision[R]]) -> R:
-        """Run a decision on the current image; commit its records; return its result."""
+        """Run a decision on the current image; commit its records; return its result.
+
+        The decision runs in a task of its own that keeps the lock until its records are
+        committed and replayed (or leadership is lost), even when the caller gives up (gRPC
+        cancels a handler whose deadline passed): the next decision must be made on an image
+        that holds them. Released early, a second producer-id block was handed out from the
+        same start, and every node replaying the log halted.
+        """
+        decision = asyncio.ensure_future(self._decide_serially(decide))
+        decision.add_done_callback(_retrieved)  # a caller that gave up does not read it
+        return await asyncio.shield(decision)
+
+    async def _decide_serially(self, decide: Callable[[], Decision[R]]) -> R:
         async with self._lock:
             if not self.check_active():
                 raise NotControllerError(f"the active controller is {self.leader_id()}")
