@@ -444,11 +444,16 @@ class Sender:
         for batch in batches:
             self._delivery.failed(batch, error)
             log.warning(
-                "batch failed topic=%s partition=%d records=%d error=%s",
+                "batch failed topic=%s partition=%d records=%d producer_id=%d epoch=%d "
+                "base_sequence=%d error=%s detail=%r",
                 batch.tp.topic,
                 batch.tp.partition,
                 batch.record_count,
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
                 getattr(error, "error_name", type(error).__name__),
+                str(error),
             )
             self._retire(batch, acked=False)
 
