@@ -22,6 +22,7 @@ import crc32c as _crc32c
 
 from cluster.errors import UnsupportedCompressionTypeError
 from replica.batch_header import (
+    ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
     HEADER_SIZE,
@@ -147,6 +148,7 @@ class RecordBatchBuilder:
         partition_leader_epoch: int = -1,
         timestamp_type: int = 0,
         is_transactional: bool = False,
+        is_control: bool = False,
     ) -> None:
         """Start an empty batch.
 
@@ -157,8 +159,10 @@ class RecordBatchBuilder:
         if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
             raise ValueError(f"timestamp_type must be 0 or 1, not {timestamp_type}")
         self._compression = _check_codec(compression)
-        self._attributes = (ATTR_TIMESTAMP_TYPE if timestamp_type else 0) | (
-            ATTR_TRANSACTIONAL if is_transactional else 0
+        self._attributes = (
+            (ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
+            | (ATTR_TRANSACTIONAL if is_transactional else 0)
+            | (ATTR_CONTROL if is_control else 0)
         )
         self._base_offset = base_offset
         self._producer_id = producer_id

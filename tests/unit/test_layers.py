@@ -49,6 +49,7 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("replica/varints.py", Layer.PROTOCOL),  # the records' zigzag varints
     ("replica/record_codec.py", Layer.PROTOCOL),  # one record's bytes; decoding a batch
     ("replica/batch_builder.py", Layer.PROTOCOL),  # RecordBatchBuilder, encode_batch
+    ("replica/control_records.py", Layer.PROTOCOL),  # transaction markers (control batches)
     ("replica/batch_header.py", Layer.PROTOCOL),
     ("replica/compression.py", Layer.PROTOCOL),
     ("replica/topic_partition.py", Layer.PROTOCOL),
