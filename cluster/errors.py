@@ -12,6 +12,7 @@ from typing import ClassVar
 __all__ = [
     "BrokerIdNotRegisteredError",
     "BrokerNotAvailableError",
+    "ConcurrentTransactionsError",
     "CoordinatorLoadInProgressError",
     "CoordinatorNotAvailableError",
     "CorruptMessageError",
@@ -34,6 +35,7 @@ __all__ = [
     "InvalidGroupIdError",
     "InvalidPartitionsError",
     "InvalidProducerEpochError",
+    "InvalidProducerIdMappingError",
     "InvalidRecordError",
     "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
@@ -42,6 +44,8 @@ __all__ = [
     "InvalidSessionTimeoutError",
     "InvalidTimestampError",
     "InvalidTopicError",
+    "InvalidTransactionTimeoutError",
+    "InvalidTxnStateError",
     "InvalidUpdateVersionError",
     "InvariantError",
     "KafkaStorageError",
@@ -66,6 +70,7 @@ __all__ = [
     "StaleBrokerEpochError",
     "StaleMemberEpochError",
     "TopicAlreadyExistsError",
+    "TransactionCoordinatorFencedError",
     "UnassignedPartitionError",
     "UnknownLeaderEpochError",
     "UnknownMemberIdError",
@@ -385,6 +390,43 @@ class ProducerFencedError(LograftError):
     error_name = "PRODUCER_FENCED"
 
 
+class InvalidTxnStateError(LograftError):
+    """The transaction is not in a state that allows this request (e.g. ending a transaction
+    that never began, or committing one that is being aborted)."""
+
+    code = 48
+    error_name = "INVALID_TXN_STATE"
+
+
+class InvalidProducerIdMappingError(LograftError):
+    """The producer id is not the one the transactional id maps to."""
+
+    code = 49
+    error_name = "INVALID_PRODUCER_ID_MAPPING"
+
+
+class InvalidTransactionTimeoutError(LograftError):
+    """``transaction.timeout.ms`` is not above 0 or exceeds ``transaction.max.timeout.ms``."""
+
+    code = 50
+    error_name = "INVALID_TRANSACTION_TIMEOUT"
+
+
+class ConcurrentTransactionsError(LograftError):
+    """The previous transaction of this transactional id is still being completed: retry."""
+
+    code = 51
+    error_name = "CONCURRENT_TRANSACTIONS"
+    retriable = True
+
+
+class TransactionCoordinatorFencedError(LograftError):
+    """A marker came from a transaction coordinator older than the last one seen."""
+
+    code = 52
+    error_name = "TRANSACTION_COORDINATOR_FENCED"
+
+
 class InvalidUpdateVersionError(LograftError):
     """The partition epoch in an AlterPartition is stale."""
 
@@ -628,6 +670,11 @@ _BY_CODE: dict[int, type[LograftError]] = {
         ElectionNotNeededError,
         InvalidRecordError,
         ProducerFencedError,
+        InvalidTxnStateError,
+        InvalidProducerIdMappingError,
+        InvalidTransactionTimeoutError,
+        ConcurrentTransactionsError,
+        TransactionCoordinatorFencedError,
         InvalidUpdateVersionError,
         UnknownTopicIdError,
         DuplicateBrokerRegistrationError,

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cluster.errors import InvalidTopicError
+from cluster.errors import InvalidRequestError, InvalidTopicError
 
-__all__ = ["MAX_PARTITIONS", "TopicPartition", "validate_topic_name"]
+__all__ = ["MAX_PARTITIONS", "TopicPartition", "partition_for_name", "validate_topic_name"]
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 MAX_PARTITIONS = 10_000
@@ -34,3 +34,17 @@ class TopicPartition:
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+
+def partition_for_name(name: str, partition_count: int) -> int:
+    """The partition of an internal topic that owns ``name`` (a group id in
+    ``__consumer_offsets``, a transactional id in ``__transaction_state``): Kafka's
+    ``Utils.abs(name.hashCode()) % partition_count``, bit for bit."""
+    if partition_count <= 0:
+        raise InvalidRequestError(f"partition_count must be positive, not {partition_count}")
+    h = 0
+    raw = name.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(raw), 2):  # Java's String.hashCode over UTF-16 code units
+        h = (31 * h + (raw[i] << 8 | raw[i + 1])) & 0xFFFFFFFF
+    signed = h - 2**32 if h >= 2**31 else h
+    return (0 if signed == -(2**31) else abs(signed)) % partition_count

@@ -77,7 +77,6 @@ from cluster.errors import (
     CoordinatorLoadInProgressError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
-    InvalidRequestError,
     NotCoordinatorError,
 )
 from replica.group._config import (
@@ -107,7 +106,7 @@ from replica.group._offsets import CommitResult, OffsetAndMetadata, OffsetManage
 from replica.group._store import GroupStore
 from replica.group.errors import GroupInvariantError
 from replica.group.records import GroupMetadataKey, GroupRecord, OffsetCommitValue
-from replica.topic_partition import TopicPartition
+from replica.topic_partition import TopicPartition, partition_for_name
 
 __all__ = [
     "COORDINATOR_TRANSITIONS",
@@ -138,14 +137,7 @@ log = logging.getLogger(__name__)
 def partition_for_group(group_id: str, partition_count: int) -> int:
     """The ``__consumer_offsets`` partition of ``group_id``: Kafka's
     ``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions``, bit for bit."""
-    if partition_count <= 0:
-        raise InvalidRequestError(f"partition_count must be positive, not {partition_count}")
-    h = 0
-    raw = group_id.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(raw), 2):  # Java's String.hashCode over UTF-16 code units
-        h = (31 * h + (raw[i] << 8 | raw[i + 1])) & 0xFFFFFFFF
-    signed = h - 2**32 if h >= 2**31 else h
-    return (0 if signed == -(2**31) else abs(signed)) % partition_count
+    return partition_for_name(group_id, partition_count)
 
 
 class CoordinatorState(enum.Enum):

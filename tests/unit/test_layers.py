@@ -64,6 +64,7 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("controller/logic/*", Layer.CORE),
     ("replica/replication/*", Layer.CORE),
     ("replica/group/*", Layer.CORE),
+    ("replica/txn/*", Layer.CORE),  # the transaction coordinator
     ("replica/producer_state.py", Layer.CORE),
     ("replica/partition_roles.py", Layer.CORE),  # metadata image -> local partition roles
     ("replica/topic_config.py", Layer.CORE),  # topic config names, types, defaults, checks
@@ -116,6 +117,7 @@ CORE_DEPENDENCIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("controller/raft/*", ("controller.raft", "cluster.errors")),
     ("replica/replication/*", ("replica.replication", "cluster.errors")),
     ("replica/group/*", ("replica.group", "replica.topic_partition", "cluster.errors")),
+    ("replica/txn/*", ("replica.txn", "replica.topic_partition", "cluster.errors")),
 )
 
 FORBIDDEN_IN_CORES = frozenset(
