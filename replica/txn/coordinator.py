@@ -14,11 +14,12 @@ jobs. If the append fails this object is ahead of the log: drop it, load a new o
 
 * ``init_producer_id`` gives a transactional id its producer id and a new epoch, fencing
   every older producer of the id. An open transaction of the old producer is aborted first
-  (its epoch is bumped, markers go out) and the caller is told ``CONCURRENT_TRANSACTIONS``:
-  it retries once the abort is complete. With ``keep_prepared`` (KIP-939) an open
-  transaction is left open instead: the epoch is bumped so the old producer can end
-  nothing, and the answer names the open transaction's producer id and epoch, so the new
-  producer can commit it (if it matches the state prepared) or abort it.
+  (the epoch is bumped twice: once to fence, once for the abort, whose markers carry it) and
+  the caller is told ``CONCURRENT_TRANSACTIONS``: it retries once the abort is complete.
+  With ``keep_prepared`` (KIP-939) an open transaction is left open instead: the epoch is
+  bumped so the old producer can end nothing, and the answer names the open transaction's
+  producer id and epoch, so the new producer can commit it (if it matches the state
+  prepared) or abort it.
 * ``add_partitions`` adds partitions (a group's ``__consumer_offsets`` partition for
   ``AddOffsetsToTxn``) to the open transaction, opening one if none is.
 * ``end_transaction`` decides commit or abort: the epoch is bumped (transactions version 2:
@@ -435,12 +436,21 @@ class TransactionCoordinator:
         )
 
     def _abort_open(self, meta: TxnMetadata, now_ms: int) -> Outcome[InitResult]:
-        """Fence the open transaction's producer (epoch + 1) and abort it."""
-        fenced = replace(
-            self._bumped(meta, now_ms, new_producer_id=None), state=TxnState.PREPARE_ABORT
+        """Fence the open transaction's producer and abort the transaction.
+
+        Two bumps, as Kafka's fence followed by its own EndTxn: the first fences the
+        producer, the second is the abort's, which the markers carry. The epoch the retry
+        rule answers (``last_producer_epoch``) is then the fencing one, which no producer
+        holds: the fenced producer's own end is refused, not taken for a retry.
+        """
+        fenced = self._bumped(meta, now_ms, new_producer_id=None)
+        aborting = replace(
+            self._bumped(fenced, now_ms, new_producer_id=None), state=TxnState.PREPARE_ABORT
         )
         return self._write(
-            fenced, InitResult(fenced.producer_id, fenced.producer_epoch), (self._job(fenced),)
+            aborting,
+            InitResult(aborting.producer_id, aborting.producer_epoch),
+            (self._job(aborting),),
         )
 
     def _write(

@@ -286,12 +286,18 @@ class TxnSimulator:
         rng = self.rng
         lost = rng.random() < self.loss
         if process.step == "init":
+            before = self.identity.get(process.tid)
             answer = self.call(
                 process,
                 lambda: c.init_producer_id(
                     process.tid, TIMEOUT_MS, self.now, lambda: next(self.pids)
                 ),
             )
+            if self.identity.get(process.tid) != before:
+                # Whatever the answer, the id's epoch moved: the process that held it is
+                # fenced (when the answer is CONCURRENT_TRANSACTIONS, its open
+                # transaction is being aborted) until this one's InitProducerId succeeds.
+                self.owner[process.tid] = -1
             if isinstance(answer, LograftError) or lost:
                 self.stats[f"init_{type(answer).__name__}"] += 1
                 return False
@@ -367,6 +373,8 @@ class TxnSimulator:
     def tick(self) -> None:
         ticked = self.coordinator.tick(self.now)
         self.stats["timeouts"] += len(ticked.result)
+        for tid in ticked.result:
+            self.owner[tid] = -1  # fenced by the timeout: the process must start over
         self.persist(ticked)
         if self.now < RUN_MS and self.rng.random() < self.failover_rate * 10:
             self.stats["failovers"] += 1

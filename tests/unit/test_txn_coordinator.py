@@ -149,17 +149,18 @@ def test_init_while_a_transaction_is_open_aborts_it_and_asks_for_a_retry() -> No
     (job,) = fencing.markers
     assert (job.committed, job.producer_epoch, job.partitions) == (
         False,
-        zombie.producer_epoch + 1,
+        zombie.producer_epoch + 2,  # one bump fences, one is the abort's
         frozenset({A, B}),
     )
-    # The zombie cannot commit: its transaction is being aborted (as Kafka, which cannot
-    # tell it from a retry of the producer's own end, INVALID_TXN_STATE: fatal for it).
-    with pytest.raises(InvalidTxnStateError):
-        c.end_transaction(TID, zombie.producer_id, zombie.producer_epoch, True, NOW)
+    for commit in (True, False):  # the zombie ends nothing, not even as a "retry"
+        with pytest.raises(ProducerFencedError):
+            c.end_transaction(TID, zombie.producer_id, zombie.producer_epoch, commit, NOW)
     with pytest.raises(ConcurrentTransactionsError):  # the abort is not complete yet
         c.init_producer_id(TID, TIMEOUT, NOW, _ids())
     c.markers_written(TID, job.producer_id, job.producer_epoch, NOW)
-    assert _init(c).producer_epoch == zombie.producer_epoch + 2
+    assert _init(c).producer_epoch == zombie.producer_epoch + 3
+    with pytest.raises(ProducerFencedError):
+        c.add_partitions(TID, zombie.producer_id, zombie.producer_epoch, [A], NOW)
 
 
 def test_a_prepared_transaction_is_kept_for_a_new_producer_and_never_times_out() -> None:
@@ -194,7 +195,7 @@ def test_a_transaction_open_past_its_timeout_is_fenced_and_aborted() -> None:
     expired = c.tick(NOW + TIMEOUT + 1)
     assert expired.result == (TID,)
     (job,) = expired.markers
-    assert not job.committed and job.producer_epoch == p.producer_epoch + 1
+    assert not job.committed and job.producer_epoch == p.producer_epoch + 2
     with pytest.raises(ProducerFencedError):
         c.add_partitions(TID, p.producer_id, p.producer_epoch, [B], NOW)
 
