@@ -30,7 +30,8 @@ jobs. If the append fails this object is ahead of the log: drop it, load a new o
   end of the same transaction is answered (``CONCURRENT_TRANSACTIONS`` while its markers
   are out, success after); the opposite decision is ``INVALID_TXN_STATE``.
 * ``tick`` aborts transactions open longer than their timeout (not two-phase ones), the
-  same way as a fencing ``init_producer_id``.
+  same way as a fencing ``init_producer_id``; ``expire_ids`` forgets ids idle for
+  ``transactional.id.expiration.ms`` with no transaction open.
 * A request naming another producer id gets ``INVALID_PRODUCER_ID_MAPPING``; one from an
   older or newer epoch ``PRODUCER_FENCED``.
 
@@ -59,6 +60,7 @@ from replica.topic_partition import TopicPartition, partition_for_name
 from replica.txn.metadata import MAX_PRODUCER_EPOCH, TxnMetadata, TxnRecord, TxnState
 
 __all__ = [
+    "DEFAULT_ID_EXPIRATION_MS",
     "DEFAULT_MAX_TIMEOUT_MS",
     "EndResult",
     "InitResult",
@@ -74,6 +76,9 @@ R = TypeVar("R")
 
 DEFAULT_MAX_TIMEOUT_MS = 900_000
 """Kafka's ``transaction.max.timeout.ms``: the longest ``transaction.timeout.ms`` allowed."""
+DEFAULT_ID_EXPIRATION_MS = 604_800_000
+"""Kafka's ``transactional.id.expiration.ms`` (7 days): an id with no transaction open and
+no request for this long is forgotten (a tombstone), as is its producer id."""
 MAX_TRANSACTIONAL_ID_LENGTH = 32_767
 
 
@@ -141,10 +146,12 @@ class TransactionCoordinator:
         coordinator_epoch: int,
         max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS,
         two_phase_enabled: bool = False,
+        id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS,
     ) -> None:
         self.partition = partition
         self.coordinator_epoch = coordinator_epoch
         self.max_timeout_ms = max_timeout_ms
+        self.id_expiration_ms = id_expiration_ms
         self.two_phase_enabled = two_phase_enabled
         self.loading = True
         self._ids: dict[str, TxnMetadata] = {}
@@ -389,6 +396,22 @@ class TransactionCoordinator:
             markers += aborted.markers
             expired.append(meta.transactional_id)
         return Outcome(tuple(expired), tuple(records), tuple(markers))
+
+    def expire_ids(self, now_ms: int) -> Outcome[tuple[str, ...]]:
+        """Forget every id with no transaction open that nothing touched for
+        ``id_expiration_ms`` (tombstones); the result names them."""
+        if self.loading:
+            return Outcome(())
+        gone = tuple(
+            sorted(
+                meta.transactional_id
+                for meta in self._ids.values()
+                if meta.state.is_complete and now_ms - meta.updated_ms > self.id_expiration_ms
+            )
+        )
+        for transactional_id in gone:
+            del self._ids[transactional_id]
+        return Outcome(gone, tuple(TxnRecord(t, None) for t in gone))
 
     # ---- helpers ------------------------------------------------------------------------
 

@@ -296,3 +296,19 @@ def test_a_record_reads_back_and_damaged_bytes_are_corrupt() -> None:
     ):
         with pytest.raises(CorruptMessageError):
             decode_record(damaged_key, damaged_value)
+
+
+def test_an_idle_id_without_an_open_transaction_expires() -> None:
+    c = TransactionCoordinator(partition=3, coordinator_epoch=5, id_expiration_ms=10_000)
+    c.complete_load()
+    idle = _init(c)
+    open_one = c.init_producer_id("busy", TIMEOUT, NOW, _ids(8000)).result
+    c.add_partitions("busy", open_one.producer_id, open_one.producer_epoch, [A], NOW)
+    assert c.expire_ids(NOW + 10_000).result == ()
+    expired = c.expire_ids(NOW + 10_001)
+    assert expired.result == (TID,)  # "busy" has a transaction open: kept
+    assert expired.records == (TxnRecord(TID, None),)
+    assert c.metadata(TID) is None
+    with pytest.raises(InvalidProducerIdMappingError):  # its producer is gone with it
+        c.add_partitions(TID, idle.producer_id, idle.producer_epoch, [A], NOW)
+    assert c.init_producer_id(TID, TIMEOUT, NOW, _ids(9000)).result == InitResult(9000, 0)
