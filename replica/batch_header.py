@@ -130,6 +130,11 @@ class BatchHeader:
         return bool(self.attributes & ATTR_CONTROL)
 
     @property
+    def is_transactional(self) -> bool:
+        """Part of a transaction: data of a transactional producer, or its marker."""
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
     def is_log_append_time(self) -> bool:
         return bool(self.attributes & ATTR_TIMESTAMP_TYPE)
 
@@ -238,19 +243,23 @@ def validate_batches(
 
 
 def check_produced_attributes(header: BatchHeader) -> None:
-    """Refuse attribute bits only the broker sets: raises ``InvalidRecordError``.
+    """Refuse attribute bits a client may not set: raises ``InvalidRecordError``.
 
     The delete-horizon bit would let a client make the log cleaner drop its tombstones at
-    once (``baseTimestamp`` read as a horizon long past); the transactional bit claims a
-    transaction the broker does not support. Batches a follower copies keep both: the
-    leader's cleaner set them. Control batches are refused by :func:`validate_batches`.
+    once (``baseTimestamp`` read as a horizon long past). The transactional bit needs a
+    producer id: the partition tracks the transaction by it. Batches a follower copies keep
+    both: the leader's cleaner set them. Control batches are refused by
+    :func:`validate_batches`.
     """
-    claimed = header.attributes & (ATTR_TRANSACTIONAL | ATTR_DELETE_HORIZON)
-    if claimed:
+    if header.attributes & ATTR_DELETE_HORIZON:
         raise InvalidRecordError(
             f"batch at {header.position} has attributes 0x{header.attributes:x}: clients may "
-            f"not set the {'transactional' if claimed & ATTR_TRANSACTIONAL else 'delete-horizon'}"
-            " bit"
+            "not set the delete-horizon bit"
+        )
+    if header.attributes & ATTR_TRANSACTIONAL and header.producer_id < 0:
+        raise InvalidRecordError(
+            f"batch at {header.position} has attributes 0x{header.attributes:x}: a "
+            "transactional batch needs a producer id"
         )
 
 

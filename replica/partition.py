@@ -29,8 +29,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster.errors import InvariantError, LograftError, NotLeaderOrFollowerError
-from replica.batch_header import BatchHeader
+from cluster.errors import (
+    InvalidTxnStateError,
+    InvariantError,
+    LograftError,
+    NotLeaderOrFollowerError,
+)
+from replica.batch_header import BatchHeader, iter_headers
+from replica.control_records import EndTxnMarker, decode_marker, encode_marker_batch
 from replica.log.partition_log import PartitionLog
 from replica.produce_validation import validate_produced
 from replica.producer_snapshots import (
@@ -38,7 +44,7 @@ from replica.producer_snapshots import (
     load_producer_state,
     write_producer_snapshot,
 )
-from replica.producer_state import Duplicate, ProducerStateManager
+from replica.producer_state import AbortedTxn, Duplicate, ProducerStateManager
 from replica.replication import (
     DivergingEpoch,
     FetchDecision,
@@ -270,6 +276,18 @@ class Partition:
         return self.log.log_end_offset
 
     @property
+    def last_stable_offset(self) -> int:
+        """Offsets below it are readable by ``read_committed`` consumers: the high
+        watermark, held back by the oldest transaction not yet ended (Kafka's LSO)."""
+        return self.producer_state.last_stable_offset(self._high_watermark)
+
+    def aborted_transactions(self, from_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions with data in ``[from_offset, upper_offset)`` (a
+        ``read_committed`` fetch answer hands them to the consumer)."""
+        self.producer_state.forget_aborted_below(self.log.log_start_offset)
+        return self.producer_state.aborted_transactions(from_offset, upper_offset)
+
+    @property
     def leader_epoch_cache(self) -> LeaderEpochCache:
         """A copy of the log's leader-epoch cache as it is now."""
         return self.log.leader_epoch_cache
@@ -303,23 +321,51 @@ class Partition:
 
     # ---- leader: produce ------------------------------------------------------------------
 
-    def append_produced(self, records: bytes, acks: int, now_ms: int) -> LeaderAppend:
+    def append_produced(
+        self,
+        records: bytes,
+        acks: int,
+        now_ms: int,
+        verified: frozenset[tuple[int, int]] = frozenset(),
+    ) -> LeaderAppend:
         """Validate a producer's batches (:func:`~replica.produce_validation.validate_produced`)
         and append them as leader (:meth:`append_as_leader`); raises a typed error and
         appends nothing."""
         buffer = bytearray(records)
         headers = validate_produced(buffer, self.log.config, self.topic_partition)
-        return self.append_as_leader(buffer, headers, acks, now_ms)
+        return self.append_as_leader(buffer, headers, acks, now_ms, verified)
+
+    def transactions_to_verify(self, records: bytes) -> frozenset[tuple[int, int]]:
+        """``(producer id, epoch)`` of each transactional producer whose batches here would
+        open a transaction on this partition: the coordinator must confirm the partition
+        is in the producer's transaction before :meth:`append_produced` takes them
+        (KIP-890). Reads headers only; malformed bytes are left to the append to refuse."""
+        starting = set()
+        for header in iter_headers(records):
+            if not header.is_transactional or header.is_control or header.producer_id < 0:
+                continue
+            entry = self.producer_state.entry(header.producer_id)
+            if entry is None or entry.current_txn_first_offset is None:
+                starting.add((header.producer_id, header.producer_epoch))
+        return frozenset(starting)
 
     def append_as_leader(
-        self, records: bytearray, headers: list[BatchHeader], acks: int, now_ms: int
+        self,
+        records: bytearray,
+        headers: list[BatchHeader],
+        acks: int,
+        now_ms: int,
+        verified: frozenset[tuple[int, int]] = frozenset(),
     ) -> LeaderAppend:
         """Append validated batches as leader; raises a typed error and appends nothing.
 
         ``acks=-1`` is refused with NOT_ENOUGH_REPLICAS while the ISR is below
         ``min.insync.replicas``. Idempotent batches are checked against the producer state:
         a retried duplicate is not appended again but answered with its first offsets; an
-        out-of-order sequence or an old producer epoch fails the whole request.
+        out-of-order sequence or an old producer epoch fails the whole request. A
+        transactional batch that would open its producer's transaction on this partition is
+        refused (INVALID_TXN_STATE) unless ``verified`` holds its ``(producer id, epoch)``:
+        the transaction coordinator confirmed the partition is in that transaction.
         """
         leader = self._require_leader()
         if acks == -1:
@@ -327,6 +373,16 @@ class Partition:
             if refused is not None:
                 raise refused
         plans = self.producer_state.check_batches(headers)
+        for plan in plans:
+            if (
+                not isinstance(plan, Duplicate)
+                and plan.starts_transaction
+                and (plan.producer_id, plan.producer_epoch) not in verified
+            ):
+                raise InvalidTxnStateError(
+                    f"{self.topic_partition}: producer {plan.producer_id} epoch "
+                    f"{plan.producer_epoch} has not added this partition to a transaction"
+                )
         fresh = [
             h for h, plan in zip(headers, plans, strict=True) if not isinstance(plan, Duplicate)
         ]
@@ -361,6 +417,34 @@ class Partition:
                 base_offsets.append(base)
                 required_offset = max(required_offset, base + header.last_offset_delta + 1)
         return LeaderAppend(tuple(base_offsets), required_offset, append_time)
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, marker: EndTxnMarker, now_ms: int
+    ) -> int | None:
+        """Append a transaction marker as leader (WriteTxnMarkers); the offset acks wait for.
+
+        None: the marker is a late duplicate of one already written here (its epoch is not
+        above the producer's, see ``ProducerStateManager.check_marker``): nothing is
+        appended and the transaction is already ended on this partition. Raises
+        NOT_LEADER_OR_FOLLOWER, TRANSACTION_COORDINATOR_FENCED, or the log's errors.
+        """
+        leader = self._require_leader()
+        if not self.producer_state.check_marker(producer_id, producer_epoch, marker):
+            log.info(
+                "stale transaction marker skipped partition=%s producer_id=%d epoch=%d",
+                self.topic_partition,
+                producer_id,
+                producer_epoch,
+            )
+            return None
+        batch = bytearray(encode_marker_batch(marker, producer_id, producer_epoch, now_ms))
+        result = self.log.append(batch, list(iter_headers(batch)), leader.leader_epoch, now_ms)
+        for header in result.headers:
+            self.producer_state.on_appended(header, marker)
+        leader.on_local_append(self.log.log_end_offset, self._durable_end())
+        self._wake(self._replica_waiters)
+        self._on_replication_progress()
+        return self.log.log_end_offset
 
     def acks_all_waiter(self, required_offset: int) -> asyncio.Future[None]:
         """A future done once the high watermark reaches ``required_offset``.
@@ -504,7 +588,10 @@ class Partition:
         """Append batches fetched from the leader (its offsets and epochs)."""
         result = self.log.append_as_follower(records, headers, now_ms)
         for header in result.headers:
-            self.producer_state.on_appended(header)
+            marker = None
+            if header.is_control:
+                marker = decode_marker(records[header.position : header.position + header.size])
+            self.producer_state.on_appended(header, marker)
 
     def truncate_to(self, offset: int) -> None:
         """Drop the log (and producer state) at and above ``offset``: a divergent tail."""

@@ -17,15 +17,23 @@ import os
 from pathlib import Path
 
 from cluster.durable import write_file_atomically
+from replica.batch_header import BatchHeader
+from replica.control_records import EndTxnMarker, decode_marker
 from replica.log.partition_log import PartitionLog
 from replica.producer_state import (
     CorruptProducerSnapshotError,
+    MarkerReader,
     ProducerStateManager,
     parse_snapshot_file_name,
     snapshot_file_name,
 )
 
-__all__ = ["delete_snapshots_above", "load_producer_state", "write_producer_snapshot"]
+__all__ = [
+    "delete_snapshots_above",
+    "load_producer_state",
+    "marker_reader",
+    "write_producer_snapshot",
+]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +57,16 @@ def delete_snapshots_above(directory: Path, offset: int) -> None:
             path.unlink(missing_ok=True)
 
 
+def marker_reader(partition_log: PartitionLog) -> MarkerReader:
+    """Reads a control batch's transaction marker from ``partition_log`` (for a replay)."""
+
+    def read_marker(header: BatchHeader) -> EndTxnMarker | None:
+        data = partition_log.read(header.base_offset, header.size)
+        return decode_marker(memoryview(data)[: header.size])
+
+    return read_marker
+
+
 def load_producer_state(partition_log: PartitionLog) -> ProducerStateManager:
     """The producer state of ``partition_log``: newest usable snapshot plus a header replay."""
     directory = partition_log.directory
@@ -69,12 +87,16 @@ def load_producer_state(partition_log: PartitionLog) -> ProducerStateManager:
     if state is None:
         state = ProducerStateManager(end_offset=partition_log.log_start_offset)
     try:
-        state.rebuild_from_batches(partition_log.batch_headers(state.end_offset))
+        state.rebuild_from_batches(
+            partition_log.batch_headers(state.end_offset), marker_reader(partition_log)
+        )
     except ValueError as exc:
         # A snapshot that does not line up with the batches: replay the whole log.
         log.warning("producer snapshot does not match the log dir=%s error=%s", directory, exc)
         state = ProducerStateManager(end_offset=partition_log.log_start_offset)
-        state.rebuild_from_batches(partition_log.batch_headers(state.end_offset))
+        state.rebuild_from_batches(
+            partition_log.batch_headers(state.end_offset), marker_reader(partition_log)
+        )
     return state
 
 

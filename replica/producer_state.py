@@ -61,9 +61,10 @@ retention deletes segments (KIP-360); producers idle for ``producer.id.expiratio
 
 from __future__ import annotations
 
+import bisect
 import struct
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Final
 
@@ -72,9 +73,12 @@ import crc32c as _crc32c
 from cluster.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTxnStateError,
     OutOfOrderSequenceNumberError,
+    TransactionCoordinatorFencedError,
 )
 from replica.batch_header import BatchHeader
+from replica.control_records import EndTxnMarker
 
 __all__ = [
     "DEFAULT_MAX_SNAPSHOT_BYTES",
@@ -84,10 +88,13 @@ __all__ = [
     "NO_PRODUCER_ID",
     "NUM_BATCHES_TO_RETAIN",
     "SNAPSHOT_SUFFIX",
+    "AbortedTxn",
     "AppendPlan",
     "BatchMetadata",
+    "CompletedTxn",
     "CorruptProducerSnapshotError",
     "Duplicate",
+    "MarkerReader",
     "ProducerEntry",
     "ProducerStateManager",
     "last_sequence",
@@ -106,12 +113,21 @@ DEFAULT_MAX_SNAPSHOT_BYTES: Final = 64 * 1024 * 1024
 SNAPSHOT_SUFFIX: Final = ".snapshot"
 
 _SNAPSHOT_MAGIC: Final = b"LGPS"
-_SNAPSHOT_VERSION: Final = 1
+_SNAPSHOT_VERSION: Final = 2
 # magic, version, crc32c (of everything after it), end offset, producer count
 _SNAPSHOT_HEADER = struct.Struct(">4sHIqI")
 _CRC_START: Final = 10  # bytes covered by the CRC start after magic and version and crc
-# producer id, epoch, last timestamp, batch count
-_ENTRY = struct.Struct(">qhqB")
+# version 1: producer id, epoch, last timestamp, batch count
+_ENTRY_V1 = struct.Struct(">qhqB")
+# version 2: producer id, epoch, last timestamp, coordinator epoch, open transaction's
+# first offset (-1: none), batch count
+_ENTRY = struct.Struct(">qhqiqB")
+_COUNT = struct.Struct(">I")
+# producer id, first offset, marker offset, aborted
+_COMPLETED = struct.Struct(">qqqB")
+# producer id, first offset, marker offset
+_ABORTED = struct.Struct(">qqq")
+NO_COORDINATOR_EPOCH: Final = -1
 # first sequence, last sequence, first offset, last offset, max timestamp
 _BATCH = struct.Struct(">iiqqq")
 
@@ -167,22 +183,29 @@ class ProducerEntry:
     """What the partition knows of one producer.
 
     ``batches`` holds the producer's last one to five batches of ``producer_epoch``, oldest
-    first (never empty: a producer without a cached batch has no entry).
-    ``last_timestamp`` is the max timestamp of its last batch.
+    first; it is empty only after a transaction marker moved the producer to a new epoch
+    (the next batch of that epoch must then start at sequence 0). ``last_timestamp`` is the
+    max timestamp of its last batch or marker. ``current_txn_first_offset`` is the first
+    offset of the producer's open transaction on this partition (None: none open);
+    ``coordinator_epoch`` that of the transaction coordinator whose marker came last.
     """
 
     producer_id: int
     producer_epoch: int
     batches: tuple[BatchMetadata, ...]
     last_timestamp: int
+    current_txn_first_offset: int | None = None
+    coordinator_epoch: int = NO_COORDINATOR_EPOCH
 
     @property
     def last_seq(self) -> int:
-        return self.batches[-1].last_seq
+        """The last sequence written in this epoch, -1 if none yet."""
+        return self.batches[-1].last_seq if self.batches else -1
 
     @property
     def last_offset(self) -> int:
-        return self.batches[-1].last_offset
+        """The offset of the producer's last cached batch, -1 if none."""
+        return self.batches[-1].last_offset if self.batches else -1
 
     def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
         """The cached batch with this epoch and exact sequence range, if any."""
@@ -197,7 +220,9 @@ class ProducerEntry:
         """This entry after ``batch``: a new epoch clears the cache; keeps the last five."""
         kept = self.batches if epoch == self.producer_epoch else ()
         batches = (*kept, batch)[-NUM_BATCHES_TO_RETAIN:]
-        return ProducerEntry(self.producer_id, epoch, batches, batch.max_timestamp)
+        return replace(
+            self, producer_epoch=epoch, batches=batches, last_timestamp=batch.max_timestamp
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,16 +230,48 @@ class AppendPlan:
     """A batch that may be appended. ``producer_id == -1``: not idempotent, no checks.
 
     Pass it among ``earlier`` to check the next batch of the same request.
+    ``starts_transaction``: the batch is transactional and its producer has no transaction
+    open on this partition; the leader must verify with the transaction coordinator that
+    the partition was added to the transaction (KIP-890) before appending it.
     """
 
     producer_id: int
     producer_epoch: int
     first_seq: int
     last_seq: int
+    is_transactional: bool = False
+    starts_transaction: bool = False
 
     @property
     def is_idempotent(self) -> bool:
         return self.producer_id != NO_PRODUCER_ID
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker ended on this partition: its data starts at ``first_offset``,
+    its marker sits at ``last_offset``. Kept until the high watermark passes the marker:
+    until then the transaction still holds back the last stable offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """An aborted transaction: a ``read_committed`` reader drops the producer's batches
+    from ``first_offset`` up to the marker at ``last_offset`` (Kafka's ``AbortedTxn``)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
+MarkerReader = Callable[[BatchHeader], EndTxnMarker | None]
+"""Reads the marker of a control batch from the log (None: a control record of another
+type), for replaying the log into the state."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +315,14 @@ class ProducerStateManager:
     been applied.
     """
 
-    __slots__ = ("_end_offset", "_entries", "_expiration_ms")
+    __slots__ = (
+        "_aborted",
+        "_aborted_ends",
+        "_completed",
+        "_end_offset",
+        "_entries",
+        "_expiration_ms",
+    )
 
     def __init__(
         self,
@@ -273,6 +337,11 @@ class ProducerStateManager:
         self._expiration_ms = producer_id_expiration_ms
         self._end_offset = end_offset
         self._entries: dict[int, ProducerEntry] = {}
+        # Transactions ended by a marker the high watermark has not passed yet.
+        self._completed: list[CompletedTxn] = []
+        # Aborted transactions, in marker order; ``_aborted_ends`` their marker offsets.
+        self._aborted: list[AbortedTxn] = []
+        self._aborted_ends: list[int] = []
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -296,7 +365,12 @@ class ProducerStateManager:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ProducerStateManager):
             return NotImplemented
-        return self._end_offset == other._end_offset and self._entries == other._entries
+        return (
+            self._end_offset == other._end_offset
+            and self._entries == other._entries
+            and self._completed == other._completed
+            and self._aborted == other._aborted
+        )
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
@@ -326,7 +400,6 @@ class ProducerStateManager:
         last_seq = last_sequence(first_seq, header.last_offset_delta)
         if producer_id == NO_PRODUCER_ID:
             return AppendPlan(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, -1, -1)
-        plan = AppendPlan(producer_id, epoch, first_seq, last_seq)
         entry = self._entries.get(producer_id)
         if entry is not None:
             duplicate = entry.find_duplicate(epoch, first_seq, last_seq)
@@ -335,18 +408,33 @@ class ProducerStateManager:
         # The producer's state as the earlier batches of this request leave it.
         current_epoch = NO_PRODUCER_EPOCH if entry is None else entry.producer_epoch
         current_last_seq = -1 if entry is None else entry.last_seq
+        in_transaction = entry is not None and entry.current_txn_first_offset is not None
         for previous in earlier:
             if previous.producer_id == producer_id:
                 current_epoch = previous.producer_epoch
                 current_last_seq = previous.last_seq
+                in_transaction = in_transaction or previous.is_transactional
         where = f"producer {producer_id} at offset {self._end_offset}"
+        if in_transaction and not header.is_transactional:
+            raise InvalidTxnStateError(
+                f"{where} has a transaction open here and sent a non-transactional batch"
+            )
+        plan = AppendPlan(
+            producer_id,
+            epoch,
+            first_seq,
+            last_seq,
+            is_transactional=header.is_transactional,
+            starts_transaction=header.is_transactional and not in_transaction,
+        )
         if current_epoch == NO_PRODUCER_EPOCH:
             return plan  # unknown producer: any sequence (KIP-360)
         if epoch < current_epoch:
             raise InvalidProducerEpochError(
                 f"epoch of {where} is {epoch}, older than the last seen epoch {current_epoch}"
             )
-        if epoch > current_epoch:
+        if epoch > current_epoch or current_last_seq == -1:
+            # A new epoch, or the first batch of the epoch a transaction marker moved to.
             if first_seq != 0:
                 raise OutOfOrderSequenceNumberError(
                     f"invalid sequence for new epoch of {where}: {epoch} (request epoch), "
@@ -371,26 +459,59 @@ class ProducerStateManager:
                 plans.append(result)
         return results
 
-    def on_appended(self, header: BatchHeader) -> None:
+    def check_marker(self, producer_id: int, producer_epoch: int, marker: EndTxnMarker) -> bool:
+        """Whether a leader appends this transaction marker (False: it is stale; skip it).
+
+        A marker carries the epoch the coordinator bumped to when it decided, so it must be
+        newer than every epoch the producer wrote here (KIP-1228). A marker at or below the
+        producer's epoch here is a late duplicate of one already written: the producer only
+        writes with the bumped epoch once every marker of the transaction is in. Appending it
+        would end the producer's *next* transaction. Raises
+        ``TransactionCoordinatorFencedError`` for a marker from an older coordinator than the
+        last one that wrote here, ``InvalidProducerEpochError`` for a negative epoch.
+        """
+        if producer_id < 0 or producer_epoch < 0:
+            raise InvalidProducerEpochError(
+                f"marker for producer {producer_id} with epoch {producer_epoch}"
+            )
+        entry = self._entries.get(producer_id)
+        if entry is None:
+            return True
+        if marker.coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker for producer {producer_id} from coordinator epoch "
+                f"{marker.coordinator_epoch}, older than {entry.coordinator_epoch}"
+            )
+        return producer_epoch > entry.producer_epoch
+
+    def on_appended(self, header: BatchHeader, marker: EndTxnMarker | None = None) -> None:
         """Record a batch just written to the log, with its offsets assigned.
 
-        No checks (the leader checked before appending; a follower or recovery trusts the
-        log, as Kafka's ``AppendOrigin.REPLICATION``): a different epoch, older or newer,
-        replaces the producer's epoch and clears its cache. Every batch moves
-        :attr:`end_offset`; batches without a producer id record nothing else. Raises
-        ``ValueError`` if the batch starts below :attr:`end_offset` (already applied).
+        ``marker``: the transaction marker a control batch holds (None for data, or for a
+        control record of another type). No checks (the leader checked before appending; a
+        follower or recovery trusts the log, as Kafka's ``AppendOrigin.REPLICATION``): a
+        different epoch, older or newer, replaces the producer's epoch and clears its cache.
+        Every batch moves :attr:`end_offset`; batches without a producer id record nothing
+        else. Raises ``ValueError`` if the batch starts below :attr:`end_offset` (already
+        applied).
         """
         if header.base_offset < self._end_offset:
             raise ValueError(
                 f"batch at offset {header.base_offset} is below the producer state end "
                 f"offset {self._end_offset}"
             )
-        self._apply(header)
+        self._apply(header, marker)
 
-    def _apply(self, header: BatchHeader) -> None:
+    def _apply(self, header: BatchHeader, marker: EndTxnMarker | None) -> None:
         self._end_offset = header.next_offset
         producer_id = header.producer_id
-        if producer_id < 0 or header.producer_epoch < 0 or header.base_sequence < 0:
+        if producer_id < 0 or header.producer_epoch < 0:
+            return
+        if header.is_control:
+            if marker is not None:
+                self._apply_marker(header, marker)
+            return
+        if header.base_sequence < 0:
             return
         batch = BatchMetadata(
             first_seq=header.base_sequence,
@@ -401,16 +522,88 @@ class ProducerStateManager:
         )
         entry = self._entries.get(producer_id)
         if entry is None:
-            self._entries[producer_id] = ProducerEntry(
-                producer_id, header.producer_epoch, (batch,), batch.max_timestamp
-            )
+            entry = ProducerEntry(producer_id, header.producer_epoch, (batch,), batch.max_timestamp)
         else:
-            self._entries[producer_id] = entry.with_batch(header.producer_epoch, batch)
+            entry = entry.with_batch(header.producer_epoch, batch)
+        if header.is_transactional and entry.current_txn_first_offset is None:
+            entry = replace(entry, current_txn_first_offset=header.base_offset)
+        self._entries[producer_id] = entry
+
+    def _apply_marker(self, header: BatchHeader, marker: EndTxnMarker) -> None:
+        producer_id = header.producer_id
+        entry = self._entries.get(producer_id)
+        if entry is None:
+            entry = ProducerEntry(producer_id, header.producer_epoch, (), header.max_timestamp)
+        first_offset = entry.current_txn_first_offset
+        if first_offset is not None:
+            aborted = not marker.committed
+            self._completed.append(
+                CompletedTxn(producer_id, first_offset, header.base_offset, aborted)
+            )
+            if aborted:
+                self._aborted.append(AbortedTxn(producer_id, first_offset, header.base_offset))
+                self._aborted_ends.append(header.base_offset)
+        same_epoch = header.producer_epoch == entry.producer_epoch
+        self._entries[producer_id] = replace(
+            entry,
+            producer_epoch=header.producer_epoch,
+            batches=entry.batches if same_epoch else (),
+            last_timestamp=header.max_timestamp,
+            current_txn_first_offset=None,
+            coordinator_epoch=marker.coordinator_epoch,
+        )
+
+    # ---- transactions: what readers may see -------------------------------------------------
+
+    def open_transactions(self) -> dict[int, int]:
+        """Each producer with a transaction open here: producer id -> its first offset."""
+        return {
+            producer_id: entry.current_txn_first_offset
+            for producer_id, entry in self._entries.items()
+            if entry.current_txn_first_offset is not None
+        }
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """Kafka's LSO: ``read_committed`` readers see offsets below it only.
+
+        The first offset of the oldest transaction still open, or ended by a marker the high
+        watermark has not passed (a replica that takes over could lack the marker), capped
+        by ``high_watermark``. Forgets ended transactions the high watermark passed.
+        """
+        if self._completed:
+            self._completed = [txn for txn in self._completed if txn.last_offset >= high_watermark]
+        stable = high_watermark
+        for txn in self._completed:
+            stable = min(stable, txn.first_offset)
+        for entry in self._entries.values():
+            if entry.current_txn_first_offset is not None:
+                stable = min(stable, entry.current_txn_first_offset)
+        return stable
+
+    def aborted_transactions(self, from_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions with data in ``[from_offset, upper_offset)``, marker order.
+
+        What a fetch from ``from_offset`` answering up to ``upper_offset`` hands a
+        ``read_committed`` reader so it can drop the aborted batches.
+        """
+        start = bisect.bisect_left(self._aborted_ends, from_offset)
+        return [txn for txn in self._aborted[start:] if txn.first_offset < upper_offset]
+
+    def forget_aborted_below(self, log_start_offset: int) -> None:
+        """Drop aborted transactions whose marker retention deleted (below the log start)."""
+        cut = bisect.bisect_left(self._aborted_ends, log_start_offset)
+        if cut:
+            del self._aborted[:cut]
+            del self._aborted_ends[:cut]
 
     # ---- recovery --------------------------------------------------------------------------
 
-    def rebuild_from_batches(self, headers: Iterable[BatchHeader]) -> None:
-        """Replay batch headers read from the log (the tail after the loaded snapshot).
+    def rebuild_from_batches(
+        self, headers: Iterable[BatchHeader], read_marker: MarkerReader | None = None
+    ) -> None:
+        """Replay batch headers read from the log (the tail after the loaded snapshot);
+        ``read_marker`` reads the marker of each control batch (a log with a control batch
+        and no reader raises ``ValueError``).
 
         Headers wholly below :attr:`end_offset` were covered by the snapshot and are
         skipped; a batch straddling it raises ``ValueError`` (the snapshot does not match
@@ -424,7 +617,12 @@ class ProducerStateManager:
                     f"batch {header.base_offset}..{header.last_offset} straddles the "
                     f"producer state end offset {self._end_offset}"
                 )
-            self._apply(header)
+            marker = None
+            if header.is_control:
+                if read_marker is None:
+                    raise ValueError(f"control batch at {header.base_offset} and no marker reader")
+                marker = read_marker(header)
+            self._apply(header, marker)
 
     def truncate_to(self, offset: int) -> frozenset[int]:
         """Forget every batch at or above ``offset`` (replication truncation).
@@ -443,6 +641,15 @@ class ProducerStateManager:
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         inexact: set[int] = set()
+        if offset < self._end_offset:
+            # A marker leaves no cached batch to tell whether it was cut: a transactional
+            # producer's state is replayed after any truncation of the log it covers.
+            inexact.update(
+                producer_id
+                for producer_id, entry in self._entries.items()
+                if entry.current_txn_first_offset is not None
+                or entry.coordinator_epoch != NO_COORDINATOR_EPOCH
+            )
         for producer_id, entry in list(self._entries.items()):
             kept = tuple(batch for batch in entry.batches if batch.last_offset < offset)
             if len(kept) == len(entry.batches):
@@ -450,11 +657,15 @@ class ProducerStateManager:
             if not kept or len(entry.batches) == NUM_BATCHES_TO_RETAIN:
                 inexact.add(producer_id)
             if kept:
-                self._entries[producer_id] = ProducerEntry(
-                    producer_id, entry.producer_epoch, kept, kept[-1].max_timestamp
+                self._entries[producer_id] = replace(
+                    entry, batches=kept, last_timestamp=kept[-1].max_timestamp
                 )
             else:
                 del self._entries[producer_id]
+        self._completed = [txn for txn in self._completed if txn.last_offset < offset]
+        cut = bisect.bisect_left(self._aborted_ends, offset)
+        del self._aborted[cut:]
+        del self._aborted_ends[cut:]
         self._end_offset = min(self._end_offset, offset)
         return frozenset(inexact)
 
@@ -462,12 +673,14 @@ class ProducerStateManager:
         """Remove producers whose last timestamp is ``producer.id.expiration.ms`` old or more.
 
         Kafka's ``removeExpiredProducers``: expired when ``now_ms - last_timestamp >=
-        producer.id.expiration.ms``. Returns the removed producer ids, ascending.
+        producer.id.expiration.ms`` and no transaction of it is open here. Returns the
+        removed producer ids, ascending.
         """
         expired = sorted(
             producer_id
             for producer_id, entry in self._entries.items()
             if now_ms - entry.last_timestamp >= self._expiration_ms
+            and entry.current_txn_first_offset is None  # an open transaction keeps it
         )
         for producer_id in expired:
             del self._entries[producer_id]
@@ -478,18 +691,28 @@ class ProducerStateManager:
     def take_snapshot(self) -> bytes:
         """Encode the state and :attr:`end_offset` (versioned, CRC-32C); see :meth:`load_snapshot`.
 
-        Layout, big-endian: magic ``LGPS``, version u16, CRC-32C u32 of everything after
-        it, end offset i64, producer count u32, then per producer (ascending id): id i64,
-        epoch i16, last timestamp i64, batch count u8, and per batch (oldest first): first
-        sequence i32, last sequence i32, first offset i64, last offset i64, max timestamp
-        i64.
+        Layout (version 2), big-endian: magic ``LGPS``, version u16, CRC-32C u32 of
+        everything after it, end offset i64, producer count u32, then per producer
+        (ascending id): id i64, epoch i16, last timestamp i64, coordinator epoch i32, open
+        transaction's first offset i64 (-1: none), batch count u8, and per batch (oldest
+        first): first sequence i32, last sequence i32, first offset i64, last offset i64,
+        max timestamp i64. Then the ended transactions the high watermark may not have
+        passed (count u32; producer id i64, first offset i64, marker offset i64, aborted u8)
+        and the aborted transactions (count u32; producer id i64, first offset i64, marker
+        offset i64). Version 1 had neither list and no transaction fields per producer.
         """
         parts: list[bytes] = []
         for producer_id in sorted(self._entries):
             entry = self._entries[producer_id]
+            txn_first = entry.current_txn_first_offset
             parts.append(
                 _ENTRY.pack(
-                    producer_id, entry.producer_epoch, entry.last_timestamp, len(entry.batches)
+                    producer_id,
+                    entry.producer_epoch,
+                    entry.last_timestamp,
+                    entry.coordinator_epoch,
+                    -1 if txn_first is None else txn_first,
+                    len(entry.batches),
                 )
             )
             for batch in entry.batches:
@@ -502,6 +725,21 @@ class ProducerStateManager:
                         batch.max_timestamp,
                     )
                 )
+        parts.append(_COUNT.pack(len(self._completed)))
+        for completed in self._completed:
+            parts.append(
+                _COMPLETED.pack(
+                    completed.producer_id,
+                    completed.first_offset,
+                    completed.last_offset,
+                    completed.aborted,
+                )
+            )
+        parts.append(_COUNT.pack(len(self._aborted)))
+        for aborted in self._aborted:
+            parts.append(
+                _ABORTED.pack(aborted.producer_id, aborted.first_offset, aborted.last_offset)
+            )
         body = struct.pack(">qI", self._end_offset, len(self._entries)) + b"".join(parts)
         crc = int(_crc32c.crc32c(body))
         return _SNAPSHOT_MAGIC + struct.pack(">HI", _SNAPSHOT_VERSION, crc) + body
@@ -513,14 +751,14 @@ class ProducerStateManager:
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
     ) -> ProducerStateManager:
-        """Decode a snapshot made by :meth:`take_snapshot`; the input is untrusted.
+        """Decode a snapshot made by :meth:`take_snapshot` (version 2, or 1); untrusted input.
 
         Raises :class:`CorruptProducerSnapshotError` if it is longer than ``max_bytes``,
         truncated or padded, of another magic or version, fails its CRC, or holds values
-        the state cannot have (negative ids, epochs, sequences or offsets; zero or more
-        than five batches; batches out of order or at or beyond the end offset; producer
-        ids not strictly ascending). Expired producers are kept: call
-        :meth:`expire_producers` after loading.
+        the state cannot have (negative ids, epochs, sequences or offsets; more than five
+        batches, or none in version 1; batches out of order or at or beyond the end offset;
+        producer ids not strictly ascending; transaction offsets outside the log or out of
+        order). Expired producers are kept: call :meth:`expire_producers` after loading.
         """
         view = memoryview(data)
         if len(view) > max_bytes:
@@ -532,52 +770,111 @@ class ProducerStateManager:
         magic, version, crc, end_offset, count = _SNAPSHOT_HEADER.unpack_from(view, 0)
         if magic != _SNAPSHOT_MAGIC:
             raise CorruptProducerSnapshotError(f"bad snapshot magic {bytes(magic)!r}")
-        if version != _SNAPSHOT_VERSION:
+        if version not in (1, _SNAPSHOT_VERSION):
             raise CorruptProducerSnapshotError(f"unsupported snapshot version {version}")
         if int(_crc32c.crc32c(view[_CRC_START:])) != crc:
             raise CorruptProducerSnapshotError("snapshot CRC mismatch")
         if end_offset < 0:
             raise CorruptProducerSnapshotError(f"negative snapshot end offset {end_offset}")
+        reader = _SnapshotReader(view, _SNAPSHOT_HEADER.size)
         manager = cls(producer_id_expiration_ms, end_offset)
-        position = _SNAPSHOT_HEADER.size
         previous_id = -1
         for _ in range(count):
-            if len(view) - position < _ENTRY.size:
-                raise CorruptProducerSnapshotError(f"snapshot truncated at byte {position}")
-            producer_id, epoch, last_timestamp, batch_count = _ENTRY.unpack_from(view, position)
-            position += _ENTRY.size
+            if version == 1:
+                producer_id, epoch, last_timestamp, batch_count = reader.unpack(_ENTRY_V1)
+                coordinator_epoch, txn_first = NO_COORDINATOR_EPOCH, -1
+            else:
+                (producer_id, epoch, last_timestamp, coordinator_epoch, txn_first, batch_count) = (
+                    reader.unpack(_ENTRY)
+                )
             if producer_id <= previous_id:
                 raise CorruptProducerSnapshotError(
                     f"producer id {producer_id} not above the previous {previous_id}"
                 )
-            if epoch < 0:
-                raise CorruptProducerSnapshotError(f"producer {producer_id}: epoch {epoch}")
-            if not 1 <= batch_count <= NUM_BATCHES_TO_RETAIN:
+            if epoch < 0 or coordinator_epoch < NO_COORDINATOR_EPOCH:
+                raise CorruptProducerSnapshotError(
+                    f"producer {producer_id}: epoch {epoch}, coordinator epoch {coordinator_epoch}"
+                )
+            if not (1 if version == 1 else 0) <= batch_count <= NUM_BATCHES_TO_RETAIN:
                 raise CorruptProducerSnapshotError(
                     f"producer {producer_id}: {batch_count} cached batches"
                 )
-            if len(view) - position < batch_count * _BATCH.size:
-                raise CorruptProducerSnapshotError(f"snapshot truncated at byte {position}")
             batches: list[BatchMetadata] = []
             for _ in range(batch_count):
-                batch = BatchMetadata(*_BATCH.unpack_from(view, position))
-                position += _BATCH.size
+                batch = BatchMetadata(*reader.unpack(_BATCH))
                 _check_snapshot_batch(producer_id, batch, batches, end_offset)
                 batches.append(batch)
-            if last_timestamp != batches[-1].max_timestamp:
+            if version == 1 and last_timestamp != batches[-1].max_timestamp:
                 raise CorruptProducerSnapshotError(
                     f"producer {producer_id}: last timestamp {last_timestamp} is not that "
                     f"of its last batch"
                 )
+            if txn_first != -1:
+                _check_txn_offsets(producer_id, txn_first, txn_first, end_offset)
             manager._entries[producer_id] = ProducerEntry(
-                producer_id, epoch, tuple(batches), last_timestamp
+                producer_id,
+                epoch,
+                tuple(batches),
+                last_timestamp,
+                None if txn_first == -1 else txn_first,
+                coordinator_epoch,
             )
             previous_id = producer_id
-        if position != len(view):
+        if version != 1:
+            for _ in range(reader.count(_COMPLETED.size)):
+                producer_id, first, last, aborted = reader.unpack(_COMPLETED)
+                _check_txn_offsets(producer_id, first, last, end_offset)
+                if aborted not in (0, 1):
+                    raise CorruptProducerSnapshotError(f"ended transaction flag {aborted}")
+                manager._completed.append(CompletedTxn(producer_id, first, last, bool(aborted)))
+            for _ in range(reader.count(_ABORTED.size)):
+                producer_id, first, last = reader.unpack(_ABORTED)
+                _check_txn_offsets(producer_id, first, last, end_offset)
+                if manager._aborted_ends and last <= manager._aborted_ends[-1]:
+                    raise CorruptProducerSnapshotError(
+                        f"aborted transaction marker {last} not after the previous"
+                    )
+                manager._aborted.append(AbortedTxn(producer_id, first, last))
+                manager._aborted_ends.append(last)
+        if reader.position != len(view):
             raise CorruptProducerSnapshotError(
-                f"{len(view) - position} unexpected bytes after {count} producers"
+                f"{len(view) - reader.position} unexpected bytes after {count} producers"
             )
         return manager
+
+
+class _SnapshotReader:
+    """Reads fixed-size fields from an untrusted snapshot; a short read is corruption."""
+
+    __slots__ = ("position", "view")
+
+    def __init__(self, view: memoryview, position: int) -> None:
+        self.view = view
+        self.position = position
+
+    def unpack(self, layout: struct.Struct) -> tuple[int, ...]:
+        if len(self.view) - self.position < layout.size:
+            raise CorruptProducerSnapshotError(f"snapshot truncated at byte {self.position}")
+        values: tuple[int, ...] = layout.unpack_from(self.view, self.position)
+        self.position += layout.size
+        return values
+
+    def count(self, item_size: int) -> int:
+        """A u32 count of items of ``item_size`` bytes, checked against the bytes left."""
+        (count,) = self.unpack(_COUNT)
+        if count * item_size > len(self.view) - self.position:
+            raise CorruptProducerSnapshotError(
+                f"{count} items of {item_size} bytes claimed at byte {self.position}"
+            )
+        return count
+
+
+def _check_txn_offsets(producer_id: int, first: int, last: int, end_offset: int) -> None:
+    if producer_id < 0 or not 0 <= first <= last < end_offset:
+        raise CorruptProducerSnapshotError(
+            f"producer {producer_id}: transaction offsets {first}..{last} with end offset "
+            f"{end_offset}"
+        )
 
 
 def _check_snapshot_batch(

@@ -430,7 +430,7 @@ def _sample_snapshot() -> bytes:
 
 def _resealed(body: bytes) -> bytes:
     """``body`` (everything after the CRC) framed with a correct header and CRC."""
-    return b"LGPS" + struct.pack(">HI", 1, crc32c.crc32c(body)) + body
+    return b"LGPS" + struct.pack(">HI", 2, crc32c.crc32c(body)) + body
 
 
 @pytest.mark.parametrize(
@@ -442,12 +442,13 @@ def _resealed(body: bytes) -> bytes:
         (lambda d: b"XXXX" + d[4:], "magic"),
         (lambda d: d[:4] + b"\x00\x09" + d[6:], "version"),
         (lambda d: d[:30] + bytes([d[30] ^ 0x40]) + d[31:], "CRC"),
-        (lambda d: _resealed(d[10:-36]), "truncated"),
+        (lambda d: _resealed(d[10:-44]), "truncated"),
         (lambda d: _resealed(d[10:18] + b"\xff\xff\xff\xff" + d[22:]), "truncated"),
         (lambda d: _resealed(b"\xff" * 8 + d[18:]), "negative"),
         (lambda d: _resealed(b"\x00" * 8 + d[18:]), "offsets"),
-        (lambda d: _resealed(d[10:40] + b"\x09" + d[41:]), "cached batches"),
-        (lambda d: _resealed(d[10:40] + b"\x00" + d[41:]), "cached batches"),
+        (lambda d: _resealed(d[10:52] + b"\x09" + d[53:]), "cached batches"),
+        (lambda d: _resealed(d[10:-8] + b"\x00\x00\x00\x09" + d[-4:]), "claimed"),
+        (lambda d: _resealed(d[10:40] + b"\xff\xff\xff\xfe" + d[44:]), "coordinator epoch"),
         (lambda d: _resealed(d[10:30] + b"\xff\xff" + d[32:]), "epoch"),
     ],
 )
