@@ -36,6 +36,9 @@ Bytes (big-endian; Kafka's ``__consumer_offsets`` keys likewise start with a typ
     str   = length u16 | UTF-8 bytes
     set   = topics u32 | for each: topic str | count u32 | partition i32 ...   (sorted)
 
+(``str`` and ``set`` are :mod:`replica.coordinator_record_fields`'s, which the transaction
+coordinator's records share.)
+
 Every value is written at :data:`VALUE_VERSION` except ``MemberMetadataValue``, written at
 :data:`MEMBER_METADATA_VERSION` (version 2 appends ``client_host``; version 1, without it,
 is still read).
@@ -44,16 +47,17 @@ Keys and values read back are untrusted (a damaged disk, a bug in another versio
 are checked before parsing (:data:`MAX_KEY_BYTES`, :data:`MAX_VALUE_BYTES`), counts against
 the bytes left, strings must be UTF-8, topic names valid, partition sets sorted and free of
 duplicates, and unknown types or versions are refused. Anything wrong raises
-:class:`~replica.group.errors.GroupRecordError`, never anything else.
+:class:`~replica.group.errors.GroupRecordError`, never anything else. Encoding makes the
+shared field checks too (a value out of its field's range, a string too long, an invalid
+topic name or partition), raising the same error, so a field the decoder would refuse is
+never written.
 """
 
 from __future__ import annotations
 
 import enum
-import struct
-from collections.abc import Iterable
 
-from cluster.errors import InvalidTopicError
+from replica.coordinator_record_fields import MAX_STRING_BYTES, FieldReader, FieldWriter
 from replica.group._record_types import (
     NO_LEADER_EPOCH,
     CurrentAssignmentKey,
@@ -72,7 +76,7 @@ from replica.group._record_types import (
     TargetAssignmentValue,
 )
 from replica.group.errors import GroupRecordError
-from replica.topic_partition import MAX_PARTITIONS, TopicPartition, validate_topic_name
+from replica.topic_partition import MAX_PARTITIONS
 
 __all__ = [
     "MAX_KEY_BYTES",
@@ -106,21 +110,11 @@ MAX_KEY_BYTES = 4096
 """Largest key accepted: a group id, member id and topic name of the longest kind fit."""
 MAX_VALUE_BYTES = 8 * 1024 * 1024
 """Largest value accepted, checked before parsing so a bogus count cannot exhaust memory."""
-MAX_STRING_BYTES = 0xFFFF
-"""Longest string field in bytes (its length is a u16)."""
 VALUE_VERSION = 1
 """The value version this module writes (and the only one it reads), except for
 ``MemberMetadataValue``."""
 MEMBER_METADATA_VERSION = 2
 """The ``MemberMetadataValue`` version this module writes (it reads 1 and 2)."""
-
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_U8 = struct.Struct(">B")
 
 
 class KeyType(enum.IntEnum):
@@ -144,92 +138,42 @@ _STATES_BY_CODE = {code: state for state, code in _STATE_CODES.items()}
 # ---- encoding --------------------------------------------------------------------------------
 
 
-class _Writer:
-    __slots__ = ("parts",)
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def u16(self, v: int) -> None:
-        self.parts.append(_U16.pack(v))
-
-    def u8(self, v: int) -> None:
-        self.parts.append(_U8.pack(v))
-
-    def u32(self, v: int) -> None:
-        self.parts.append(_U32.pack(v))
-
-    def i32(self, v: int, what: str) -> None:
-        if not _INT32_MIN <= v <= _INT32_MAX:
-            raise GroupRecordError(f"{what}={v} does not fit in int32")
-        self.parts.append(_I32.pack(v))
-
-    def i64(self, v: int, what: str) -> None:
-        if not _INT64_MIN <= v <= _INT64_MAX:
-            raise GroupRecordError(f"{what}={v} does not fit in int64")
-        self.parts.append(_I64.pack(v))
-
-    def string(self, v: str, what: str) -> None:
-        raw = v.encode("utf-8")
-        if len(raw) > MAX_STRING_BYTES:
-            raise GroupRecordError(f"{what} is {len(raw)} bytes, at most {MAX_STRING_BYTES}")
-        self.parts.append(_U16.pack(len(raw)))
-        self.parts.append(raw)
-
-    def partitions(self, tps: Iterable[TopicPartition], what: str) -> None:
-        by_topic: dict[str, list[int]] = {}
-        for tp in tps:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        self.u32(len(by_topic))
-        for topic in sorted(by_topic):
-            self.string(topic, f"{what} topic")
-            parts = sorted(by_topic[topic])
-            self.u32(len(parts))
-            for p in parts:
-                self.i32(p, f"{what} partition")
-
-    def done(self, limit: int, what: str) -> bytes:
-        out = b"".join(self.parts)
-        if len(out) > limit:
-            raise GroupRecordError(f"{what} is {len(out)} bytes, at most {limit}")
-        return out
-
-
 def encode_key(key: GroupKey) -> bytes:
     """The bytes of a record key (at most :data:`MAX_KEY_BYTES`)."""
-    w = _Writer()
+    w = FieldWriter(GroupRecordError)
     match key:
         case OffsetCommitKey(group_id, topic, partition):
-            w.u16(KeyType.OFFSET_COMMIT)
+            w.u16(KeyType.OFFSET_COMMIT, "type")
             w.string(group_id, "group_id")
-            w.string(topic, "topic")
-            w.i32(partition, "partition")
+            w.topic(topic, "topic")
+            w.partition(partition, "partition")
         case GroupMetadataKey(group_id):
-            w.u16(KeyType.GROUP_METADATA)
+            w.u16(KeyType.GROUP_METADATA, "type")
             w.string(group_id, "group_id")
         case MemberMetadataKey(group_id, member_id):
-            w.u16(KeyType.MEMBER_METADATA)
+            w.u16(KeyType.MEMBER_METADATA, "type")
             w.string(group_id, "group_id")
             w.string(member_id, "member_id")
         case TargetAssignmentKey(group_id, member_id):
-            w.u16(KeyType.TARGET_ASSIGNMENT)
+            w.u16(KeyType.TARGET_ASSIGNMENT, "type")
             w.string(group_id, "group_id")
             w.string(member_id, "member_id")
         case CurrentAssignmentKey(group_id, member_id):
-            w.u16(KeyType.CURRENT_ASSIGNMENT)
+            w.u16(KeyType.CURRENT_ASSIGNMENT, "type")
             w.string(group_id, "group_id")
             w.string(member_id, "member_id")
         case _:
             raise GroupRecordError(f"not a group record key: {key!r}")
-    return w.done(MAX_KEY_BYTES, "key")
+    return w.done("key", MAX_KEY_BYTES)
 
 
 def encode_value(value: GroupValue | None) -> bytes | None:
     """The bytes of a record value (at most :data:`MAX_VALUE_BYTES`); None for a tombstone."""
     if value is None:
         return None
-    w = _Writer()
-    w.u16(MEMBER_METADATA_VERSION if isinstance(value, MemberMetadataValue) else VALUE_VERSION)
+    w = FieldWriter(GroupRecordError)
+    version = MEMBER_METADATA_VERSION if isinstance(value, MemberMetadataValue) else VALUE_VERSION
+    w.u16(version, "version")
     match value:
         case OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp_ms):
             w.i64(offset, "offset")
@@ -239,15 +183,15 @@ def encode_value(value: GroupValue | None) -> bytes | None:
         case GroupMetadataValue(group_epoch, assignment_epoch, topic_partitions):
             w.i32(group_epoch, "group_epoch")
             w.i32(assignment_epoch, "assignment_epoch")
-            w.u32(len(topic_partitions))
+            w.u32(len(topic_partitions), "topic count")
             for topic, count in topic_partitions:
-                w.string(topic, "topic")
+                w.topic(topic, "topic")
                 w.i32(count, "partition count")
         case MemberMetadataValue(client_id, topics, assignor, rebalance_ms, session_ms, host):
             w.string(client_id, "client_id")
-            w.u32(len(topics))
+            w.u32(len(topics), "subscribed topic count")
             for topic in topics:
-                w.string(topic, "subscribed topic")
+                w.topic(topic, "subscribed topic")
             w.string(assignor, "assignor")
             w.i32(rebalance_ms, "rebalance_timeout_ms")
             w.i32(session_ms, "session_timeout_ms")
@@ -257,12 +201,12 @@ def encode_value(value: GroupValue | None) -> bytes | None:
         case CurrentAssignmentValue(epoch, previous, state, assigned, pending):
             w.i32(epoch, "member_epoch")
             w.i32(previous, "previous_member_epoch")
-            w.u8(_STATE_CODES[state])
+            w.u8(_STATE_CODES[state], "state")
             w.partitions(assigned, "assigned")
             w.partitions(pending, "pending_revocation")
         case _:
             raise GroupRecordError(f"not a group record value: {value!r}")
-    return w.done(MAX_VALUE_BYTES, "value")
+    return w.done("value", MAX_VALUE_BYTES)
 
 
 def encode(record: GroupRecord) -> tuple[bytes, bytes | None]:
@@ -271,102 +215,6 @@ def encode(record: GroupRecord) -> tuple[bytes, bytes | None]:
 
 
 # ---- decoding --------------------------------------------------------------------------------
-
-
-class _Reader:
-    __slots__ = ("data", "pos", "what")
-
-    def __init__(self, data: bytes, what: str) -> None:
-        self.data = data
-        self.pos = 0
-        self.what = what
-
-    def _take(self, n: int, field: str) -> bytes:
-        end = self.pos + n
-        if end > len(self.data):
-            raise GroupRecordError(
-                f"{self.what} ends inside {field} (needs {n} bytes at {self.pos}, "
-                f"has {len(self.data) - self.pos})"
-            )
-        raw = self.data[self.pos : end]
-        self.pos = end
-        return raw
-
-    def left(self) -> int:
-        return len(self.data) - self.pos
-
-    def u8(self, field: str) -> int:
-        return int(_U8.unpack(self._take(1, field))[0])
-
-    def u16(self, field: str) -> int:
-        return int(_U16.unpack(self._take(2, field))[0])
-
-    def u32(self, field: str) -> int:
-        return int(_U32.unpack(self._take(4, field))[0])
-
-    def i32(self, field: str) -> int:
-        return int(_I32.unpack(self._take(4, field))[0])
-
-    def i64(self, field: str) -> int:
-        return int(_I64.unpack(self._take(8, field))[0])
-
-    def count(self, field: str, min_item_bytes: int) -> int:
-        n = self.u32(field)
-        if n * min_item_bytes > self.left():
-            raise GroupRecordError(
-                f"{self.what}: {field}={n} cannot fit in the {self.left()} bytes left"
-            )
-        return n
-
-    def string(self, field: str) -> str:
-        raw = self._take(self.u16(field), field)
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise GroupRecordError(f"{self.what}: {field} is not UTF-8: {e}") from None
-
-    def topic(self, field: str) -> str:
-        name = self.string(field)
-        try:
-            validate_topic_name(name)
-        except InvalidTopicError as e:
-            raise GroupRecordError(f"{self.what}: {field}: {e.message}") from None
-        return name
-
-    def partition(self, field: str) -> int:
-        p = self.i32(field)
-        if not 0 <= p < MAX_PARTITIONS:
-            raise GroupRecordError(f"{self.what}: {field}={p} is not in [0, {MAX_PARTITIONS})")
-        return p
-
-    def non_negative_i32(self, field: str) -> int:
-        v = self.i32(field)
-        if v < 0:
-            raise GroupRecordError(f"{self.what}: {field}={v} is negative")
-        return v
-
-    def partitions(self, field: str) -> frozenset[TopicPartition]:
-        out: list[TopicPartition] = []
-        previous_topic: str | None = None
-        for _ in range(self.count(f"{field} topic count", 6)):
-            topic = self.topic(f"{field} topic")
-            if previous_topic is not None and topic <= previous_topic:
-                raise GroupRecordError(f"{self.what}: {field} topics not sorted or repeated")
-            previous_topic = topic
-            previous = -1
-            for _ in range(self.count(f"{field} partition count", 4)):
-                p = self.partition(f"{field} partition")
-                if p <= previous:
-                    raise GroupRecordError(
-                        f"{self.what}: {field} partitions of {topic} not sorted or repeated"
-                    )
-                previous = p
-                out.append(TopicPartition(topic, p))
-        return frozenset(out)
-
-    def end(self) -> None:
-        if self.pos != len(self.data):
-            raise GroupRecordError(f"{self.what} has {self.left()} bytes after its last field")
 
 
 def _bytes(raw: object, what: str, limit: int) -> bytes:
@@ -379,7 +227,7 @@ def _bytes(raw: object, what: str, limit: int) -> bytes:
 
 
 def _decode_key(raw: bytes) -> GroupKey:
-    r = _Reader(raw, "key")
+    r = FieldReader(raw, "key", GroupRecordError)
     type_code = r.u16("type")
     try:
         key_type = KeyType(type_code)
@@ -409,7 +257,7 @@ def _decode_key(raw: bytes) -> GroupKey:
 
 
 def _decode_value(key: GroupKey, raw: bytes) -> GroupValue:
-    r = _Reader(raw, f"{type(key).__name__} value")
+    r = FieldReader(raw, f"{type(key).__name__} value", GroupRecordError)
     version = r.u16("version")
     readable = (
         (VALUE_VERSION, MEMBER_METADATA_VERSION)

@@ -4,24 +4,32 @@ Each change of a transactional id's state is one record keyed by the id whose va
 whole new state (a tombstone, no value, when the id expires), so the topic is compacted
 and a coordinator rebuilds the same state from a compacted log as from the full one.
 
-Bytes (big-endian; strings are a u16 length and UTF-8)::
+Bytes (big-endian; ``str`` and ``set`` are :mod:`replica.coordinator_record_fields`'s, the
+group coordinator's records use the same)::
 
     key   = version u16 (0) | transactional_id str
     value = version u16 (0) | producer_id i64 | producer_epoch i16 | last_producer_epoch i16
             | timeout_ms i32 | state i8 | flags i8 (bit 0: two-phase) | started_ms i64
-            | updated_ms i64 | topics u32 | for each: topic str | count u32 | partition i32 ...
+            | updated_ms i64 | partitions set
+
+    str   = length u16 | UTF-8 bytes
+    set   = topics u32 | for each: topic str | count u32 | partition i32 ...   (sorted)
 
 Every field is checked on decode (the log is untrusted input): a value that does not parse,
-names an unknown state or leaves bytes over is ``CorruptMessageError``.
+holds a count larger than its bytes, an invalid topic name, a partition out of range, a
+partition set out of order or with repeats, names an unknown state or leaves bytes over is
+``CorruptMessageError``. Encoding makes the shared field checks too (a value out of its
+field's range, an invalid topic name or partition), raising the same error, so a state
+that the field decoder would refuse is never written.
 """
 
 from __future__ import annotations
 
 import enum
-import struct
 from dataclasses import dataclass
 
 from cluster.errors import CorruptMessageError
+from replica.coordinator_record_fields import FieldReader, FieldWriter
 from replica.topic_partition import TopicPartition
 
 __all__ = [
@@ -41,10 +49,6 @@ MAX_PRODUCER_EPOCH = 2**15 - 1
 """Epochs are int16. The coordinator hands out at most ``MAX_PRODUCER_EPOCH - 1`` so that it
 can always bump once more to fence (Kafka's ``isEpochExhausted``)."""
 
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_I32 = struct.Struct(">i")
-_VALUE_FIXED = struct.Struct(">qhhibbqq")
 _TWO_PHASE = 0x01
 
 
@@ -99,101 +103,59 @@ class TxnRecord:
     metadata: TxnMetadata | None
 
 
-def _str(value: str) -> bytes:
-    raw = value.encode()
-    if len(raw) > 0xFFFF:
-        raise ValueError(f"string of {len(raw)} bytes does not fit a u16 length")
-    return _U16.pack(len(raw)) + raw
-
-
-class _Reader:
-    def __init__(self, data: bytes, what: str) -> None:
-        self._data = data
-        self._at = 0
-        self._what = what
-
-    def take(self, size: int) -> bytes:
-        if self._at + size > len(self._data):
-            raise CorruptMessageError(f"{self._what} ends early at byte {self._at}")
-        chunk = self._data[self._at : self._at + size]
-        self._at += size
-        return chunk
-
-    def unpack(self, shape: struct.Struct) -> tuple[int, ...]:
-        return shape.unpack(self.take(shape.size))
-
-    def string(self) -> str:
-        (size,) = self.unpack(_U16)
-        try:
-            return self.take(size).decode()
-        except UnicodeDecodeError as exc:
-            raise CorruptMessageError(f"{self._what} holds a string that is not UTF-8") from exc
-
-    def end(self) -> None:
-        if self._at != len(self._data):
-            raise CorruptMessageError(f"{self._what} has {len(self._data) - self._at} bytes over")
-
-
 def encode_record(record: TxnRecord) -> tuple[bytes, bytes | None]:
-    """The record's key and value bytes (``None`` for a tombstone)."""
-    key = _U16.pack(KEY_VERSION) + _str(record.transactional_id)
+    """The record's key and value bytes (``None`` for a tombstone).
+
+    Raises ``CorruptMessageError`` for a state whose fields cannot be written or could not
+    be read back (a value out of its field's range, an invalid topic name or partition).
+    """
+    key = FieldWriter(CorruptMessageError)
+    key.u16(KEY_VERSION, "version")
+    key.string(record.transactional_id, "transactional_id")
     meta = record.metadata
     if meta is None:
-        return key, None
-    topics: dict[str, list[int]] = {}
-    for tp in meta.partitions:
-        topics.setdefault(tp.topic, []).append(tp.partition)
-    parts = [
-        _U16.pack(VALUE_VERSION),
-        _VALUE_FIXED.pack(
-            meta.producer_id,
-            meta.producer_epoch,
-            meta.last_producer_epoch,
-            meta.timeout_ms,
-            meta.state,
-            _TWO_PHASE if meta.two_phase else 0,
-            meta.started_ms,
-            meta.updated_ms,
-        ),
-        _U32.pack(len(topics)),
-    ]
-    for topic in sorted(topics):
-        numbers = sorted(topics[topic])
-        parts += [_str(topic), _U32.pack(len(numbers)), *(_I32.pack(n) for n in numbers)]
-    return key, b"".join(parts)
+        return key.done("transaction state key"), None
+    value = FieldWriter(CorruptMessageError)
+    value.u16(VALUE_VERSION, "version")
+    value.i64(meta.producer_id, "producer_id")
+    value.i16(meta.producer_epoch, "producer_epoch")
+    value.i16(meta.last_producer_epoch, "last_producer_epoch")
+    value.i32(meta.timeout_ms, "timeout_ms")
+    value.i8(meta.state, "state")
+    value.i8(_TWO_PHASE if meta.two_phase else 0, "flags")
+    value.i64(meta.started_ms, "started_ms")
+    value.i64(meta.updated_ms, "updated_ms")
+    value.partitions(meta.partitions, "partitions")
+    return key.done("transaction state key"), value.done("transaction state value")
 
 
 def decode_record(key: bytes, value: bytes | None) -> TxnRecord:
     """The record these bytes hold; ``CorruptMessageError`` if they are not one."""
-    reader = _Reader(bytes(key), "transaction state key")
-    (version,) = reader.unpack(_U16)
+    reader = FieldReader(bytes(key), "transaction state key", CorruptMessageError)
+    version = reader.u16("version")
     if version != KEY_VERSION:
         raise CorruptMessageError(f"transaction state key version {version}")
-    transactional_id = reader.string()
+    transactional_id = reader.string("transactional_id")
     reader.end()
     if value is None:
         return TxnRecord(transactional_id, None)
-    reader = _Reader(bytes(value), "transaction state value")
-    (version,) = reader.unpack(_U16)
+    reader = FieldReader(bytes(value), "transaction state value", CorruptMessageError)
+    version = reader.u16("version")
     if version != VALUE_VERSION:
         raise CorruptMessageError(f"transaction state value version {version}")
-    pid, epoch, last_epoch, timeout_ms, raw_state, flags, started, updated = reader.unpack(
-        _VALUE_FIXED
-    )
+    pid = reader.i64("producer_id")
+    epoch = reader.i16("producer_epoch")
+    last_epoch = reader.i16("last_producer_epoch")
+    timeout_ms = reader.i32("timeout_ms")
+    raw_state = reader.i8("state")
     try:
         state = TxnState(raw_state)
     except ValueError:
         raise CorruptMessageError(f"transaction state {raw_state} is unknown") from None
-    partitions: set[TopicPartition] = set()
-    (topic_count,) = reader.unpack(_U32)
-    for _ in range(topic_count):
-        topic = reader.string()
-        (count,) = reader.unpack(_U32)
-        for _ in range(count):
-            (number,) = reader.unpack(_I32)
-            if number < 0:
-                raise CorruptMessageError(f"transaction state names partition {topic}-{number}")
-            partitions.add(TopicPartition(topic, number))
+    flags = reader.i8("flags")
+    started = reader.i64("started_ms")
+    updated = reader.i64("updated_ms")
+    partitions = reader.partitions("partitions")
     reader.end()
     if pid < 0 or not -1 <= epoch <= MAX_PRODUCER_EPOCH or timeout_ms <= 0:
         raise CorruptMessageError(
@@ -209,7 +171,7 @@ def decode_record(key: bytes, value: bytes | None) -> TxnRecord:
             last_epoch,
             timeout_ms,
             state,
-            frozenset(partitions),
+            partitions,
             started,
             updated,
             bool(flags & _TWO_PHASE),

@@ -53,6 +53,9 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("replica/batch_header.py", Layer.PROTOCOL),
     ("replica/compression.py", Layer.PROTOCOL),
     ("replica/topic_partition.py", Layer.PROTOCOL),
+    # The checked field codec of the coordinators' records: both the group and the
+    # transaction coordinator cores use it, and neither may import the other.
+    ("replica/coordinator_record_fields.py", Layer.PROTOCOL),
     ("cluster/errors.py", Layer.PROTOCOL),
     ("cluster/error_responses.py", Layer.PROTOCOL),  # error <-> wire error code
     ("controller/*/errors.py", Layer.PROTOCOL),  # the per-domain error modules
@@ -116,8 +119,25 @@ CORE_DEPENDENCIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # nothing of the log or of each other.
     ("controller/raft/*", ("controller.raft", "cluster.errors")),
     ("replica/replication/*", ("replica.replication", "cluster.errors")),
-    ("replica/group/*", ("replica.group", "replica.topic_partition", "cluster.errors")),
-    ("replica/txn/*", ("replica.txn", "replica.topic_partition", "cluster.errors")),
+    # Both coordinators' records share their field codec, replica.coordinator_record_fields.
+    (
+        "replica/group/*",
+        (
+            "replica.group",
+            "replica.topic_partition",
+            "replica.coordinator_record_fields",
+            "cluster.errors",
+        ),
+    ),
+    (
+        "replica/txn/*",
+        (
+            "replica.txn",
+            "replica.topic_partition",
+            "replica.coordinator_record_fields",
+            "cluster.errors",
+        ),
+    ),
 )
 
 FORBIDDEN_IN_CORES = frozenset(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import struct
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -296,6 +297,45 @@ def test_a_record_reads_back_and_damaged_bytes_are_corrupt() -> None:
     ):
         with pytest.raises(CorruptMessageError):
             decode_record(damaged_key, damaged_value)
+
+
+def _set_bytes(*topics: tuple[str, list[int]]) -> bytes:
+    """A partition set laid out by hand, in the order given."""
+    out = struct.pack(">I", len(topics))
+    for topic, numbers in topics:
+        name = topic.encode()
+        out += struct.pack(">H", len(name)) + name
+        out += struct.pack(f">I{len(numbers)}i", len(numbers), *numbers)
+    return out
+
+
+def test_the_partition_set_is_checked_like_the_group_coordinators() -> None:
+    """The value's partitions use the codec shared with the group records (sorted, unique,
+    valid names, counts within the bytes), and the encoder refuses what the decoder would."""
+    c = _coordinator()
+    _open(c, B, A)
+    meta = c.metadata(TID)
+    assert meta is not None
+    key, value = encode_record(TxnRecord(TID, meta))
+    assert value is not None
+    fixed = value[:36]  # version u16 and the fixed fields (">qhhibbqq")
+    assert value[36:] == _set_bytes(("a", [0]), ("b", [1]))  # the layout on disk
+    for damaged, message in (
+        (_set_bytes(("b", [1]), ("a", [0])), "topics not sorted or repeated"),
+        (_set_bytes(("a", [0, 0])), "partitions of a not sorted or repeated"),
+        (_set_bytes(("bad topic!", [0])), "partitions topic"),
+        (_set_bytes(("a", [10_000])), "partitions partition=10000 is not in"),
+        (struct.pack(">I", 1000) + value[40:], "topic count=1000 cannot fit"),
+    ):
+        with pytest.raises(CorruptMessageError, match=message):
+            decode_record(key, fixed + damaged)
+    for broken in (
+        replace(meta, partitions=frozenset({TopicPartition("bad topic!", 0)})),
+        replace(meta, producer_epoch=2**15),
+        replace(meta, transactional_id="x" * 70_000),
+    ):
+        with pytest.raises(CorruptMessageError):
+            encode_record(TxnRecord(broken.transactional_id, broken))
 
 
 def test_an_idle_id_without_an_open_transaction_expires() -> None:
