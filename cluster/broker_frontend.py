@@ -51,12 +51,17 @@ from replica.broker_rpcs import BrokerEndpoint
 from replica.group import partition_for_group
 from replica.group_service import OFFSETS_TOPIC
 from replica.log_manager import LogManager
+from replica.txn import partition_for_transactional_id
+from replica.txn_service import TRANSACTION_STATE_TOPIC
 
-__all__ = ["READ_YOUR_WRITES_TIMEOUT_S", "BrokerFrontend"]
+__all__ = ["GROUP_KEY", "READ_YOUR_WRITES_TIMEOUT_S", "TRANSACTION_KEY", "BrokerFrontend"]
 
 log = logging.getLogger(__name__)
 
 READ_YOUR_WRITES_TIMEOUT_S = 5.0
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+"""FindCoordinator's key types (Kafka's ``CoordinatorType``)."""
 
 
 class BrokerFrontend:
@@ -163,30 +168,41 @@ class BrokerFrontend:
                 )
         return response
 
-    async def find_coordinator(self, group_id: str, listener: str) -> pb.FindCoordinatorResponse:
-        """The broker leading ``group_id``'s partition of ``__consumer_offsets``, its address
-        on ``listener``.
+    async def find_coordinator(
+        self, key: str, listener: str, key_type: int = GROUP_KEY
+    ) -> pb.FindCoordinatorResponse:
+        """The broker coordinating ``key``, its address on ``listener``: for a group
+        (``key_type`` 0) the leader of its partition of ``__consumer_offsets``, for a
+        transactional id (1) that of ``__transaction_state``.
 
         The topic is created on first use (``offsets.topic.num.partitions`` partitions,
-        ``offsets.topic.replication.factor`` replicas); until it has a leader for the
-        group's partition the answer is the retriable COORDINATOR_NOT_AVAILABLE.
+        ``offsets.topic.replication.factor`` replicas, for both; Kafka sizes the second with
+        ``transaction.state.log.*``, which default to the same); until it has a leader for
+        the key's partition the answer is the retriable COORDINATOR_NOT_AVAILABLE.
         """
+        partition_for: Callable[[str, int], int]
+        if key_type == GROUP_KEY:
+            topic_name, partition_for = OFFSETS_TOPIC, partition_for_group
+        elif key_type == TRANSACTION_KEY:
+            topic_name, partition_for = TRANSACTION_STATE_TOPIC, partition_for_transactional_id
+        else:
+            return _coordinator_error(InvalidRequestError(f"unknown key_type {key_type}"))
         image = self._machine.image
-        topic = image.topic(OFFSETS_TOPIC)
+        topic = image.topic(topic_name)
         if topic is None:
-            await self._create_offsets_topic()
+            await self._create_internal_topic(topic_name)
             image = self._machine.image
-            topic = image.topic(OFFSETS_TOPIC)
+            topic = image.topic(topic_name)
             if topic is None:
                 return _coordinator_error(
-                    CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created")
+                    CoordinatorNotAvailableError(f"{topic_name} is being created")
                 )
-        partition = partition_for_group(group_id, len(topic.partitions))
+        partition = partition_for(key, len(topic.partitions))
         state = topic.partitions[partition]
         broker = image.broker(state.leader) if state.leader >= 0 else None
         if broker is None or broker.fenced:
             return _coordinator_error(
-                CoordinatorNotAvailableError(f"{OFFSETS_TOPIC}-{partition} has no leader")
+                CoordinatorNotAvailableError(f"{topic_name}-{partition} has no leader")
             )
         address = broker.listener(listener)
         if address is None:
@@ -199,23 +215,27 @@ class BrokerFrontend:
             node_id=broker.broker_id, host=address.host, port=address.port
         )
 
-    async def _create_offsets_topic(self) -> None:
+    async def _create_internal_topic(self, name: str) -> None:
+        # Compacted, never deleted: the latest record of every key (a group's committed
+        # offsets, a transactional id's state) stays; the rest is cleaned away.
+        configs = {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(
+                self._node_config.offsets_topic_segment_bytes
+                if self._node_config is not None
+                else 100 * 1024 * 1024
+            ),
+        }
+        if name == TRANSACTION_STATE_TOPIC:
+            # Kafka's transaction.state.log.min.isr: a decision must survive a lost broker.
+            configs["min.insync.replicas"] = str(min(2, self._offsets_topic_replication_factor))
         request = pb.CreateTopicsRequest(
             topics=[
                 pb.CreatableTopic(
-                    name=OFFSETS_TOPIC,
+                    name=name,
                     num_partitions=self._offsets_topic_partitions,
                     replication_factor=self._offsets_topic_replication_factor,
-                    # Compacted, never deleted: the latest record of every group key
-                    # (its committed offsets among them) stays; the rest is cleaned away.
-                    configs={
-                        "cleanup.policy": "compact",
-                        "segment.bytes": str(
-                            self._node_config.offsets_topic_segment_bytes
-                            if self._node_config is not None
-                            else 100 * 1024 * 1024
-                        ),
-                    },
+                    configs=configs,
                 )
             ]
         )
@@ -224,13 +244,13 @@ class BrokerFrontend:
         if result.error_code and result.error_code != TopicAlreadyExistsError.code:
             log.warning(
                 "cannot create %s yet error=%s",
-                OFFSETS_TOPIC,
+                name,
                 error_for_code(result.error_code, result.error_message),
             )
         elif not result.error_code:
             log.info(
                 "created %s partitions=%d replication_factor=%d",
-                OFFSETS_TOPIC,
+                name,
                 self._offsets_topic_partitions,
                 self._offsets_topic_replication_factor,
             )

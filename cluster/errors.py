@@ -70,7 +70,10 @@ __all__ = [
     "StaleBrokerEpochError",
     "StaleMemberEpochError",
     "TopicAlreadyExistsError",
+    "TransactionAbortableError",
+    "TransactionAbortedError",
     "TransactionCoordinatorFencedError",
+    "TransactionalIdNotFoundError",
     "UnassignedPartitionError",
     "UnknownLeaderEpochError",
     "UnknownMemberIdError",
@@ -427,6 +430,13 @@ class TransactionCoordinatorFencedError(LograftError):
     error_name = "TRANSACTION_COORDINATOR_FENCED"
 
 
+class TransactionalIdNotFoundError(LograftError):
+    """No transaction coordinator holds state for this transactional id."""
+
+    code = 105
+    error_name = "TRANSACTIONAL_ID_NOT_FOUND"
+
+
 class InvalidUpdateVersionError(LograftError):
     """The partition epoch in an AlterPartition is stale."""
 
@@ -604,6 +614,20 @@ class IllegalStateError(LograftError):
     error_name = "ILLEGAL_STATE"
 
 
+class TransactionAbortedError(LograftError):
+    """The record's transaction was aborted before the record was sent (client-side)."""
+
+    code = -3
+    error_name = "TRANSACTION_ABORTED"
+
+
+class TransactionAbortableError(LograftError):
+    """The transaction failed; abort it, and the producer can go on with the next one."""
+
+    code = 120
+    error_name = "TRANSACTION_ABORTABLE"
+
+
 class RebalanceInProgressError(LograftError):
     """The group is rebalancing (classic protocol); rejoin."""
 
@@ -675,6 +699,8 @@ _BY_CODE: dict[int, type[LograftError]] = {
         InvalidTransactionTimeoutError,
         ConcurrentTransactionsError,
         TransactionCoordinatorFencedError,
+        TransactionalIdNotFoundError,
+        TransactionAbortableError,
         InvalidUpdateVersionError,
         UnknownTopicIdError,
         DuplicateBrokerRegistrationError,

@@ -44,6 +44,7 @@ from cluster.errors import (
     error_for_code,
 )
 from cluster.node_config import NodeConfig
+from cluster.txn_peers import BrokerTxnPeers
 from cluster.wire import controller_pb2 as cpb
 from controller.metadata import MetadataImage
 from controller.quorum.driver import RaftDriver
@@ -65,6 +66,7 @@ from replica.producer_ids import ProducerIdAllocator
 from replica.replication import IsrProposal
 from replica.topic_config import LogConfig
 from replica.topic_partition import TopicPartition
+from replica.txn_service import TransactionService, TxnServiceConfig
 
 __all__ = ["ControllerClient", "KRaftBroker"]
 
@@ -135,6 +137,22 @@ class KRaftBroker(BrokerFrontend):
         self._fetchers = ReplicaFetcherManager(endpoint.node_id, logs, wall_clock_ms)
         self.groups = GroupService(logs, lambda: self._topic_counts)
         """Group coordinators for the ``__consumer_offsets`` partitions led here."""
+        txn_config = (
+            TxnServiceConfig(
+                max_timeout_ms=node_config.transaction_max_timeout_ms,
+                two_phase_enabled=node_config.transaction_two_phase_commit_enable,
+                id_expiration_ms=node_config.transactional_id_expiration_ms,
+            )
+            if node_config is not None
+            else None
+        )
+        self._txn_peers = BrokerTxnPeers(
+            lambda: self._machine.image, endpoint.listener, self.next_producer_id
+        )
+        self.transactions = TransactionService(
+            logs, lambda: self._topic_counts, self._txn_peers, txn_config
+        )
+        """Transaction coordinators for the ``__transaction_state`` partitions led here."""
         self._topic_counts: dict[str, int] = {}
         machine.add_listener(self._on_image)
 
@@ -146,6 +164,7 @@ class KRaftBroker(BrokerFrontend):
         self._task = asyncio.create_task(self._lifecycle(), name="broker-lifecycle")
         self._isr_task = asyncio.create_task(self._isr_expiration(), name="isr-expiration")
         self.groups.start()
+        self.transactions.start()
 
     async def stop(self) -> None:
         """Controlled shutdown, then stop heartbeating.
@@ -160,6 +179,8 @@ class KRaftBroker(BrokerFrontend):
                 await asyncio.gather(task, return_exceptions=True)
         await self._fetchers.stop()
         await self.groups.stop()
+        await self.transactions.stop()
+        await self._txn_peers.close()
         if self.broker_epoch >= 0:
             try:
                 async with asyncio.timeout(CONTROLLED_SHUTDOWN_TIMEOUT_S):
@@ -369,6 +390,7 @@ class KRaftBroker(BrokerFrontend):
         changed = counts != self._topic_counts
         self._topic_counts = counts
         self.groups.sync()
+        self.transactions.sync()
         if changed:
             self.groups.on_topics_changed()
         stale = partitions_to_stop(list(self._logs.partitions), wanted)

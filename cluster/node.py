@@ -229,6 +229,7 @@ class Node:
                     self._broker,
                     groups=self._broker.groups if self._broker is not None else None,
                     local_producer_ids=producer_ids,
+                    transactions=(self._broker.transactions if self._broker is not None else None),
                 )
                 pb_grpc.add_BrokerServicer_to_server(service, server)
             npb_grpc.add_NodeServicer_to_server(NodeHealthService(self.health, name), server)

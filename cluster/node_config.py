@@ -180,6 +180,23 @@ NODE_CONFIGS: dict[str, tuple[int, int, str]] = {
         "segment.bytes of __consumer_offsets (set when it is created): the cleaner compacts "
         "closed segments only, so smaller ones are compacted sooner.",
     ),
+    "transaction.max.timeout.ms": (
+        900_000,
+        1,
+        "The longest transaction.timeout.ms a transactional producer may ask for.",
+    ),
+    "transaction.two.phase.commit.enable": (
+        True,
+        0,
+        "Whether producers may take part in two-phase commit (KIP-939): their transactions "
+        "are never timed out and a new producer can keep them open (keep_prepared_txn).",
+    ),
+    "transactional.id.expiration.ms": (
+        604_800_000,
+        1,
+        "How long a transactional id with no transaction open may go unused before its "
+        "coordinator forgets it.",
+    ),
 }
 """Node-only settings: name → (default, minimum, description); a ``bool`` default means the
 setting takes true or false."""
@@ -263,6 +280,9 @@ class NodeConfig:
     log_cleaner_enable: bool = True
     log_cleaner_backoff_ms: int = 15_000
     offsets_topic_segment_bytes: int = 100 * 1024 * 1024
+    transaction_max_timeout_ms: int = 900_000
+    transaction_two_phase_commit_enable: bool = True
+    transactional_id_expiration_ms: int = 604_800_000
 
     @property
     def in_quorum(self) -> bool:
@@ -426,6 +446,11 @@ class NodeConfig:
             log_cleaner_enable=bool(node_values["log.cleaner.enable"]),
             log_cleaner_backoff_ms=node_values["log.cleaner.backoff.ms"],
             offsets_topic_segment_bytes=node_values["offsets.topic.segment.bytes"],
+            transaction_max_timeout_ms=node_values["transaction.max.timeout.ms"],
+            transaction_two_phase_commit_enable=bool(
+                node_values["transaction.two.phase.commit.enable"]
+            ),
+            transactional_id_expiration_ms=node_values["transactional.id.expiration.ms"],
             node_id=node_id,
             data_dir=data_dir,
             listeners=listeners,

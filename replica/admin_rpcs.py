@@ -139,9 +139,7 @@ class AdminRpcs(BrokerRpcs):
 
     # ---- InitProducerId -----------------------------------------------------------------
 
-    async def InitProducerId(
-        self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext
-    ) -> pb.InitProducerIdResponse:
+    async def _init_idempotent_producer(self) -> pb.InitProducerIdResponse:
         """A new producer id at epoch 0 for an idempotent producer."""
         try:
             if self._frontend is not None:

@@ -306,25 +306,34 @@ def set_log_append_time(buf: bytearray, header: BatchHeader, timestamp_ms: int) 
 
 
 def with_producer_fields(
-    batch: bytes | bytearray | memoryview, producer_id: int, producer_epoch: int, base_sequence: int
+    batch: bytes | bytearray | memoryview,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    transactional: bool = False,
 ) -> bytes:
     """A copy of one RecordBatch v2 with its producer fields set and its CRC-32C redone.
 
     This is how an idempotent producer stamps a batch it encoded before it knew its producer
-    id and sequence. One copy of the batch: the CRC covers ``attributes`` to the end, so it
-    is computed over the unchanged bytes around the new fields without building them first.
+    id and sequence; a transactional producer also sets the transactional attribute bit.
+    One copy of the batch: the CRC covers ``attributes`` to the end, so it is computed over
+    the unchanged bytes around the new fields without building them first.
     ``base_sequence`` is written as given (the caller wraps it at 2**31).
     """
     view = memoryview(batch)
     fields = _PRODUCER_FIELDS.pack(producer_id, producer_epoch, base_sequence)
-    crc = _crc32c.crc32c(view[ATTRIBUTES_OFFSET:PRODUCER_ID_OFFSET])
+    head: bytes | memoryview = view[ATTRIBUTES_OFFSET:PRODUCER_ID_OFFSET]
+    if transactional:
+        attributes = int.from_bytes(head[:2], "big") | ATTR_TRANSACTIONAL
+        head = attributes.to_bytes(2, "big") + bytes(head[2:])
+    crc = _crc32c.crc32c(head)
     crc = _crc32c.crc32c(fields, crc)
     crc = _crc32c.crc32c(view[RECORDS_COUNT_OFFSET:], crc)
     return b"".join(
         (
             view[:CRC_OFFSET],
             _CRC.pack(crc),
-            view[ATTRIBUTES_OFFSET:PRODUCER_ID_OFFSET],
+            head,
             fields,
             view[RECORDS_COUNT_OFFSET:],
         )

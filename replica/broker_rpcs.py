@@ -3,7 +3,8 @@
 :class:`~replica.broker_service.BrokerService` is composed of one class per concern
 (:mod:`replica.data_plane_rpcs`, :mod:`replica.admin_rpcs`, :mod:`replica.group_rpcs`);
 each builds on :class:`BrokerRpcs`, which holds what they read: the logs, this broker's
-endpoint, the clock, and, in a quorum, the :class:`ClusterFrontend` and the group service.
+endpoint, the clock, and, in a quorum, the :class:`ClusterFrontend`, the group service and the
+transaction service.
 
 A node serves the broker API on each of its listeners with one servicer per listener (gRPC
 does not tell a servicer which port a call arrived on); the servicers share the node's state,
@@ -13,7 +14,7 @@ and each answers with the brokers' addresses on its own listener.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -23,8 +24,17 @@ from replica.clocks import interval_clock_ms, wall_clock_ms
 from replica.group_service import GroupService
 from replica.log_manager import LogManager
 from replica.producer_ids import LocalProducerIdBlocks, ProducerIdAllocator
+from replica.topic_partition import TopicPartition
+from replica.txn_service import TransactionService
 
-__all__ = ["BrokerEndpoint", "BrokerRpcs", "ClusterFrontend", "error_fields"]
+__all__ = [
+    "BrokerEndpoint",
+    "BrokerRpcs",
+    "ClusterFrontend",
+    "error_fields",
+    "partitions_of",
+    "topic_partitions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +70,11 @@ class ClusterFrontend(Protocol):
         """A producer id from a block the active controller allocated to this broker."""
         ...
 
-    async def find_coordinator(self, group_id: str, listener: str) -> pb.FindCoordinatorResponse:
-        """The broker coordinating ``group_id``, its address on ``listener``."""
+    async def find_coordinator(
+        self, key: str, listener: str, key_type: int = 0
+    ) -> pb.FindCoordinatorResponse:
+        """The broker coordinating ``key`` (a group, or with ``key_type`` 1 a transactional
+        id), its address on ``listener``."""
         ...
 
     async def create_partitions(
@@ -92,6 +105,19 @@ def error_fields(exc: LograftError) -> dict[str, Any]:
     return {"error_code": exc.code, "error_message": exc.message}
 
 
+def partitions_of(topics: Any) -> list[TopicPartition]:
+    """The partitions a ``repeated TopicPartitions`` field names."""
+    return [TopicPartition(t.topic, p) for t in topics for p in t.partitions]
+
+
+def topic_partitions(partitions: Iterable[TopicPartition]) -> list[pb.TopicPartitions]:
+    """``partitions`` as ``TopicPartitions`` messages, by topic, sorted."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in sorted(partitions):
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return [pb.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()]
+
+
 class BrokerRpcs:
     """The state of the broker servicer; its parts subclass this (one instance per listener).
 
@@ -109,8 +135,10 @@ class BrokerRpcs:
         groups: GroupService | None = None,
         local_producer_ids: ProducerIdAllocator | None = None,
         interval_clock_ms: Callable[[], int] = interval_clock_ms,
+        transactions: TransactionService | None = None,
     ) -> None:
         self._logs = logs
+        self._transactions = transactions
         self._endpoint = endpoint
         self._cluster_id = cluster_id
         self._now_ms = now_ms

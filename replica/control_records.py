@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cluster.errors import CorruptMessageError
@@ -35,6 +36,7 @@ from replica.record_codec import decode_records
 
 __all__ = [
     "CONTROL_RECORD_VERSION",
+    "AbortedBatchFilter",
     "ControlType",
     "EndTxnMarker",
     "decode_control_type",
@@ -137,3 +139,35 @@ def decode_marker(batch: bytes | bytearray | memoryview) -> EndTxnMarker | None:
     if version < 0:
         raise CorruptMessageError(f"transaction marker value version {version}")
     return EndTxnMarker(control_type is ControlType.COMMIT, coordinator_epoch)
+
+
+class AbortedBatchFilter:
+    """What a ``read_committed`` reader drops from a fetch (Kafka's ``Fetcher`` rule); a
+    :data:`~replica.record_codec.BatchSkip` for ``iter_records``.
+
+    ``aborted`` holds ``(producer id, first offset)`` of each aborted transaction the fetch
+    answer named. Walking the batches in order, a producer is *aborting* from its first
+    offset until its abort marker: its transactional batches meanwhile are dropped. Every
+    control batch is dropped too. Stateful: one instance per fetched chunk, called in order.
+    """
+
+    __slots__ = ("_aborting", "_next", "_pending")
+
+    def __init__(self, aborted: Iterable[tuple[int, int]]) -> None:
+        self._pending = sorted(aborted, key=lambda item: item[1])
+        self._next = 0
+        self._aborting: set[int] = set()
+
+    def __call__(self, buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
+        """True: skip the batch."""
+        pending = self._pending
+        while self._next < len(pending) and pending[self._next][1] <= header.last_offset:
+            self._aborting.add(pending[self._next][0])
+            self._next += 1
+        if header.is_control:
+            if header.producer_id in self._aborting and header.records_count:
+                records = decode_records(buf, header)
+                if records and decode_control_type(records[0].key) is ControlType.ABORT:
+                    self._aborting.discard(header.producer_id)
+            return True
+        return header.is_transactional and header.producer_id in self._aborting

@@ -17,6 +17,7 @@ import grpc
 from cluster.errors import (
     InvalidRequestError,
     InvalidRequiredAcksError,
+    InvalidTxnStateError,
     InvariantError,
     KafkaStorageError,
     LograftError,
@@ -40,6 +41,8 @@ async def _acked_within(partition: Partition, offset: int, acks: int, timeout_s:
         await partition.wait_acked(offset, acks)
 
 
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
@@ -90,7 +93,12 @@ class DataPlaneRpcs(BrokerRpcs):
                 result = topic_response.partitions.add(partition=data.partition, base_offset=-1)
                 try:
                     partition = self._leader_partition(topic.name, data.partition)
-                    required_offset = self._append(partition, data.records, request.acks, result)
+                    verified = await self._verify_transactions(
+                        partition, data.records, request.transactional_id
+                    )
+                    required_offset = self._append(
+                        partition, data.records, request.acks, result, verified
+                    )
                 except LograftError as exc:
                     result.error_code = exc.code
                     result.error_message = exc.message
@@ -101,11 +109,36 @@ class DataPlaneRpcs(BrokerRpcs):
             await self._await_acks(pending, request.acks, timeout_s)
         return response
 
+    async def _verify_transactions(
+        self, partition: Partition, records: bytes, transactional_id: str
+    ) -> frozenset[tuple[int, int]]:
+        """The producers whose first transactional batch here the coordinator confirmed is
+        in their open transaction (KIP-890); raises its refusal. Empty when no batch opens
+        a transaction (the usual case: only the first write of a transaction asks)."""
+        starting = partition.transactions_to_verify(records)
+        if not starting:
+            return starting
+        if not transactional_id or self._transactions is None:
+            raise InvalidTxnStateError(
+                f"a transactional batch for {partition.topic_partition} without a "
+                "transactional_id (or on a broker without a transaction coordinator)"
+            )
+        for producer_id, producer_epoch in starting:
+            await self._transactions.verify_remote(
+                transactional_id, producer_id, producer_epoch, partition.topic_partition
+            )
+        return starting
+
     def _append(
-        self, partition: Partition, records: bytes, acks: int, result: pb.PartitionProduceResponse
+        self,
+        partition: Partition,
+        records: bytes,
+        acks: int,
+        result: pb.PartitionProduceResponse,
+        verified: frozenset[tuple[int, int]] = frozenset(),
     ) -> int:
         """Append a producer's bytes to ``partition`` into ``result``; the offset acks wait for."""
-        appended = partition.append_produced(records, acks, self._now_ms())
+        appended = partition.append_produced(records, acks, self._now_ms(), verified)
         result.base_offset = appended.batch_base_offsets[0]
         if len(appended.batch_base_offsets) > 1:
             result.batch_base_offsets.extend(appended.batch_base_offsets)
@@ -155,7 +188,8 @@ class DataPlaneRpcs(BrokerRpcs):
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
     ) -> pb.FetchResponse:
-        """Read below the high watermark; long-poll until ``min_bytes`` or ``max_wait_ms``."""
+        """Read below the high watermark (the last stable offset for ``read_committed``);
+        long-poll until ``min_bytes`` or ``max_wait_ms``."""
         max_wait_s = min(max(request.max_wait_ms, 0), MAX_FETCH_WAIT_MS) / 1000
         deadline = asyncio.get_running_loop().time() + max_wait_s
         while True:
@@ -173,6 +207,7 @@ class DataPlaneRpcs(BrokerRpcs):
 
     def _read_all(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, list[Partition]]:
         response = pb.FetchResponse()
+        read_committed = request.isolation_level == READ_COMMITTED and request.replica_id < 0
         budget = request.max_bytes if request.max_bytes > 0 else 50 * 1024 * 1024
         total_bytes = 0
         readable: list[Partition] = []
@@ -187,7 +222,11 @@ class DataPlaneRpcs(BrokerRpcs):
                     high_watermark = partition.high_watermark
                     result.high_watermark = high_watermark
                     result.log_start_offset = partition.log.log_start_offset
-                    upper_bound: int | None = high_watermark
+                    result.last_stable_offset = partition.last_stable_offset
+                    # What a consumer may read: below the high watermark, and with
+                    # read_committed below the last stable offset as well.
+                    visible = result.last_stable_offset if read_committed else high_watermark
+                    upper_bound: int | None = visible
                     if request.replica_id >= 0:
                         # A follower reads past the high watermark (that is how it moves),
                         # after its epoch and its log's divergence are checked.
@@ -204,10 +243,10 @@ class DataPlaneRpcs(BrokerRpcs):
                             result.diverging_epoch.end_offset = decision.diverging.end_offset
                             continue
                         upper_bound = None
-                    elif wanted.fetch_offset > high_watermark and (
+                    elif wanted.fetch_offset > visible and (
                         wanted.fetch_offset <= partition.log.log_end_offset
                     ):
-                        # Between the high watermark and the log end: not readable yet.
+                        # Between what is visible and the log end: not readable yet.
                         readable.append(partition)
                         continue
                     limit = wanted.partition_max_bytes or 1024 * 1024
@@ -224,6 +263,11 @@ class DataPlaneRpcs(BrokerRpcs):
                     result.error_message = exc.message
                     continue
                 result.records = data
+                if read_committed and data:
+                    for aborted in partition.aborted_transactions(wanted.fetch_offset, visible):
+                        result.aborted_transactions.add(
+                            producer_id=aborted.producer_id, first_offset=aborted.first_offset
+                        )
                 total_bytes += len(data)
                 readable.append(partition)
         return response, total_bytes, readable
@@ -243,7 +287,9 @@ class DataPlaneRpcs(BrokerRpcs):
                 )
                 try:
                     partition = self._leader_partition(topic.name, wanted.partition)
-                    offset, timestamp = self._offset_for(partition, wanted.timestamp)
+                    offset, timestamp = self._offset_for(
+                        partition, wanted.timestamp, request.isolation_level == READ_COMMITTED
+                    )
                 except LograftError as exc:
                     result.error_code = exc.code
                     result.error_message = exc.message
@@ -253,10 +299,14 @@ class DataPlaneRpcs(BrokerRpcs):
                 result.leader_epoch = partition.leader_epoch
         return response
 
-    def _offset_for(self, partition: Partition, timestamp: int) -> tuple[int, int]:
+    def _offset_for(
+        self, partition: Partition, timestamp: int, read_committed: bool = False
+    ) -> tuple[int, int]:
         if timestamp == EARLIEST_TIMESTAMP:
             return partition.log.log_start_offset, -1
         if timestamp == LATEST_TIMESTAMP:
+            if read_committed:
+                return partition.last_stable_offset, -1
             return partition.high_watermark, -1
         if timestamp == MAX_TIMESTAMP:
             found = partition.log.max_timestamp_offset()

@@ -15,9 +15,14 @@ from typing import Any
 
 import grpc
 
-from cluster.errors import InvalidGroupIdError, InvalidRequestError, LograftError
+from cluster.errors import (
+    InvalidGroupIdError,
+    InvalidRequestError,
+    LograftError,
+    UnstableOffsetCommitError,
+)
 from cluster.wire import broker_pb2 as pb
-from replica.broker_rpcs import BrokerRpcs, error_fields
+from replica.broker_rpcs import BrokerRpcs, error_fields, partitions_of, topic_partitions
 from replica.group import GroupCoordinator, GroupDescription, GroupRecord, OffsetAndMetadata
 from replica.group_service import GroupService
 from replica.topic_partition import TopicPartition
@@ -33,14 +38,17 @@ class GroupRpcs(BrokerRpcs):
     async def FindCoordinator(
         self, request: pb.FindCoordinatorRequest, context: grpc.aio.ServicerContext
     ) -> pb.FindCoordinatorResponse:
-        """The broker that coordinates ``group_id`` (the leader of its offsets partition)."""
+        """The broker that coordinates a group (the leader of its offsets partition) or, with
+        ``key_type`` 1, a transactional id (that of its transaction-state partition)."""
         error: LograftError
         if not request.group_id:
             error = InvalidGroupIdError("group_id must not be empty")
         elif self._frontend is None:
             error = _no_quorum()
         else:
-            return await self._frontend.find_coordinator(request.group_id, self._endpoint.listener)
+            return await self._frontend.find_coordinator(
+                request.group_id, self._endpoint.listener, request.key_type
+            )
         return pb.FindCoordinatorResponse(
             error_code=error.code, error_message=error.message, node_id=-1
         )
@@ -60,7 +68,7 @@ class GroupRpcs(BrokerRpcs):
             else None
         )
         owned = (
-            _partitions_of(request.owned_partitions.topics)
+            partitions_of(request.owned_partitions.topics)
             if request.HasField("owned_partitions")
             else None
         )
@@ -96,7 +104,7 @@ class GroupRpcs(BrokerRpcs):
         )
         if result.assignment is not None:
             response.assignment.SetInParent()
-            response.assignment.topics.extend(_topic_partitions(result.assignment))
+            response.assignment.topics.extend(topic_partitions(result.assignment))
         return response
 
     async def OffsetCommit(
@@ -129,10 +137,17 @@ class GroupRpcs(BrokerRpcs):
         self, request: pb.OffsetFetchRequest, context: grpc.aio.ServicerContext
     ) -> pb.OffsetFetchResponse:
         """Committed offsets of a group (-1: nothing committed)."""
-        wanted = _partitions_of(request.topics) if request.topics else None
+        wanted = partitions_of(request.topics) if request.topics else None
         try:
             found = self._group_service().read(
                 request.group_id, lambda c: c.fetch_offsets(request.group_id, wanted)
+            )
+            unstable = (
+                self._group_service().read(
+                    request.group_id, lambda c: c.unstable_partitions(request.group_id)
+                )
+                if request.require_stable
+                else frozenset()
             )
         except LograftError as exc:
             return pb.OffsetFetchResponse(**error_fields(exc))
@@ -142,7 +157,14 @@ class GroupRpcs(BrokerRpcs):
             topic_response = by_topic.get(tp.topic)
             if topic_response is None:
                 topic_response = by_topic[tp.topic] = response.topics.add(name=tp.topic)
-            if value is None:
+            if tp in unstable:
+                topic_response.partitions.add(
+                    partition=tp.partition,
+                    committed_offset=-1,
+                    committed_leader_epoch=-1,
+                    error_code=UnstableOffsetCommitError.code,
+                )
+            elif value is None:
                 topic_response.partitions.add(
                     partition=tp.partition, committed_offset=-1, committed_leader_epoch=-1
                 )
@@ -153,6 +175,52 @@ class GroupRpcs(BrokerRpcs):
                     committed_leader_epoch=value.leader_epoch,
                     metadata=value.metadata,
                 )
+        return response
+
+    async def TxnOffsetCommit(
+        self, request: pb.TxnOffsetCommitRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TxnOffsetCommitResponse:
+        """Commit offsets inside the producer's transaction (KIP-98, KIP-447): written now,
+        committed when its commit marker reaches the group's partition."""
+        offsets = {
+            TopicPartition(topic.name, p.partition): OffsetAndMetadata(
+                p.committed_offset, p.committed_leader_epoch, p.metadata
+            )
+            for topic in request.topics
+            for p in topic.partitions
+        }
+        now_ms = self._now_ms()
+        try:
+            service = self._group_service()
+            tp = service.offsets_partition(request.group_id)
+            partition = self._logs.partitions.get(tp)
+            entry = partition.producer_state.entry(request.producer_id) if partition else None
+            if entry is None or entry.current_txn_first_offset is None:
+                # The first write of the transaction here: the transaction coordinator
+                # must confirm the group's partition was added (KIP-890).
+                if self._transactions is None:
+                    raise InvalidRequestError("transactions need a controller quorum")
+                await self._transactions.verify_remote(
+                    request.transactional_id, request.producer_id, request.producer_epoch, tp
+                )
+            result = await service.call_transactional(
+                request.group_id,
+                lambda c: c.txn_commit_offsets(
+                    request.group_id,
+                    request.member_id,
+                    request.member_epoch,
+                    request.producer_id,
+                    offsets,
+                    now_ms,
+                ),
+                lambda r: r.records,
+                request.producer_id,
+                request.producer_epoch,
+            )
+        except LograftError as exc:
+            return pb.TxnOffsetCommitResponse(**error_fields(exc))
+        response = pb.TxnOffsetCommitResponse()
+        _add_partition_errors(response.topics, result.errors)
         return response
 
     async def ListGroups(
@@ -196,8 +264,8 @@ class GroupRpcs(BrokerRpcs):
                     client_id=member.client_id,
                     member_epoch=member.member_epoch,
                     subscribed_topic_names=list(member.subscribed_topics),
-                    assignment=_topic_partitions(member.assignment),
-                    target_assignment=_topic_partitions(member.target_assignment),
+                    assignment=topic_partitions(member.assignment),
+                    target_assignment=topic_partitions(member.target_assignment),
                     client_host=member.client_host,
                 )
         return response
@@ -222,7 +290,7 @@ class GroupRpcs(BrokerRpcs):
         self, request: pb.OffsetDeleteRequest, context: grpc.aio.ServicerContext
     ) -> pb.OffsetDeleteResponse:
         """Delete committed offsets of topics the group's members do not subscribe to."""
-        wanted = _partitions_of(request.topics)
+        wanted = partitions_of(request.topics)
         try:
             result = await self._group_service().call(
                 request.group_id,
@@ -276,17 +344,6 @@ def _add_partition_errors(
             error_code=0 if error is None else error.code,
             error_message="" if error is None else error.message,
         )
-
-
-def _partitions_of(topics: Any) -> list[TopicPartition]:
-    return [TopicPartition(t.topic, p) for t in topics for p in t.partitions]
-
-
-def _topic_partitions(partitions: Any) -> list[pb.TopicPartitions]:
-    by_topic: dict[str, list[int]] = {}
-    for tp in sorted(partitions):
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
-    return [pb.TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()]
 
 
 def _describe(group_id: str, coordinator: GroupCoordinator) -> GroupDescription:

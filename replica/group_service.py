@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -26,8 +26,13 @@ from cluster.errors import (
     LograftError,
     NotCoordinatorError,
 )
-from replica.batch_header import iter_headers, validate_batches
 from replica.clocks import interval_clock_ms, wall_clock_ms
+from replica.control_records import decode_marker
+from replica.coordinator_log import (
+    append_acks_all,
+    append_transactional_acks_all,
+    iter_log_batches,
+)
 from replica.group import (
     CoordinatorState,
     GroupCoordinator,
@@ -38,7 +43,7 @@ from replica.group import (
 from replica.group.records import decode, encode
 from replica.log_manager import LogManager
 from replica.partition import Partition
-from replica.records import encode_batch, iter_records
+from replica.record_codec import decode_records
 from replica.topic_partition import TopicPartition
 
 __all__ = ["OFFSETS_TOPIC", "GroupService"]
@@ -47,8 +52,6 @@ log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TICK_INTERVAL_S = 0.1
-APPEND_TIMEOUT_S = 30.0
-_READ_CHUNK = 4 * 1024 * 1024
 
 T = TypeVar("T")
 
@@ -154,20 +157,25 @@ class GroupService:
 
     @staticmethod
     def _replay(partition: Partition, coordinator: GroupCoordinator) -> int:
-        offset = partition.log.log_start_offset
-        end = partition.log.log_end_offset
         count = 0
-        while offset < end:
-            data = partition.log.read(offset, _READ_CHUNK)
-            # By batch ends, not record offsets: a compacted log has holes and even batches
-            # without records, which must not end the replay early.
-            next_offset = max((h.next_offset for h in iter_headers(data)), default=offset)
-            if next_offset <= offset:
-                break
-            records = list(iter_records(data, offset))
-            coordinator.replay(decode(r.key or b"", r.value) for r in records if r.key is not None)
+        for header, data in iter_log_batches(partition):
+            if header.is_control:
+                marker = decode_marker(
+                    memoryview(data)[header.position : header.position + header.size]
+                )
+                if marker is not None:
+                    coordinator.complete_transaction(header.producer_id, marker.committed)
+                continue
+            if not header.records_count:
+                continue
+            records = [
+                decode(r.key, r.value) for r in decode_records(data, header) if r.key is not None
+            ]
             count += len(records)
-            offset = next_offset
+            if header.is_transactional:
+                coordinator.replay_transactional(header.producer_id, records)
+            else:
+                coordinator.replay(records)
         return count
 
     # ---- requests --------------------------------------------------------------------------
@@ -205,10 +213,75 @@ class GroupService:
             await self._persist(index, slot, records_of(result))
             return result
 
+    async def call_transactional(
+        self,
+        group_id: str,
+        action: Callable[[GroupCoordinator], T],
+        records_of: Callable[[T], tuple[GroupRecord, ...]],
+        producer_id: int,
+        producer_epoch: int,
+    ) -> T:
+        """:meth:`call` for ``TxnOffsetCommit``: the records are written as a transactional
+        batch of the producer (pending until its transaction's marker)."""
+        index, slot = self._slot_for(group_id)
+        async with slot.lock:
+            if self._slots.get(index) is not slot:
+                raise NotCoordinatorError(f"{OFFSETS_TOPIC}-{index} moved")
+            partition = self._logs.partitions.get(TopicPartition(OFFSETS_TOPIC, index))
+            if partition is not None:
+                # A fenced producer is refused before the coordinator takes its offsets.
+                partition.producer_state.check_coordinator_write(producer_id, producer_epoch)
+            result = action(slot.coordinator)
+            records = records_of(result)
+            if records:
+                await self._persist_with(
+                    index,
+                    slot,
+                    lambda partition: append_transactional_acks_all(
+                        partition,
+                        [encode(r) for r in records],
+                        producer_id,
+                        producer_epoch,
+                        self._now_ms(),
+                    ),
+                )
+            return result
+
+    def offsets_partition(self, group_id: str) -> TopicPartition:
+        """The ``__consumer_offsets`` partition holding ``group_id``."""
+        count = self.offsets_partition_count()
+        if count <= 0:
+            raise NotCoordinatorError(f"{OFFSETS_TOPIC} does not exist yet")
+        return TopicPartition(OFFSETS_TOPIC, partition_for_group(group_id, count))
+
+    async def on_transaction_marker(self, index: int, producer_id: int, committed: bool) -> None:
+        """A transaction marker of ``producer_id`` was written to ``__consumer_offsets``
+        partition ``index`` (led here): its pending offsets are committed or dropped. A
+        coordinator still loading reads the marker from the log instead."""
+        slot = self._slots.get(index)
+        if slot is None:
+            return
+        async with slot.lock:
+            if self._slots.get(index) is slot and slot.coordinator.state is CoordinatorState.ACTIVE:
+                ended = slot.coordinator.complete_transaction(producer_id, committed)
+                if ended:
+                    log.info(
+                        "transactional offsets ended partition=%d producer_id=%d committed=%s "
+                        "offsets=%d",
+                        index,
+                        producer_id,
+                        committed,
+                        ended,
+                    )
+
     def read(self, group_id: str, action: Callable[[GroupCoordinator], T]) -> T:
         """Run a read-only ``action`` on the group's coordinator."""
         _, slot = self._slot_for(group_id)
         return action(slot.coordinator)
+
+    def offsets_partition_count(self) -> int:
+        """Partitions of ``__consumer_offsets`` (0 until it exists)."""
+        return self._partition_counts().get(OFFSETS_TOPIC, 0)
 
     def all_coordinators(self) -> list[GroupCoordinator]:
         """The active coordinators of this broker (for ListGroups).
@@ -251,11 +324,16 @@ class GroupService:
     async def _persist(self, index: int, slot: _Slot, records: tuple[GroupRecord, ...]) -> None:
         if not records:
             return
+        await self._persist_with(index, slot, lambda partition: self._append(partition, records))
+
+    async def _persist_with(
+        self, index: int, slot: _Slot, append: Callable[[Partition], Awaitable[None]]
+    ) -> None:
         partition = self._logs.partitions.get(TopicPartition(OFFSETS_TOPIC, index))
         try:
             if partition is None:
                 raise NotCoordinatorError(f"{OFFSETS_TOPIC}-{index} is no longer hosted here")
-            await self._append(partition, records)
+            await append(partition)
         except (LograftError, TimeoutError) as exc:
             # The coordinator is ahead of its log: drop it; the next sync reloads from the log.
             log.error("group records not persisted partition=%d error=%r", index, exc)
@@ -267,14 +345,7 @@ class GroupService:
             raise NotCoordinatorError(f"{OFFSETS_TOPIC}-{index}: write timed out") from exc
 
     async def _append(self, partition: Partition, records: tuple[GroupRecord, ...]) -> None:
-        if not records:
-            return
-        pairs = [encode(r) for r in records]
-        data = bytearray(encode_batch([v for _, v in pairs], [k for k, _ in pairs]))
-        headers = validate_batches(data, max(len(data), partition.log.config.max_message_bytes))
-        appended = partition.append_as_leader(data, headers, -1, self._now_ms())
-        async with asyncio.timeout(APPEND_TIMEOUT_S):
-            await partition.wait_acked(appended.required_offset, -1)
+        await append_acks_all(partition, [encode(r) for r in records], self._now_ms())
 
     # ---- expiry ----------------------------------------------------------------------------
 

@@ -418,6 +418,26 @@ class Partition:
                 required_offset = max(required_offset, base + header.last_offset_delta + 1)
         return LeaderAppend(tuple(base_offsets), required_offset, append_time)
 
+    def append_as_coordinator(
+        self, records: bytearray, headers: list[BatchHeader], now_ms: int
+    ) -> int:
+        """Append a coordinator's transactional batch for a producer (TxnOffsetCommit) as
+        leader; returns the offset acks wait for. Its epoch is checked
+        (``ProducerStateManager.check_coordinator_batch``), not its sequence."""
+        leader = self._require_leader()
+        refused = leader.check_produce_acks_all()
+        if refused is not None:
+            raise refused
+        for header in headers:
+            self.producer_state.check_coordinator_write(header.producer_id, header.producer_epoch)
+        result = self.log.append(records, headers, leader.leader_epoch, now_ms)
+        for header in result.headers:
+            self.producer_state.on_appended(header)
+        leader.on_local_append(self.log.log_end_offset, self._durable_end())
+        self._wake(self._replica_waiters)
+        self._on_replication_progress()
+        return self.log.log_end_offset
+
     def append_marker(
         self, producer_id: int, producer_epoch: int, marker: EndTxnMarker, now_ms: int
     ) -> int | None:

@@ -459,6 +459,22 @@ class ProducerStateManager:
                 plans.append(result)
         return results
 
+    def check_coordinator_write(self, producer_id: int, producer_epoch: int) -> None:
+        """Check a batch a coordinator writes for a producer (Kafka's
+        ``AppendOrigin.COORDINATOR``: a ``TxnOffsetCommit``): only its epoch, which must not
+        be older than the producer's here (a fenced producer's commit is refused with
+        ``INVALID_PRODUCER_EPOCH``)."""
+        if producer_id < 0 or producer_epoch < 0:
+            raise InvalidRecordError(
+                f"coordinator batch for producer {producer_id} epoch {producer_epoch}"
+            )
+        entry = self._entries.get(producer_id)
+        if entry is not None and producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"epoch {producer_epoch} of producer {producer_id} is older than its epoch "
+                f"{entry.producer_epoch} here"
+            )
+
     def check_marker(self, producer_id: int, producer_epoch: int, marker: EndTxnMarker) -> bool:
         """Whether a leader appends this transaction marker (False: it is stale; skip it).
 
@@ -512,6 +528,16 @@ class ProducerStateManager:
                 self._apply_marker(header, marker)
             return
         if header.base_sequence < 0:
+            if header.is_transactional:
+                # Written by a coordinator for the producer (TxnOffsetCommit): no sequence.
+                known = self._entries.get(producer_id) or ProducerEntry(
+                    producer_id, header.producer_epoch, (), header.max_timestamp
+                )
+                if header.producer_epoch != known.producer_epoch:
+                    known = replace(known, producer_epoch=header.producer_epoch, batches=())
+                if known.current_txn_first_offset is None:
+                    known = replace(known, current_txn_first_offset=header.base_offset)
+                self._entries[producer_id] = replace(known, last_timestamp=header.max_timestamp)
             return
         batch = BatchMetadata(
             first_seq=header.base_sequence,

@@ -41,6 +41,7 @@ from replica.compression import CompressionType, decompress
 from replica.varints import encode_varint, read_raw_varint
 
 __all__ = [
+    "BatchSkip",
     "Header",
     "Record",
     "check_compressed_records",
@@ -353,13 +354,20 @@ def check_compressed_records(buf: bytes | bytearray | memoryview, header: BatchH
         )
 
 
-def iter_records(buf: bytes | bytearray | memoryview, start_offset: int = 0) -> Iterator[Record]:
+BatchSkip = Callable[[bytes | bytearray | memoryview, BatchHeader], bool]
+"""Called for every whole batch in order, control batches included: True skips it."""
+
+
+def iter_records(
+    buf: bytes | bytearray | memoryview, start_offset: int = 0, skip: BatchSkip | None = None
+) -> Iterator[Record]:
     """Records of concatenated batches, as a Fetch returns them, from ``start_offset`` on.
 
     Batches are CRC-checked before decoding; control batches (transaction markers) are
-    skipped; a partial batch at the end, which a size-limited fetch may return, ends the
-    iteration silently; empty batches (left by log compaction) are skipped. Raises
-    ``CorruptMessageError`` for a CRC mismatch or a malformed batch.
+    skipped, and so is every batch ``skip`` says to (the batches of aborted transactions,
+    for a ``read_committed`` reader); a partial batch at the end, which a size-limited fetch
+    may return, ends the iteration silently; empty batches (left by log compaction) are
+    skipped. Raises ``CorruptMessageError`` for a CRC mismatch or a malformed batch.
     """
     position = 0
     size = len(buf)
@@ -378,6 +386,8 @@ def iter_records(buf: bytes | bytearray | memoryview, start_offset: int = 0) -> 
         if header.next_offset <= start_offset:
             continue
         check_stored_batch(buf, header)
+        if skip is not None and skip(buf, header):
+            continue
         if header.is_control or not header.records_count:
             continue  # a compacted batch may be empty: kept only for its producer's state
         for record in decode_records(buf, header):

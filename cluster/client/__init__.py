@@ -53,9 +53,9 @@ from .admin import (
     TopicDescription,
 )
 from .aio import AsyncConsumer, AsyncConsumerRebalanceListener, AsyncProducer
-from .consumer import Consumer, ConsumerRebalanceListener, ConsumerRecord
+from .consumer import Consumer, ConsumerGroupMetadata, ConsumerRebalanceListener, ConsumerRecord
 from .partitioner import StickyPartitioner, murmur2, partition_for_key
-from .producer import BulkBatch, BulkResult, Producer, RecordMetadata
+from .producer import BulkBatch, BulkResult, PreparedTxnState, Producer, RecordMetadata
 
 __all__ = [
     "DEFAULT_BOOTSTRAP_SERVERS",
@@ -77,6 +77,7 @@ __all__ = [
     "Consumer",
     "ConsumerGroupDescription",
     "ConsumerGroupListing",
+    "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "GroupPartitionLag",
@@ -89,6 +90,7 @@ __all__ = [
     "OffsetAndMetadata",
     "OffsetSpec",
     "PartitionInfo",
+    "PreparedTxnState",
     "Producer",
     "RecordMetadata",
     "StickyPartitioner",

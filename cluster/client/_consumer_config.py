@@ -85,6 +85,13 @@ CONSUMER_CONFIGS: tuple[ConfigDef, ...] = (
         "at the next poll); also how long it may take to release revoked partitions",
     ),
     ConfigDef(
+        "isolation.level",
+        "read_uncommitted",
+        one_of("read_uncommitted", "read_committed"),
+        "read_committed: only records of committed transactions (and none of an open one: "
+        "reads stop at the last stable offset); read_uncommitted: everything",
+    ),
+    ConfigDef(
         "group.remote.assignor",
         "range",
         one_of("range", "roundrobin"),

@@ -1,14 +1,16 @@
-"""Admin calls to a group's coordinator: find it, call it, retry what is retriable.
+"""Calls to a coordinator (a group's, or a transactional id's): find it, call it, retry
+what is retriable.
 
-:class:`GroupCoordinatorCalls` finds the coordinator of a group with ``FindCoordinator``
-(to any broker), caches it per group, and sends one request to it.
+:class:`CoordinatorCalls` finds the coordinator of a key with ``FindCoordinator`` (to any
+broker), caches it per key, and sends one request to it.
 ``NOT_COORDINATOR``, ``COORDINATOR_NOT_AVAILABLE``, ``COORDINATOR_LOAD_IN_PROGRESS`` and
 network failures are retried after ``retry.backoff.ms`` (forgetting the cached
 coordinator, so the next attempt looks it up again) until the call's deadline, as Kafka's
 admin client does. A non-retriable error is raised at once. Thread-safe.
 
 The consumer's own coordinator handling lives in ``_group_client``; this module serves the
-``AdminClient``, whose calls are one-shot and name many groups.
+``AdminClient``, whose calls are one-shot and name many groups, and the transactional
+producer (``key_type`` 1).
 """
 
 from __future__ import annotations
@@ -24,44 +26,53 @@ from cluster.wire import broker_pb2 as pb
 
 from ._connection import BrokerInfo, Connections
 
-__all__ = ["GroupCoordinatorCalls"]
+__all__ = ["GROUP_KEY", "TRANSACTION_KEY", "CoordinatorCalls"]
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+"""FindCoordinator's key types (Kafka's ``CoordinatorType``)."""
 
 
-class GroupCoordinatorCalls:
-    """Requests to the coordinators of groups, over ``conn``; see the module docstring."""
+class CoordinatorCalls:
+    """Requests to the coordinators of groups (or, with ``key_type`` 1, of transactional
+    ids), over ``conn``; see the module docstring."""
 
-    def __init__(self, conn: Connections, *, retry_backoff_ms: int) -> None:
+    def __init__(
+        self, conn: Connections, *, retry_backoff_ms: int, key_type: int = GROUP_KEY
+    ) -> None:
         self._conn = conn
+        self._key_type = key_type
         self._backoff_s = retry_backoff_ms / 1000.0
         self._lock = threading.Lock()
         self._known: dict[str, BrokerInfo] = {}
 
-    def forget(self, group_id: str) -> None:
-        """Look ``group_id``'s coordinator up again before the next call to it."""
+    def forget(self, key: str) -> None:
+        """Look ``key``'s coordinator up again before the next call to it."""
         with self._lock:
-            self._known.pop(group_id, None)
+            self._known.pop(key, None)
 
-    def coordinator(self, group_id: str, timeout_ms: int) -> BrokerInfo:
-        """The broker coordinating ``group_id`` (cached); one ``FindCoordinator``, no retry."""
+    def coordinator(self, key: str, timeout_ms: int) -> BrokerInfo:
+        """The broker coordinating ``key`` (cached); one ``FindCoordinator``, no retry."""
         with self._lock:
-            known = self._known.get(group_id)
+            known = self._known.get(key)
         if known is not None:
             return known
         response = self._conn.call(
-            "FindCoordinator", pb.FindCoordinatorRequest(group_id=group_id), timeout_ms=timeout_ms
+            "FindCoordinator",
+            pb.FindCoordinatorRequest(group_id=key, key_type=self._key_type),
+            timeout_ms=timeout_ms,
         )
         if response.error_code:
-            raise error_for_code(response.error_code, response.error_message or group_id)
+            raise error_for_code(response.error_code, response.error_message or key)
         found = BrokerInfo(response.node_id, response.host, response.port)
         with self._lock:
-            self._known[group_id] = found
+            self._known[key] = found
         logger.debug(
-            "coordinator found group=%s node=%d address=%s:%d",
-            group_id,
+            "coordinator found key=%s node=%d address=%s:%d",
+            key,
             found.node_id,
             found.host,
             found.port,
@@ -70,14 +81,14 @@ class GroupCoordinatorCalls:
 
     def call(
         self,
-        group_id: str,
+        key: str,
         method: str,
         request: Any,
         answer: Callable[[Any, BrokerInfo], _T],
         *,
         timeout_ms: int,
     ) -> _T:
-        """Send ``request`` to the group's coordinator; return ``answer(response, coordinator)``.
+        """Send ``request`` to the key's coordinator; return ``answer(response, coordinator)``.
 
         ``answer`` raises the typed error the response carries, if any; retriable ones (and
         failures to reach the coordinator) are retried until ``timeout_ms`` has passed, then
@@ -87,21 +98,21 @@ class GroupCoordinatorCalls:
         while True:
             remaining_ms = max(int((deadline - time.monotonic()) * 1000), 1)
             try:
-                coordinator = self.coordinator(group_id, remaining_ms)
+                coordinator = self.coordinator(key, remaining_ms)
                 response = self._conn.call_address(
                     coordinator.host,
                     coordinator.port,
                     method,
                     request,
                     timeout_ms=min(remaining_ms, self._conn.request_timeout_ms),
-                    what=f"coordinator {coordinator.node_id} of group {group_id!r}",
+                    what=f"coordinator {coordinator.node_id} of {key!r}",
                 )
                 return answer(response, coordinator)
             except LograftError as exc:
                 if not exc.retriable:
                     raise
-                self.forget(group_id)
+                self.forget(key)
                 if time.monotonic() + self._backoff_s >= deadline:
                     raise
-                logger.debug("group call retry group=%s method=%s error=%s", group_id, method, exc)
+                logger.debug("coordinator call retry key=%s method=%s error=%s", key, method, exc)
             time.sleep(self._backoff_s)

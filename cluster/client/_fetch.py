@@ -36,6 +36,7 @@ from cluster.errors import (
 )
 from cluster.wire import broker_pb2 as pb
 from replica.batch_header import iter_headers
+from replica.control_records import AbortedBatchFilter
 from replica.records import iter_records
 
 from ._clock import Clock
@@ -86,8 +87,10 @@ class Fetcher:
         request_timeout_ms: int,
         backoff_s: float,
         clock: Clock,
+        read_committed: bool = False,
     ) -> None:
         self._conn = conn
+        self._read_committed = read_committed
         self._clock = clock
         self._subscriptions = subscriptions
         self._respond = respond
@@ -206,6 +209,7 @@ class Fetcher:
                 max_bytes=self._fetch_max_bytes,
                 topics=[pb.FetchTopic(name=n, partitions=ps) for n, ps in topics.items()],
                 replica_id=-1,
+                isolation_level=1 if self._read_committed else 0,
             )
             try:
                 stub = self._conn.stub_for_node(node)
@@ -261,7 +265,10 @@ class Fetcher:
                     continue  # unassigned or moved since the request
                 fetch_offset = sent[0]
                 if p.high_watermark >= 0:
-                    state.high_watermark = p.high_watermark
+                    # A read_committed consumer's end (and lag) is the last stable offset.
+                    state.high_watermark = (
+                        p.last_stable_offset if self._read_committed else p.high_watermark
+                    )
                 if p.error_code:
                     self._partition_error(tp, state, p.error_code, p.error_message, fetch_offset)
                     continue
@@ -274,7 +281,16 @@ class Fetcher:
                     next_offset = max(next_offset, header.next_offset)
                 if next_offset == fetch_offset:
                     continue  # only a partial batch: the server sends whole ones; retry
-                state.buffered.append(CompletedFetch(iter_records(data, fetch_offset), next_offset))
+                skip = (
+                    AbortedBatchFilter(
+                        (a.producer_id, a.first_offset) for a in p.aborted_transactions
+                    )
+                    if self._read_committed
+                    else None
+                )
+                state.buffered.append(
+                    CompletedFetch(iter_records(data, fetch_offset, skip), next_offset)
+                )
                 state.fetch_offset = next_offset
 
     def _partition_error(

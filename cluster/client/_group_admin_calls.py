@@ -1,7 +1,7 @@
 """``AdminClient``'s consumer-group calls: one request each to the group's coordinator.
 
 Each call finds the group's coordinator and retries what is retriable through
-:class:`~cluster.client._coordinator.GroupCoordinatorCalls`, within
+:class:`~cluster.client._coordinator.CoordinatorCalls`, within
 ``default.api.timeout.ms``; ``list_consumer_groups`` asks every broker. What the calls mean,
 and what they raise, is documented on ``AdminClient`` (:mod:`cluster.client.admin`).
 """
@@ -19,7 +19,7 @@ from cluster.wire import broker_pb2 as pb
 
 from ._admin_calls import AdminCalls, done
 from ._connection import TopicPartition
-from ._coordinator import GroupCoordinatorCalls
+from ._coordinator import CoordinatorCalls
 from ._group_admin import (
     ConsumerGroupDescription,
     ConsumerGroupListing,
@@ -39,7 +39,7 @@ class GroupAdminCalls:
     def __init__(self, calls: AdminCalls, *, retry_backoff_ms: int) -> None:
         self._calls = calls
         self._conn = calls.conn
-        self._coordinators = GroupCoordinatorCalls(calls.conn, retry_backoff_ms=retry_backoff_ms)
+        self._coordinators = CoordinatorCalls(calls.conn, retry_backoff_ms=retry_backoff_ms)
 
     def list_consumer_groups(self) -> list[ConsumerGroupListing]:
         """``AdminClient.list_consumer_groups``."""

@@ -86,9 +86,13 @@ class CoordinatorClient:
         request_timeout_ms: int,
         retry_backoff_ms: int,
         clock: Clock,
+        require_stable: bool = False,
     ) -> None:
         self.conn = conn
         self.group_id = group_id
+        self.require_stable = require_stable
+        """KIP-447 (read_committed consumers): offsets a transaction in flight may move are
+        answered UNSTABLE_OFFSET_COMMIT, and asked again."""
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.clock = clock
@@ -235,7 +239,11 @@ class CoordinatorClient:
         Retriable failures are retried until ``timeout_ms`` (``request.timeout.ms``).
         """
         wanted = sorted(set(partitions))
-        request = pb.OffsetFetchRequest(group_id=self.group_id, topics=_partitions_pb(wanted))
+        request = pb.OffsetFetchRequest(
+            group_id=self.group_id,
+            topics=_partitions_pb(wanted),
+            require_stable=self.require_stable,
+        )
 
         def attempt(remaining_ms: int) -> dict[TopicPartition, int | None]:
             response = self.call_once("OffsetFetch", request, remaining_ms)

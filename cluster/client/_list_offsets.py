@@ -32,11 +32,15 @@ log = logging.getLogger(__name__)
 
 
 def list_offsets(
-    conn: Connections, timestamps: Mapping[TopicPartition, int], timeout_ms: int
+    conn: Connections,
+    timestamps: Mapping[TopicPartition, int],
+    timeout_ms: int,
+    isolation_level: int = 0,
 ) -> dict[TopicPartition, tuple[int, int, int]]:
     """ListOffsets on each partition's leader: ``{tp: (offset, timestamp, leader_epoch)}``.
 
-    ``timestamps`` holds -1 (latest), -2 (earliest), -3 (max timestamp) or a time in ms.
+    ``timestamps`` holds -1 (latest), -2 (earliest), -3 (max timestamp) or a time in ms;
+    with ``isolation_level`` 1 (read_committed) "latest" is the last stable offset.
     Retriable errors are retried with a metadata refresh until ``timeout_ms`` passes;
     the first non-retriable error is raised.
     """
@@ -57,7 +61,7 @@ def list_offsets(
                     raise
                 retry_error = exc
         for leader, asked in by_leader.items():
-            found, failed = list_offsets_at(conn, leader, asked)
+            found, failed = list_offsets_at(conn, leader, asked, isolation_level=isolation_level)
             results.update(found)
             for tp in found:
                 del pending[tp]
@@ -82,6 +86,7 @@ def list_offsets_at(
     leader: int,
     timestamps: Mapping[TopicPartition, int],
     timeout_ms: int | None = None,
+    isolation_level: int = 0,
 ) -> tuple[dict[TopicPartition, tuple[int, int, int]], dict[TopicPartition, LograftError]]:
     """One ``ListOffsets`` to broker ``leader`` for ``timestamps``, without retrying; the
     call's deadline is ``timeout_ms`` (default ``request.timeout.ms``).
@@ -98,7 +103,8 @@ def list_offsets_at(
             pb.ListOffsetsPartition(partition=tp.partition, timestamp=timestamp)
         )
     request = pb.ListOffsetsRequest(
-        topics=[pb.ListOffsetsTopic(name=n, partitions=ps) for n, ps in topics.items()]
+        topics=[pb.ListOffsetsTopic(name=n, partitions=ps) for n, ps in topics.items()],
+        isolation_level=isolation_level,
     )
     found: dict[TopicPartition, tuple[int, int, int]] = {}
     failed: dict[TopicPartition, LograftError] = {}

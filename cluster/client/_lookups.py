@@ -72,8 +72,10 @@ class Lookups:
         backoff_s: float,
         group_id: str | None,
         clock: Clock,
+        isolation_level: int = 0,
     ) -> None:
         self._conn = conn
+        self._isolation_level = isolation_level
         self._clock = clock
         self._subscriptions = subscriptions
         self._coordinator = coordinator
@@ -140,7 +142,14 @@ class Lookups:
             by_leader.setdefault(leader, {})[tp] = spec
         conn, timeout_ms = self._conn, self._request_timeout_ms
         for leader, asked in by_leader.items():
-            work = functools.partial(list_offsets_at, conn, leader, asked, timeout_ms)
+            work = functools.partial(
+                list_offsets_at,
+                conn,
+                leader,
+                asked,
+                timeout_ms,
+                isolation_level=self._isolation_level,
+            )
             self._submit("offsets", {tp: epochs[tp] for tp in asked}, work)
 
     def refresh_metadata(self) -> None:
@@ -260,7 +269,7 @@ class Lookups:
             wanted[tp] = self._subscriptions.reset_spec(tp, state)
         if not wanted:
             return
-        found = self._conn.list_offsets(wanted, self._request_timeout_ms)
+        found = self._conn.list_offsets(wanted, self._request_timeout_ms, self._isolation_level)
         self._subscriptions.apply_offsets({tp: offset for tp, (offset, _, _) in found.items()})
 
     def close(self) -> None:

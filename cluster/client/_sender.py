@@ -51,6 +51,7 @@ from ._connection import Connections, map_rpc_error
 from ._producer_metadata import ProducerMetadata
 from ._rpc_errors import retried_in_background
 from ._sequencing import PartitionSequences, Sequencer
+from ._transactions import TransactionManager
 
 __all__ = ["Delivery", "ProduceRequest", "Sender"]
 
@@ -101,6 +102,7 @@ class Sender:
         metadata: ProducerMetadata,
         sequencer: Sequencer | None,
         delivery: Delivery,
+        transactions: TransactionManager | None = None,
         clock: Clock,
         acks: int,
         retries: int,
@@ -114,6 +116,8 @@ class Sender:
         self._metadata = metadata
         self.sequencer = sequencer
         """Idempotence state (None without idempotence); under the accumulator's lock."""
+        self._transactions = transactions
+        self._txn_retry_at: float | None = None
         self._delivery = delivery
         self._clock = clock
         self._acks = acks
@@ -143,7 +147,9 @@ class Sender:
                 self._handle_completions()
                 if self._metadata.update_wanted:
                     self._metadata.refresh(acc.queued_topics_locked)
-                if self.sequencer is not None:
+                if self._transactions is not None:
+                    self._run_transaction_step()
+                elif self.sequencer is not None:
                     self._maybe_init_producer_id()
                     if self._fatal is not None:
                         self._fail(acc.abort_queued(), self._fatal)
@@ -155,11 +161,18 @@ class Sender:
                     if not requests and self._completions.empty():
                         if self._fatal is not None and acc.has_queued_locked():
                             continue  # queued after the abort ran: fail them, do not wait
+                        if self._transactions is not None and self._transactions.add_due_locked(
+                            self._clock.monotonic()
+                        ):
+                            continue  # partitions wait to join the transaction: add them
                         timeout = (
                             None if wake_at is None else max(0.0, wake_at - self._clock.monotonic())
                         )
                         if timeout is None and self._metadata.update_wanted:
                             timeout = self._backoff_s
+                        if self._txn_retry_at is not None:
+                            retry_in = max(0.0, self._txn_retry_at - self._clock.monotonic())
+                            timeout = retry_in if timeout is None else min(timeout, retry_in)
                         if self._awaiting_producer_id_locked():
                             retry_in = max(
                                 0.0, self._producer_id_retry_at - self._clock.monotonic()
@@ -191,7 +204,10 @@ class Sender:
             return requests, None
         self._drain_rotation = (self._drain_rotation + 1) % len(items)
         items = items[self._drain_rotation :] + items[: self._drain_rotation]
+        txn = self._transactions
         for tp, q in items:
+            if txn is not None and not txn.may_send_locked(tp):
+                continue  # the partition joins the transaction first (AddPartitionsToTxn)
             try:
                 node = metadata.leader_for(tp)
             except LograftError:
@@ -263,6 +279,18 @@ class Sender:
         for request in requests:
             self._in_flight[request.node] = self._in_flight.get(request.node, 0) + 1
         return requests, wake_at
+
+    # ---- transactions ---------------------------------------------------------------------
+
+    def _run_transaction_step(self) -> None:
+        """Fail what the transaction can no longer take; add waiting partitions to it."""
+        txn = self._transactions
+        assert txn is not None
+        with self._acc.lock:
+            doomed = txn.queued_error_locked()
+        if doomed is not None:
+            self._fail(self._acc.abort_queued(), doomed)
+        self._txn_retry_at = txn.add_pending_partitions(self._clock.monotonic())
 
     # ---- producer id ----------------------------------------------------------------------
 
@@ -341,6 +369,7 @@ class Sender:
                         batch.producer_id,
                         batch.producer_epoch,
                         Sequencer.header_sequence(batch),
+                        transactional=self._transactions is not None,
                     )
                     batch.stamped = True
                 batch.sent_at = now
@@ -356,6 +385,9 @@ class Sender:
             acks=self._acks,
             timeout_ms=self._request_timeout_ms,
             topics=[pb.TopicProduceData(name=name, partitions=ps) for name, ps in topics.items()],
+            transactional_id=(
+                self._transactions.transactional_id if self._transactions is not None else ""
+            ),
         )
         try:
             stub = self._conn.stub_for_node(request.node)
@@ -441,6 +473,9 @@ class Sender:
         self._retire(batch, acked=True)
 
     def _fail(self, batches: list[ProducerBatch], error: BaseException) -> None:
+        if batches and self._transactions is not None:
+            with self._acc.lock:
+                self._transactions.on_batch_failed_locked(error)
         for batch in batches:
             self._delivery.failed(batch, error)
             log.warning(

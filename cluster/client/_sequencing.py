@@ -178,12 +178,15 @@ class EpochBump:
 class Sequencer:
     """Producer id, epoch and every partition's sequences; see the module docstring."""
 
-    __slots__ = ("partitions", "producer_epoch", "producer_id")
+    __slots__ = ("partitions", "producer_epoch", "producer_id", "transactional")
 
-    def __init__(self) -> None:
+    def __init__(self, transactional: bool = False) -> None:
         self.producer_id = -1
         self.producer_epoch = -1
         self.partitions: dict[TopicPartition, PartitionSequences] = {}
+        self.transactional = transactional
+        """A transactional producer never bumps its epoch itself: only its coordinator
+        does (at the end of each transaction), so a broken partition waits for that."""
 
     @property
     def has_producer_id(self) -> bool:
@@ -236,6 +239,8 @@ class Sequencer:
             )
             sequences.needs_bump = False
         if sequences.needs_bump:
+            if (sequences.producer_id, sequences.producer_epoch) == current and self.transactional:
+                return None  # the transaction must abort; its EndTxn gives the next epoch
             if (sequences.producer_id, sequences.producer_epoch) == current and current[0] >= 0:
                 if self.producer_epoch >= MAX_PRODUCER_EPOCH:
                     self.producer_id = self.producer_epoch = -1

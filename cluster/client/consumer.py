@@ -74,6 +74,7 @@ from ._subscription import EARLIEST, LATEST, SubscriptionState
 __all__ = [
     "CONSUMER_CONFIGS",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
     "RebalanceCallback",
@@ -87,6 +88,18 @@ logger = logging.getLogger(__name__)
 # of gRPC calls, and the blocking lookups of ``Connections``, stay on real time.
 
 _CLOSE_TIMEOUT_MS = 30000
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """A consumer's group membership as ``Producer.send_offsets_to_transaction`` needs it
+    (KIP-447): the group, and the member id and epoch the coordinator checks, so a member
+    that lost its partitions cannot commit offsets for them through a transaction."""
+
+    group_id: str
+    member_id: str = ""
+    member_epoch: int = -1
+
 
 RebalanceCallback = Callable[["Consumer", list[TopicPartition]], None]
 """``callback(consumer, partitions)``: what ``subscribe`` calls on a rebalance."""
@@ -166,6 +179,8 @@ class Consumer:
         # Groups and commits.
         group_id = self.config["group.id"]
         self._group_id = group_id if isinstance(group_id, str) else None
+        read_committed = self.config["isolation.level"] == "read_committed"
+        self._isolation_level = 1 if read_committed else 0
         self._coordinator = (
             CoordinatorClient(
                 self._conn,
@@ -173,6 +188,7 @@ class Consumer:
                 request_timeout_ms=self._request_timeout_ms,
                 retry_backoff_ms=self._int("retry.backoff.ms"),
                 clock=clock,
+                require_stable=read_committed,
             )
             if self._group_id is not None
             else None
@@ -191,6 +207,7 @@ class Consumer:
             backoff_s=self._backoff_s,
             group_id=self._group_id,
             clock=clock,
+            isolation_level=self._isolation_level,
         )
         self._fetcher = Fetcher(
             self._conn,
@@ -205,6 +222,7 @@ class Consumer:
             request_timeout_ms=self._request_timeout_ms,
             backoff_s=self._backoff_s,
             clock=clock,
+            read_committed=read_committed,
         )
         self._commits = Committer(
             self._coordinator,
@@ -415,9 +433,23 @@ class Consumer:
         return {tp: found[tp][0] for tp in partitions}
 
     def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        """The end offset (high watermark) of each partition."""
-        found = self._conn.list_offsets({tp: LATEST for tp in partitions}, self._api_ms())
+        """The end offset of each partition: the high watermark, or with
+        ``isolation.level=read_committed`` the last stable offset."""
+        found = self._conn.list_offsets(
+            {tp: LATEST for tp in partitions}, self._api_ms(), self._isolation_level
+        )
         return {tp: found[tp][0] for tp in partitions}
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group membership to pass to ``Producer.send_offsets_to_transaction``."""
+        self._check_open()
+        if self._group_id is None:
+            raise IllegalStateError("group_metadata needs group.id")
+        member = self._rebalance.member
+        if member is None:
+            return ConsumerGroupMetadata(self._group_id)
+        member_id, member_epoch = member.member()
+        return ConsumerGroupMetadata(self._group_id, member_id, member_epoch)
 
     def _api_ms(self) -> int:
         return self._request_timeout_ms

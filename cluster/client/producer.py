@@ -64,6 +64,7 @@ from cluster.errors import (
     IllegalStateError,
     InvalidConfigError,
     InvalidRequestError,
+    LograftError,
     MessageTooLargeError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
@@ -78,6 +79,7 @@ from ._accumulator import (
     ProducerBatch,
     RecordAccumulator,
 )
+from ._client_config import optional_string
 from ._clock import SYSTEM_CLOCK, Clock
 from ._connection import (
     COMMON_CONFIGS,
@@ -88,15 +90,19 @@ from ._connection import (
     int_at_least,
     resolve_config,
 )
+from ._coordinator import TRANSACTION_KEY, CoordinatorCalls
 from ._producer_metadata import ProducerMetadata
 from ._sender import Sender
 from ._sequencing import MAX_IN_FLIGHT, Sequencer
+from ._transactions import PreparedTxnState, TransactionManager
+from .consumer import ConsumerGroupMetadata
 from .partitioner import Partitioner, partition_for_key
 
 __all__ = [
     "PRODUCER_CONFIGS",
     "BulkBatch",
     "BulkResult",
+    "PreparedTxnState",
     "Producer",
     "RecordMetadata",
 ]
@@ -152,6 +158,26 @@ PRODUCER_CONFIGS: tuple[ConfigDef, ...] = (
         "write each record once and in order despite retries (producer id and batch "
         "sequences); needs acks=all, retries > 0 and at most 5 requests in flight. Left "
         "unset, an incompatible setting turns it off; set to true, it is an error",
+    ),
+    ConfigDef(
+        "transactional.id",
+        None,
+        optional_string,
+        "makes the producer transactional (init_transactions, begin/commit/abort_transaction); "
+        "a newer producer with the same id fences this one. Needs idempotence",
+    ),
+    ConfigDef(
+        "transaction.timeout.ms",
+        60000,
+        int_at_least(1),
+        "the coordinator aborts a transaction left open longer than this",
+    ),
+    ConfigDef(
+        "transaction.two.phase.commit.enable",
+        False,
+        boolean,
+        "KIP-939: take part in two-phase commit (prepare_transaction, complete_transaction); "
+        "the transaction is never timed out",
     ),
 )
 """Every config ``Producer`` accepts, with its default. ``compression.type`` resolves to
@@ -348,7 +374,12 @@ class Producer:
         cfg = self.config
         given = {str(name) for name in (config or {})}
         given.update(name.replace("_", ".") for name in overrides)
-        idempotent = _resolve_idempotence(cfg, explicit="enable.idempotence" in given)
+        transactional_id = cfg["transactional.id"]
+        idempotent = _resolve_idempotence(
+            cfg, explicit="enable.idempotence" in given or transactional_id is not None
+        )
+        if transactional_id is not None and not idempotent:
+            raise InvalidConfigError("transactional.id needs enable.idempotence=true")
         cfg["enable.idempotence"] = idempotent
         self._clock = clock
         self._max_request_size = self._int("max.request.size")
@@ -376,12 +407,31 @@ class Producer:
             max_block_s=self._int("max.block.ms") / 1000.0,
             backoff_s=backoff_ms / 1000.0,
         )
+        sequencer = Sequencer(transactional=transactional_id is not None) if idempotent else None
+        self._transactions: TransactionManager | None = None
+        if transactional_id is not None:
+            assert isinstance(transactional_id, str) and sequencer is not None
+            self._transactions = TransactionManager(
+                transactional_id,
+                timeout_ms=self._int("transaction.timeout.ms"),
+                two_phase=bool(cfg["transaction.two.phase.commit.enable"]),
+                calls=CoordinatorCalls(
+                    self._conn, retry_backoff_ms=backoff_ms, key_type=TRANSACTION_KEY
+                ),
+                sequencer=sequencer,
+                lock=self._lock,
+                wake=self._accumulator.wake,
+                backoff_s=backoff_ms / 1000.0,
+                request_timeout_ms=self._request_timeout_ms,
+                max_block_ms=self._int("max.block.ms"),
+            )
         self._sender = Sender(
             accumulator=self._accumulator,
             conn=self._conn,
             metadata=self._metadata,
             # Idempotence (Kafka's TransactionManager without transactions).
-            sequencer=Sequencer() if idempotent else None,
+            sequencer=sequencer,
+            transactions=self._transactions,
             delivery=_FutureDelivery(self._lock),
             clock=clock,
             acks=self._int("acks"),
@@ -421,6 +471,9 @@ class Producer:
         acc = self._accumulator
         if acc.closing:
             raise IllegalStateError("cannot send after the producer is closed")
+        if self._transactions is not None:
+            with acc.lock:
+                self._transactions.check_send_locked()
         if value is not None and not isinstance(value, _BYTES):
             raise TypeError(f"value must be bytes or None, got {type(value).__name__}")
         if key is not None and not isinstance(key, _BYTES):
@@ -498,6 +551,9 @@ class Producer:
         acc = self._accumulator
         if acc.closing:
             raise IllegalStateError("cannot send after the producer is closed")
+        if self._transactions is not None:
+            with acc.lock:
+                self._transactions.check_send_locked()
         if keys is not None and len(keys) != len(values):
             raise InvalidRequestError(f"{len(keys)} keys for {len(values)} values")
         num_partitions = self._metadata.partition_count(topic, partition)
@@ -558,6 +614,80 @@ class Producer:
             bulk.finish_if_done()
         return bulk.future
 
+    # ---- transactions (Kafka's KIP-98 API; see cluster.client._transactions) ---------------
+
+    def _txn(self) -> TransactionManager:
+        if self._transactions is None:
+            raise IllegalStateError("transactions need transactional.id")
+        return self._transactions
+
+    def init_transactions(self, keep_prepared_txn: bool = False) -> None:
+        """Register the ``transactional.id`` with its coordinator: fences every older
+        producer of the id and aborts its open transaction (with ``keep_prepared_txn``,
+        KIP-939, keeps it open for :meth:`complete_transaction` instead). Call once, before
+        the first transaction; blocks at most ``max.block.ms``."""
+        self._txn().init_transactions(keep_prepared_txn)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: the records sent until it ends commit or abort together."""
+        self._txn().begin_transaction()
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group_metadata: ConsumerGroupMetadata
+    ) -> None:
+        """Commit a consumer group's offsets as part of the open transaction (KIP-447):
+        they count only if it commits. ``offsets`` are the next offsets to read;
+        ``group_metadata`` is ``consumer.group_metadata()``, so a consumer that lost its
+        partitions cannot commit through a stale producer."""
+        self._txn().send_offsets(
+            offsets,
+            group_metadata.group_id,
+            group_metadata.member_id,
+            group_metadata.member_epoch,
+            CoordinatorCalls(self._conn, retry_backoff_ms=self._int("retry.backoff.ms")),
+        )
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush the transaction's records and commit it. Raises its error if a record
+        failed (then :meth:`abort_transaction`), ``ProducerFencedError`` if a newer producer
+        of the id took over (close this one). A timed-out commit may be called again."""
+        txn = self._txn()
+        txn.begin_end(commit=True)
+        self.flush(timeout)
+        txn.end(commit=True)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the open transaction: records not sent yet fail with
+        ``TransactionAbortedError``, the rest are aborted by the markers."""
+        txn = self._txn()
+        txn.begin_end(commit=False)
+        self.flush(timeout)
+        txn.end(commit=False)
+
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTxnState:
+        """KIP-939: flush the open transaction and keep it open; the state returned lets
+        :meth:`complete_transaction` (of this or a later producer of the id) commit it.
+        Needs ``transaction.two.phase.commit.enable``."""
+        txn = self._txn()
+        self.flush(timeout)
+        with self._lock:
+            if txn.error is not None:
+                raise txn.error
+        return txn.prepare()
+
+    def complete_transaction(self, prepared: PreparedTxnState) -> None:
+        """KIP-939: commit the prepared transaction if ``prepared`` names it, else abort it
+        (after ``init_transactions(keep_prepared_txn=True)`` or :meth:`prepare_transaction`)."""
+        txn = self._txn()
+        commit = txn.prepared_matches(prepared)
+        txn.begin_end(commit)
+        txn.end(commit)
+
+    def transaction(self) -> _TransactionScope:
+        """``with producer.transaction():`` begins a transaction, commits it when the block
+        ends, and aborts it if the block raises (then the exception goes on)."""
+        return _TransactionScope(self)
+
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued so far, ignoring ``linger.ms``, and wait for the outcomes.
 
@@ -603,3 +733,30 @@ class Producer:
     def partitions_for(self, topic: str) -> list[int]:
         """The partition numbers of ``topic`` (fetching its metadata if needed)."""
         return list(range(self._metadata.partition_count(topic)))
+
+
+class _TransactionScope:
+    """``Producer.transaction()``: begin on entry, commit on a clean exit, abort on error."""
+
+    __slots__ = ("_producer",)
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+
+    def __enter__(self) -> Producer:
+        self._producer.begin_transaction()
+        return self._producer
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self._producer.commit_transaction()
+            return
+        try:
+            self._producer.abort_transaction()
+        except LograftError as abort_error:
+            logger.warning("abort after an error failed error=%s", abort_error)

@@ -7,14 +7,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("acks", "timeout_ms", "topics")
+    __slots__ = ("acks", "timeout_ms", "topics", "transactional_id")
     ACKS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
     acks: int
     timeout_ms: int
     topics: _containers.RepeatedCompositeFieldContainer[TopicProduceData]
-    def __init__(self, acks: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicProduceData, _Mapping]]] = ...) -> None: ...
+    transactional_id: str
+    def __init__(self, acks: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicProduceData, _Mapping]]] = ..., transactional_id: _Optional[str] = ...) -> None: ...
 
 class TopicProduceData(_message.Message):
     __slots__ = ("name", "partitions")
@@ -65,18 +67,20 @@ class PartitionProduceResponse(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., base_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., batch_base_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("max_wait_ms", "min_bytes", "max_bytes", "topics", "replica_id")
+    __slots__ = ("max_wait_ms", "min_bytes", "max_bytes", "topics", "replica_id", "isolation_level")
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
     topics: _containers.RepeatedCompositeFieldContainer[FetchTopic]
     replica_id: int
-    def __init__(self, max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[FetchTopic, _Mapping]]] = ..., replica_id: _Optional[int] = ...) -> None: ...
+    isolation_level: int
+    def __init__(self, max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[FetchTopic, _Mapping]]] = ..., replica_id: _Optional[int] = ..., isolation_level: _Optional[int] = ...) -> None: ...
 
 class FetchTopic(_message.Message):
     __slots__ = ("name", "partitions")
@@ -123,7 +127,7 @@ class FetchTopicResponse(_message.Message):
     def __init__(self, name: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[FetchPartitionResponse, _Mapping]]] = ...) -> None: ...
 
 class FetchPartitionResponse(_message.Message):
-    __slots__ = ("partition", "error_code", "error_message", "high_watermark", "log_start_offset", "records", "diverging_epoch")
+    __slots__ = ("partition", "error_code", "error_message", "high_watermark", "log_start_offset", "records", "diverging_epoch", "last_stable_offset", "aborted_transactions")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +135,8 @@ class FetchPartitionResponse(_message.Message):
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     DIVERGING_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_STABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     error_code: int
     error_message: str
@@ -138,13 +144,25 @@ class FetchPartitionResponse(_message.Message):
     log_start_offset: int
     records: bytes
     diverging_epoch: EpochEndOffset
-    def __init__(self, partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., diverging_epoch: _Optional[_Union[EpochEndOffset, _Mapping]] = ...) -> None: ...
+    last_stable_offset: int
+    aborted_transactions: _containers.RepeatedCompositeFieldContainer[AbortedTransaction]
+    def __init__(self, partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., diverging_epoch: _Optional[_Union[EpochEndOffset, _Mapping]] = ..., last_stable_offset: _Optional[int] = ..., aborted_transactions: _Optional[_Iterable[_Union[AbortedTransaction, _Mapping]]] = ...) -> None: ...
+
+class AbortedTransaction(_message.Message):
+    __slots__ = ("producer_id", "first_offset")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    first_offset: int
+    def __init__(self, producer_id: _Optional[int] = ..., first_offset: _Optional[int] = ...) -> None: ...
 
 class ListOffsetsRequest(_message.Message):
-    __slots__ = ("topics",)
+    __slots__ = ("topics", "isolation_level")
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedCompositeFieldContainer[ListOffsetsTopic]
-    def __init__(self, topics: _Optional[_Iterable[_Union[ListOffsetsTopic, _Mapping]]] = ...) -> None: ...
+    isolation_level: int
+    def __init__(self, topics: _Optional[_Iterable[_Union[ListOffsetsTopic, _Mapping]]] = ..., isolation_level: _Optional[int] = ...) -> None: ...
 
 class ListOffsetsTopic(_message.Message):
     __slots__ = ("name", "partitions")
@@ -335,20 +353,32 @@ class DeletableTopicResult(_message.Message):
     def __init__(self, name: _Optional[str] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class InitProducerIdRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("transactional_id", "transaction_timeout_ms", "enable_2pc", "keep_prepared_txn")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_2PC_FIELD_NUMBER: _ClassVar[int]
+    KEEP_PREPARED_TXN_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    transaction_timeout_ms: int
+    enable_2pc: bool
+    keep_prepared_txn: bool
+    def __init__(self, transactional_id: _Optional[str] = ..., transaction_timeout_ms: _Optional[int] = ..., enable_2pc: _Optional[bool] = ..., keep_prepared_txn: _Optional[bool] = ...) -> None: ...
 
 class InitProducerIdResponse(_message.Message):
-    __slots__ = ("error_code", "error_message", "producer_id", "producer_epoch")
+    __slots__ = ("error_code", "error_message", "producer_id", "producer_epoch", "ongoing_txn_producer_id", "ongoing_txn_producer_epoch")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ONGOING_TXN_PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    ONGOING_TXN_PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     error_code: int
     error_message: str
     producer_id: int
     producer_epoch: int
-    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
+    ongoing_txn_producer_id: int
+    ongoing_txn_producer_epoch: int
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., ongoing_txn_producer_id: _Optional[int] = ..., ongoing_txn_producer_epoch: _Optional[int] = ...) -> None: ...
 
 class CreatePartitionsRequest(_message.Message):
     __slots__ = ("topics", "timeout_ms", "validate_only")
@@ -543,10 +573,12 @@ class DescribeClusterResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., cluster_id: _Optional[str] = ..., controller_id: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[DescribeClusterBroker, _Mapping]]] = ...) -> None: ...
 
 class FindCoordinatorRequest(_message.Message):
-    __slots__ = ("group_id",)
+    __slots__ = ("group_id", "key_type")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_TYPE_FIELD_NUMBER: _ClassVar[int]
     group_id: str
-    def __init__(self, group_id: _Optional[str] = ...) -> None: ...
+    key_type: int
+    def __init__(self, group_id: _Optional[str] = ..., key_type: _Optional[int] = ...) -> None: ...
 
 class FindCoordinatorResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "node_id", "host", "port")
@@ -681,12 +713,14 @@ class PartitionError(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class OffsetFetchRequest(_message.Message):
-    __slots__ = ("group_id", "topics")
+    __slots__ = ("group_id", "topics", "require_stable")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_STABLE_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     topics: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
-    def __init__(self, group_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ...) -> None: ...
+    require_stable: bool
+    def __init__(self, group_id: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., require_stable: _Optional[bool] = ...) -> None: ...
 
 class OffsetFetchResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "topics")
@@ -833,3 +867,209 @@ class OffsetDeleteResponse(_message.Message):
     error_message: str
     topics: _containers.RepeatedCompositeFieldContainer[OffsetCommitTopicResponse]
     def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[OffsetCommitTopicResponse, _Mapping]]] = ...) -> None: ...
+
+class AddPartitionsToTxnRequest(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "topics", "verify_only")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_ONLY_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    topics: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    verify_only: bool
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., verify_only: _Optional[bool] = ...) -> None: ...
+
+class AddPartitionsToTxnResponse(_message.Message):
+    __slots__ = ("error_code", "error_message")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class AddOffsetsToTxnRequest(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "group_id")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., group_id: _Optional[str] = ...) -> None: ...
+
+class AddOffsetsToTxnResponse(_message.Message):
+    __slots__ = ("error_code", "error_message")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class EndTxnRequest(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "committed")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., committed: _Optional[bool] = ...) -> None: ...
+
+class EndTxnResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "producer_id", "producer_epoch")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    producer_id: int
+    producer_epoch: int
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
+
+class TxnOffsetCommitRequest(_message.Message):
+    __slots__ = ("transactional_id", "group_id", "producer_id", "producer_epoch", "member_id", "member_epoch", "topics")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    member_id: str
+    member_epoch: int
+    topics: _containers.RepeatedCompositeFieldContainer[OffsetCommitTopic]
+    def __init__(self, transactional_id: _Optional[str] = ..., group_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[OffsetCommitTopic, _Mapping]]] = ...) -> None: ...
+
+class TxnOffsetCommitResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "topics")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    topics: _containers.RepeatedCompositeFieldContainer[OffsetCommitTopicResponse]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[OffsetCommitTopicResponse, _Mapping]]] = ...) -> None: ...
+
+class WriteTxnMarkersRequest(_message.Message):
+    __slots__ = ("markers",)
+    MARKERS_FIELD_NUMBER: _ClassVar[int]
+    markers: _containers.RepeatedCompositeFieldContainer[TxnMarker]
+    def __init__(self, markers: _Optional[_Iterable[_Union[TxnMarker, _Mapping]]] = ...) -> None: ...
+
+class TxnMarker(_message.Message):
+    __slots__ = ("producer_id", "producer_epoch", "committed", "coordinator_epoch", "topics", "transactional_id")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    coordinator_epoch: int
+    topics: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    transactional_id: str
+    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., committed: _Optional[bool] = ..., coordinator_epoch: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., transactional_id: _Optional[str] = ...) -> None: ...
+
+class WriteTxnMarkersResponse(_message.Message):
+    __slots__ = ("markers",)
+    MARKERS_FIELD_NUMBER: _ClassVar[int]
+    markers: _containers.RepeatedCompositeFieldContainer[TxnMarkerResult]
+    def __init__(self, markers: _Optional[_Iterable[_Union[TxnMarkerResult, _Mapping]]] = ...) -> None: ...
+
+class TxnMarkerResult(_message.Message):
+    __slots__ = ("producer_id", "partitions")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    partitions: _containers.RepeatedCompositeFieldContainer[TxnMarkerPartitionResult]
+    def __init__(self, producer_id: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TxnMarkerPartitionResult, _Mapping]]] = ...) -> None: ...
+
+class TxnMarkerPartitionResult(_message.Message):
+    __slots__ = ("topic", "partition", "error_code", "error_message")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    error_code: int
+    error_message: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class ListTransactionsRequest(_message.Message):
+    __slots__ = ("state_filters",)
+    STATE_FILTERS_FIELD_NUMBER: _ClassVar[int]
+    state_filters: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, state_filters: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TransactionListing(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "state")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    state: str
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., state: _Optional[str] = ...) -> None: ...
+
+class ListTransactionsResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "transactions")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    transactions: _containers.RepeatedCompositeFieldContainer[TransactionListing]
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., transactions: _Optional[_Iterable[_Union[TransactionListing, _Mapping]]] = ...) -> None: ...
+
+class DescribeTransactionsRequest(_message.Message):
+    __slots__ = ("transactional_ids",)
+    TRANSACTIONAL_IDS_FIELD_NUMBER: _ClassVar[int]
+    transactional_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, transactional_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TransactionDescription(_message.Message):
+    __slots__ = ("transactional_id", "error_code", "error_message", "state", "producer_id", "producer_epoch", "transaction_timeout_ms", "transaction_start_time_ms", "topics", "two_phase", "coordinator_id")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_START_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    TWO_PHASE_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_ID_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    error_code: int
+    error_message: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int
+    topics: _containers.RepeatedCompositeFieldContainer[TopicPartitions]
+    two_phase: bool
+    coordinator_id: int
+    def __init__(self, transactional_id: _Optional[str] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., state: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., transaction_timeout_ms: _Optional[int] = ..., transaction_start_time_ms: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicPartitions, _Mapping]]] = ..., two_phase: _Optional[bool] = ..., coordinator_id: _Optional[int] = ...) -> None: ...
+
+class DescribeTransactionsResponse(_message.Message):
+    __slots__ = ("transactions",)
+    TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
+    transactions: _containers.RepeatedCompositeFieldContainer[TransactionDescription]
+    def __init__(self, transactions: _Optional[_Iterable[_Union[TransactionDescription, _Mapping]]] = ...) -> None: ...

@@ -129,6 +129,41 @@ class BrokerStub:
                 request_serializer=broker__pb2.OffsetDeleteRequest.SerializeToString,
                 response_deserializer=broker__pb2.OffsetDeleteResponse.FromString,
                 _registered_method=True)
+        self.AddPartitionsToTxn = channel.unary_unary(
+                '/lograft.v1.Broker/AddPartitionsToTxn',
+                request_serializer=broker__pb2.AddPartitionsToTxnRequest.SerializeToString,
+                response_deserializer=broker__pb2.AddPartitionsToTxnResponse.FromString,
+                _registered_method=True)
+        self.AddOffsetsToTxn = channel.unary_unary(
+                '/lograft.v1.Broker/AddOffsetsToTxn',
+                request_serializer=broker__pb2.AddOffsetsToTxnRequest.SerializeToString,
+                response_deserializer=broker__pb2.AddOffsetsToTxnResponse.FromString,
+                _registered_method=True)
+        self.EndTxn = channel.unary_unary(
+                '/lograft.v1.Broker/EndTxn',
+                request_serializer=broker__pb2.EndTxnRequest.SerializeToString,
+                response_deserializer=broker__pb2.EndTxnResponse.FromString,
+                _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/lograft.v1.Broker/TxnOffsetCommit',
+                request_serializer=broker__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=broker__pb2.TxnOffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.WriteTxnMarkers = channel.unary_unary(
+                '/lograft.v1.Broker/WriteTxnMarkers',
+                request_serializer=broker__pb2.WriteTxnMarkersRequest.SerializeToString,
+                response_deserializer=broker__pb2.WriteTxnMarkersResponse.FromString,
+                _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/lograft.v1.Broker/ListTransactions',
+                request_serializer=broker__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=broker__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
+        self.DescribeTransactions = channel.unary_unary(
+                '/lograft.v1.Broker/DescribeTransactions',
+                request_serializer=broker__pb2.DescribeTransactionsRequest.SerializeToString,
+                response_deserializer=broker__pb2.DescribeTransactionsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -264,6 +299,54 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddPartitionsToTxn(self, request, context):
+        """---- transactions (Kafka's KIP-98 with transactions version 2, KIP-890, and KIP-939) ----
+        InitProducerId with a transactional_id goes to the transaction coordinator (found with
+        FindCoordinator, key_type 1): the leader of the id's __transaction_state partition.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddOffsetsToTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TxnOffsetCommit(self, request, context):
+        """To the group coordinator: offsets committed if, and when, the transaction commits.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteTxnMarkers(self, request, context):
+        """Coordinator to partition leaders: append commit or abort markers (acks=all).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTransactions(self, request, context):
+        """The transactions this broker coordinates, and one id's state (admin tools).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeTransactions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -361,6 +444,41 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.OffsetDelete,
                     request_deserializer=broker__pb2.OffsetDeleteRequest.FromString,
                     response_serializer=broker__pb2.OffsetDeleteResponse.SerializeToString,
+            ),
+            'AddPartitionsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPartitionsToTxn,
+                    request_deserializer=broker__pb2.AddPartitionsToTxnRequest.FromString,
+                    response_serializer=broker__pb2.AddPartitionsToTxnResponse.SerializeToString,
+            ),
+            'AddOffsetsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddOffsetsToTxn,
+                    request_deserializer=broker__pb2.AddOffsetsToTxnRequest.FromString,
+                    response_serializer=broker__pb2.AddOffsetsToTxnResponse.SerializeToString,
+            ),
+            'EndTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTxn,
+                    request_deserializer=broker__pb2.EndTxnRequest.FromString,
+                    response_serializer=broker__pb2.EndTxnResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=broker__pb2.TxnOffsetCommitRequest.FromString,
+                    response_serializer=broker__pb2.TxnOffsetCommitResponse.SerializeToString,
+            ),
+            'WriteTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnMarkers,
+                    request_deserializer=broker__pb2.WriteTxnMarkersRequest.FromString,
+                    response_serializer=broker__pb2.WriteTxnMarkersResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=broker__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=broker__pb2.ListTransactionsResponse.SerializeToString,
+            ),
+            'DescribeTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeTransactions,
+                    request_deserializer=broker__pb2.DescribeTransactionsRequest.FromString,
+                    response_serializer=broker__pb2.DescribeTransactionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -876,6 +994,195 @@ class Broker:
             '/lograft.v1.Broker/OffsetDelete',
             broker__pb2.OffsetDeleteRequest.SerializeToString,
             broker__pb2.OffsetDeleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddPartitionsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.v1.Broker/AddPartitionsToTxn',
+            broker__pb2.AddPartitionsToTxnRequest.SerializeToString,
+            broker__pb2.AddPartitionsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddOffsetsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.v1.Broker/AddOffsetsToTxn',
+            broker__pb2.AddOffsetsToTxnRequest.SerializeToString,
+            broker__pb2.AddOffsetsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.v1.Broker/EndTxn',
+            broker__pb2.EndTxnRequest.SerializeToString,
+            broker__pb2.EndTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.v1.Broker/TxnOffsetCommit',
+            broker__pb2.TxnOffsetCommitRequest.SerializeToString,
+            broker__pb2.TxnOffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.v1.Broker/WriteTxnMarkers',
+            broker__pb2.WriteTxnMarkersRequest.SerializeToString,
+            broker__pb2.WriteTxnMarkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.v1.Broker/ListTransactions',
+            broker__pb2.ListTransactionsRequest.SerializeToString,
+            broker__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.v1.Broker/DescribeTransactions',
+            broker__pb2.DescribeTransactionsRequest.SerializeToString,
+            broker__pb2.DescribeTransactionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

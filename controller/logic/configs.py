@@ -126,6 +126,9 @@ NODE_CONFIG_FIELDS: dict[str, str] = {
     "log.cleaner.enable": "log_cleaner_enable",
     "log.cleaner.backoff.ms": "log_cleaner_backoff_ms",
     "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
+    "transaction.max.timeout.ms": "transaction_max_timeout_ms",
+    "transaction.two.phase.commit.enable": "transaction_two_phase_commit_enable",
+    "transactional.id.expiration.ms": "transactional_id_expiration_ms",
 }
 """Each of ``NODE_CONFIGS`` → the ``NodeConfig`` field holding its value."""
 

@@ -1,5 +1,14 @@
 """Committed offsets (Kafka's ``OffsetCommit``, ``OffsetFetch`` and ``OffsetDelete``):
-committing with a member's epoch or as an admin, fetching, resetting, deleting, and lag.
+committing with a member's epoch or as an admin, fetching, resetting, deleting, and lag;
+and offsets committed inside a transaction (``TxnOffsetCommit``, KIP-98 and KIP-447).
+
+Transactional offsets are written to the log in a transactional batch of the producer, but
+held *pending*, per producer id, until the transaction's marker reaches this partition: a
+commit marker makes them the group's committed offsets, an abort drops them. Replaying the
+log does the same with the batches and markers it reads, so a reload gives the same state.
+While a group has pending offsets for a partition, a stable fetch of it is answered
+``UNSTABLE_OFFSET_COMMIT`` (retriable), so a consumer starting up does not read from an
+offset a transaction in flight is about to move.
 
 Who may commit what is the protocol's, in :mod:`replica.group.coordinator` ("Offsets").
 Committed offsets do not expire: they go with their group (``DeleteGroups``) or by
@@ -43,7 +52,12 @@ from replica.group.records import (
 )
 from replica.topic_partition import TopicPartition
 
-__all__ = ["CommitResult", "OffsetAndMetadata", "OffsetManager", "PartitionLag"]
+__all__ = [
+    "CommitResult",
+    "OffsetAndMetadata",
+    "OffsetManager",
+    "PartitionLag",
+]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +98,8 @@ class OffsetManager:
     def __init__(self, config: GroupCoordinatorConfig, store: GroupStore) -> None:
         self._config = config
         self._store = store
+        # Offsets committed in transactions not ended yet, per producer id, in log order.
+        self._pending: dict[int, list[GroupRecord]] = {}
 
     def commit_offsets(
         self,
@@ -97,6 +113,74 @@ class OffsetManager:
         :meth:`~replica.group.coordinator.GroupCoordinator.commit_offsets`."""
         validate_group_id(group_id)
         group = self._store.groups.get(group_id)
+        owned = self._committer_partitions(group_id, group, member_id, member_epoch)
+        errors, accepted = self._check_offsets(group_id, member_id, member_epoch, owned, offsets)
+        if accepted:
+            self._commit(group_id, group, accepted, now_ms)
+        return CommitResult(errors, self._store.take())
+
+    def txn_commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        producer_id: int,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        now_ms: int,
+    ) -> CommitResult:
+        """Handle one ``TxnOffsetCommit``: offsets that count once the producer's
+        transaction commits. The member is checked as for ``OffsetCommit`` when it names
+        itself (KIP-447); ``member_epoch`` -1 without a member id commits unchecked, as a
+        producer that is not a group member does in Kafka. The records returned are to be
+        written in a transactional batch of ``producer_id``; they stay pending meanwhile."""
+        validate_group_id(group_id)
+        if producer_id < 0:
+            raise InvalidRequestError(f"TxnOffsetCommit with producer id {producer_id}")
+        group = self._store.groups.get(group_id)
+        owned = (
+            None
+            if member_epoch < 0 and not member_id
+            else self._committer_partitions(group_id, group, member_id, member_epoch)
+        )
+        errors, accepted = self._check_offsets(group_id, member_id, member_epoch, owned, offsets)
+        records = tuple(
+            GroupRecord(
+                OffsetCommitKey(group_id, tp.topic, tp.partition),
+                OffsetCommitValue(oam.offset, oam.leader_epoch, oam.metadata, now_ms),
+            )
+            for tp, oam in sorted(accepted.items())
+        )
+        self._pending.setdefault(producer_id, []).extend(records)
+        return CommitResult(errors, records)
+
+    def replay_pending(self, producer_id: int, records: Iterable[GroupRecord]) -> None:
+        """Records of a transactional batch read back from the log: pending offsets."""
+        self._pending.setdefault(producer_id, []).extend(records)
+
+    def complete_transaction(self, producer_id: int, committed: bool) -> int:
+        """A marker of ``producer_id`` reached the partition: its pending offsets become
+        committed (or are dropped). They are in the log already, so nothing is written.
+        Returns how many there were (0 for a repeated or unrelated marker)."""
+        pending = self._pending.pop(producer_id, [])
+        if committed:
+            for record in pending:
+                self._store.apply(record)
+        return len(pending)
+
+    def pending_partitions(self, group_id: str) -> frozenset[TopicPartition]:
+        """Partitions of ``group_id`` with offsets pending in an open transaction."""
+        return frozenset(
+            record.key.topic_partition
+            for records in self._pending.values()
+            for record in records
+            if record.key.group_id == group_id and isinstance(record.key, OffsetCommitKey)
+        )
+
+    def _committer_partitions(
+        self, group_id: str, group: Group | None, member_id: str, member_epoch: int
+    ) -> frozenset[TopicPartition] | None:
+        """Who may commit: the partitions the committing member owns, or None for an admin
+        commit to a group without members; raises the group-level refusal."""
         admin = member_epoch < 0
         owned: frozenset[TopicPartition] | None = None
         if group is None:
@@ -127,6 +211,16 @@ class OffsetManager:
                     f"its current {current.member_epoch}; heartbeat and commit again"
                 )
             owned = current.owned
+        return owned
+
+    def _check_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        owned: frozenset[TopicPartition] | None,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> tuple[dict[TopicPartition, LograftError | None], dict[TopicPartition, OffsetAndMetadata]]:
         errors: dict[TopicPartition, LograftError | None] = {}
         accepted: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, oam in offsets.items():
@@ -141,9 +235,7 @@ class OffsetManager:
             errors[tp] = error
             if error is None:
                 accepted[tp] = oam
-        if accepted:
-            self._commit(group_id, group, accepted, now_ms)
-        return CommitResult(errors, self._store.take())
+        return errors, accepted
 
     def reset_offsets(
         self,

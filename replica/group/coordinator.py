@@ -201,6 +201,21 @@ class GroupCoordinator:
         for record in records:
             self._store.apply(record)
 
+    def replay_transactional(self, producer_id: int, records: Iterable[GroupRecord]) -> None:
+        """Apply the records of a transactional batch of ``producer_id`` read back from the
+        log: offsets pending until the transaction's marker (``LOADING`` only)."""
+        if self._state is not CoordinatorState.LOADING:
+            raise GroupInvariantError(f"replay in state {self._state.value}")
+        self._offsets.replay_pending(producer_id, records)
+
+    def complete_transaction(self, producer_id: int, committed: bool) -> int:
+        """A transaction marker of ``producer_id`` is in the partition (read back while
+        loading, or just written): its pending offsets are committed or dropped. Idempotent;
+        returns how many offsets it ended."""
+        if self._state is CoordinatorState.CLOSED:
+            raise GroupInvariantError("transaction marker for a closed coordinator")
+        return self._offsets.complete_transaction(producer_id, committed)
+
     def complete_load(
         self, topic_partitions: Mapping[str, int], now_ms: int
     ) -> tuple[GroupRecord, ...]:
@@ -330,6 +345,31 @@ class GroupCoordinator:
         """
         self._require_active()
         return self._offsets.commit_offsets(group_id, member_id, member_epoch, offsets, now_ms)
+
+    def txn_commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        producer_id: int,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        now_ms: int,
+    ) -> CommitResult:
+        """Handle one ``TxnOffsetCommit``: offsets that become committed when the
+        producer's transaction commits (its marker reaches this partition), and are dropped
+        if it aborts. The records returned are written in a transactional batch of the
+        producer. Member checks as :meth:`commit_offsets` unless the committer names no
+        member (``member_epoch`` -1)."""
+        self._require_active()
+        return self._offsets.txn_commit_offsets(
+            group_id, member_id, member_epoch, producer_id, offsets, now_ms
+        )
+
+    def unstable_partitions(self, group_id: str) -> frozenset[TopicPartition]:
+        """Partitions of the group whose offsets a transaction in flight may still move
+        (a stable ``OffsetFetch`` answers them ``UNSTABLE_OFFSET_COMMIT``)."""
+        self._require_active()
+        return self._offsets.pending_partitions(group_id)
 
     def reset_offsets(
         self,

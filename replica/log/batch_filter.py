@@ -23,8 +23,10 @@ bytes out), so :mod:`replica.log.cleaner` can run it on a worker thread. Rules:
 * A record without a key cannot be compacted; it is dropped (Kafka counts it as invalid).
   Brokers refuse unkeyed records for compacted topics at produce time, so only records
   written before the topic became compacted can be affected.
-* Transactional and control batches do not exist in lograft; they would be kept as they
-  are.
+* Transactional and control batches (transaction markers) are kept as they are, and
+  transactional records never count as the latest of their key (the cleaner leaves them out
+  of its offset map): one of an aborted transaction must not remove an older committed
+  record. Dropping aborted data and old markers, as Kafka's cleaner does, is not built yet.
 """
 
 from __future__ import annotations

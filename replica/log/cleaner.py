@@ -238,7 +238,9 @@ def _map_segment(source: SourceSegment, abort: threading.Event | None) -> dict[b
     keys: dict[bytes, int] = {}
     for batch in _batches(source, abort):
         header = parse_header(batch)
-        if header.is_control or not header.records_count:
+        if header.is_control or header.is_transactional or not header.records_count:
+            # A transactional record may belong to an aborted (or still open) transaction:
+            # it must not make an older committed record of its key look superseded.
             continue
         for key, offset in keyed_offsets(batch, header):
             keys[key] = offset

@@ -92,6 +92,9 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("replica/admin_rpcs.py", Layer.SHELL),  # metadata, topics, producer ids, configs
     ("replica/group_rpcs.py", Layer.SHELL),  # the consumer-group RPCs
     ("replica/group_service.py", Layer.SHELL),
+    ("replica/coordinator_log.py", Layer.SHELL),  # coordinators' internal-topic reads/writes
+    ("replica/txn_service.py", Layer.SHELL),  # the transaction coordinator's shell
+    ("replica/txn_rpcs.py", Layer.SHELL),  # the transaction RPCs and WriteTxnMarkers
     ("replica/log_manager.py", Layer.SHELL),
     ("replica/log_cleaner_loop.py", Layer.SHELL),
     ("replica/producer_ids.py", Layer.SHELL),  # producer-id blocks: controller RPC or a file
@@ -104,6 +107,7 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("cluster/kraft_broker.py", Layer.NODE),
     ("cluster/broker_frontend.py", Layer.NODE),  # the broker's ClusterFrontend answers
     ("cluster/controller_client.py", Layer.NODE),  # calls to the active controller
+    ("cluster/txn_peers.py", Layer.NODE),  # markers and KIP-890 checks to other brokers
     ("cluster/launcher*", Layer.NODE),
     ("cluster/client/*", Layer.NODE),
     ("cluster/cli/*", Layer.NODE),

@@ -914,3 +914,28 @@ def test_a_cleaned_segment_keeps_the_last_modified_time_retention_uses(directory
         assert len(list(directory.glob("*.log"))) == 1
     finally:
         log.close()
+
+
+def test_a_transactional_record_does_not_supersede_an_older_committed_one(
+    tmp_path: Path,
+) -> None:
+    """An aborted transaction's write of a key leaves the committed value of the key in
+    place (and is itself kept as written): read_committed readers still find it."""
+    log = PartitionLog.open(tmp_path / "t-0", COMPACT, now_ms=0)
+    try:
+        append(log, [(b"k", b"committed")])
+        builder = RecordBatchBuilder(
+            producer_id=77, producer_epoch=0, base_sequence=0, is_transactional=True
+        )
+        builder.append(key=b"k", value=b"aborted", timestamp_ms=7_000)
+        stored = bytearray(builder.build())
+        log.append(stored, validate_batches(stored, 1 << 20), 0, 0)
+        for i in range(40):  # later keys fill segments, so the first ones can be cleaned
+            append(log, [(b"other-%d" % i, b"x" * 40)])
+        log.flush()
+        clean(log)
+        _, records = batches(log)
+        values = [r.value for r in records if r.key == b"k"]
+        assert values == [b"committed", b"aborted"]
+    finally:
+        log.close()

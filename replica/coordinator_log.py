@@ -1,0 +1,99 @@
+"""Reading and writing a coordinator's internal-topic partition (``__consumer_offsets``,
+``__transaction_state``): the replay at load, and the ``acks=all`` append before an answer.
+
+Both coordinators keep their state as keyed records in a compacted partition they lead; the
+shells here share how those records are read back and how new ones are made durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+
+from replica.batch_builder import RecordBatchBuilder
+from replica.batch_header import BatchHeader, check_stored_batch, iter_headers, validate_batches
+from replica.partition import Partition
+from replica.record_codec import decode_records
+from replica.records import Record, encode_batch
+
+__all__ = [
+    "APPEND_TIMEOUT_S",
+    "append_acks_all",
+    "append_transactional_acks_all",
+    "iter_log_batches",
+    "iter_log_records",
+]
+
+APPEND_TIMEOUT_S = 30.0
+"""How long a coordinator waits for its records to reach every in-sync replica."""
+_READ_CHUNK = 4 * 1024 * 1024
+
+
+def iter_log_batches(partition: Partition) -> Iterator[tuple[BatchHeader, bytes]]:
+    """Every batch of the partition's log, oldest first: its header and the bytes its
+    ``position`` indexes (CRC-checked).
+
+    Reads up to the log end, not the high watermark: a coordinator loads as its
+    partition's new leader, whose log the controller chose because it holds every acked
+    record. Must not run while the log is appended to (the load holds the slot's lock).
+    """
+    offset = partition.log.log_start_offset
+    end = partition.log.log_end_offset
+    while offset < end:
+        data = partition.log.read(offset, _READ_CHUNK)
+        headers = list(iter_headers(data))
+        # By batch ends, not record offsets: a compacted log has holes and even batches
+        # without records, which must not end the replay early.
+        next_offset = max((h.next_offset for h in headers), default=offset)
+        if next_offset <= offset:
+            return
+        for header in headers:
+            if header.next_offset <= offset:
+                continue
+            check_stored_batch(data, header)
+            yield header, data
+        offset = next_offset
+
+
+def iter_log_records(partition: Partition) -> Iterator[Record]:
+    """Every data record of the partition's log, oldest first (control batches skipped)."""
+    for header, data in iter_log_batches(partition):
+        if not header.is_control and header.records_count:
+            yield from decode_records(data, header)
+
+
+async def append_acks_all(
+    partition: Partition, pairs: Sequence[tuple[bytes, bytes | None]], now_ms: int
+) -> None:
+    """Append ``(key, value)`` records as one batch and wait until every in-sync replica
+    holds them (``acks=all``); raises the partition's typed error or ``TimeoutError``."""
+    if not pairs:
+        return
+    data = bytearray(encode_batch([v for _, v in pairs], [k for k, _ in pairs]))
+    headers = validate_batches(data, max(len(data), partition.log.config.max_message_bytes))
+    appended = partition.append_as_leader(data, headers, -1, now_ms)
+    async with asyncio.timeout(APPEND_TIMEOUT_S):
+        await partition.wait_acked(appended.required_offset, -1)
+
+
+async def append_transactional_acks_all(
+    partition: Partition,
+    pairs: Sequence[tuple[bytes, bytes | None]],
+    producer_id: int,
+    producer_epoch: int,
+    now_ms: int,
+) -> None:
+    """Append ``(key, value)`` records as one transactional batch of the producer (a
+    ``TxnOffsetCommit``: they count once its commit marker follows) and wait for
+    ``acks=all``. Written as the coordinator: the producer's epoch is checked, its
+    sequence is not (Kafka's ``AppendOrigin.COORDINATOR``)."""
+    builder = RecordBatchBuilder(
+        producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True
+    )
+    for key, value in pairs:
+        builder.append(key=key, value=value, timestamp_ms=now_ms)
+    data = bytearray(builder.build())
+    headers = validate_batches(data, max(len(data), partition.log.config.max_message_bytes))
+    appended = partition.append_as_coordinator(data, headers, now_ms)
+    async with asyncio.timeout(APPEND_TIMEOUT_S):
+        await partition.wait_acked(appended, -1)

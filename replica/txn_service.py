@@ -1,0 +1,386 @@
+"""The shell around the transaction coordinator: one per ``__transaction_state`` partition
+led here.
+
+For every partition of ``__transaction_state`` this broker leads, a
+:class:`~replica.txn.TransactionCoordinator` is loaded by replaying the partition's records
+(``COORDINATOR_LOAD_IN_PROGRESS`` meanwhile), with the partition's leader epoch as its
+coordinator epoch; it is dropped when leadership moves (``NOT_COORDINATOR``). As with the
+group coordinator, each call's records are appended ``acks=all`` *before* the answer goes
+out and before its marker jobs start, calls of one partition run one at a time, and a failed
+append drops the coordinator so that it is loaded again from the log.
+
+Marker jobs (a decided transaction's commit or abort markers) run as tasks: the
+:class:`TxnPeers` send them to each partition's leader, retriable failures are retried
+against the new leader, and once every partition holds its marker the core completes the
+transaction. A job stops when its coordinator is dropped; the next leader of the partition
+restarts it from the log (``complete_load``).
+
+Runs on the node's event loop; the pure coordinator does no I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from cluster.errors import (
+    CoordinatorLoadInProgressError,
+    LograftError,
+    NotCoordinatorError,
+    UnknownTopicOrPartitionError,
+)
+from replica.clocks import wall_clock_ms
+from replica.coordinator_log import append_acks_all, iter_log_records
+from replica.log_manager import LogManager
+from replica.partition import Partition
+from replica.topic_partition import TopicPartition
+from replica.txn import (
+    DEFAULT_MAX_TIMEOUT_MS,
+    MarkerJob,
+    Outcome,
+    TransactionCoordinator,
+    decode_record,
+    encode_record,
+    partition_for_transactional_id,
+)
+from replica.txn.coordinator import DEFAULT_ID_EXPIRATION_MS
+
+__all__ = [
+    "TRANSACTION_STATE_TOPIC",
+    "TransactionService",
+    "TxnPeers",
+    "TxnServiceConfig",
+]
+
+log = logging.getLogger(__name__)
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+TICK_INTERVAL_S = 1.0
+"""How often open transactions are checked against their timeout (Kafka checks every 10 s:
+``transaction.abort.timed.out.transaction.cleanup.interval.ms``)."""
+EXPIRE_INTERVAL_S = 3600.0
+"""How often idle transactional ids are forgotten (Kafka's
+``transaction.remove.expired.transaction.cleanup.interval.ms``)."""
+MARKER_RETRY_BACKOFF_S = (0.05, 1.0)
+"""First and largest pause between attempts of a marker job whose partitions failed."""
+
+T = TypeVar("T")
+
+
+class TxnPeers(Protocol):
+    """What the transaction service asks of the rest of the cluster (the node provides it)."""
+
+    async def next_producer_id(self) -> int:
+        """A new producer id (from the controller's blocks)."""
+        ...
+
+    async def write_markers(
+        self, job: MarkerJob, partitions: frozenset[TopicPartition]
+    ) -> Mapping[TopicPartition, LograftError | None]:
+        """Send the job's marker to the leaders of ``partitions``; each one's outcome."""
+        ...
+
+    async def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition
+    ) -> None:
+        """Ask the id's coordinator (wherever it runs) whether ``tp`` is in the producer's
+        open transaction; raises its refusal (KIP-890)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TxnServiceConfig:
+    """The broker's transaction settings (Kafka's names in the node config)."""
+
+    max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS
+    """``transaction.max.timeout.ms``."""
+    two_phase_enabled: bool = True
+    """``transaction.two.phase.commit.enable`` (KIP-939)."""
+    id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS
+    """``transactional.id.expiration.ms``."""
+
+
+@dataclass
+class _Slot:
+    """One ``__transaction_state`` partition's coordinator and the lock ordering its writes."""
+
+    coordinator: TransactionCoordinator
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    loader: asyncio.Task[None] | None = None
+    jobs: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+class TransactionService:
+    """Coordinators for the ``__transaction_state`` partitions this broker leads."""
+
+    def __init__(
+        self,
+        logs: LogManager,
+        partition_counts: Callable[[], Mapping[str, int]],
+        peers: TxnPeers,
+        config: TxnServiceConfig | None = None,
+        now_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        """``now_ms`` is the wall clock: transaction start times are persisted and compared
+        by whichever broker coordinates next, so a per-process monotonic clock will not do."""
+        self._logs = logs
+        self._partition_counts = partition_counts
+        self._peers = peers
+        self._config = config or TxnServiceConfig()
+        self._now_ms = now_ms
+        self._slots: dict[int, _Slot] = {}
+        self._ticker: asyncio.Task[None] | None = None
+
+    # ---- leadership ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start aborting timed-out transactions and forgetting idle ids."""
+        self._ticker = asyncio.create_task(self._tick_loop(), name="txn-coordinator-tick")
+
+    async def stop(self) -> None:
+        """Drop every coordinator (their marker jobs stop); stop the ticker."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            await asyncio.gather(self._ticker, return_exceptions=True)
+        tasks = [t for s in self._slots.values() for t in (s.loader, *s.jobs) if t is not None]
+        for index in list(self._slots):
+            self._unload(index)
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def sync(self) -> None:
+        """Load coordinators for ``__transaction_state`` partitions led here (again, if the
+        leader epoch moved); drop the others."""
+        led = {
+            tp.partition: partition.leader_epoch
+            for tp, partition in self._logs.partitions.items()
+            if tp.topic == TRANSACTION_STATE_TOPIC and partition.is_leader
+        }
+        for index, slot in list(self._slots.items()):
+            if led.get(index) != slot.coordinator.coordinator_epoch:
+                self._unload(index)
+        for index, epoch in led.items():
+            if index not in self._slots:
+                coordinator = TransactionCoordinator(
+                    index,
+                    epoch,
+                    max_timeout_ms=self._config.max_timeout_ms,
+                    two_phase_enabled=self._config.two_phase_enabled,
+                    id_expiration_ms=self._config.id_expiration_ms,
+                )
+                slot = self._slots[index] = _Slot(coordinator)
+                slot.loader = asyncio.create_task(self._load(index, slot), name=f"txn-load-{index}")
+
+    def _unload(self, index: int) -> None:
+        slot = self._slots.pop(index)
+        for task in (slot.loader, *slot.jobs):
+            if task is not None:
+                task.cancel()
+
+    async def _load(self, index: int, slot: _Slot) -> None:
+        partition = self._state_partition(index)
+        if partition is None:
+            return
+        async with slot.lock:
+            count = 0
+            for record in iter_log_records(partition):
+                if record.key is not None:
+                    slot.coordinator.replay(decode_record(record.key, record.value))
+                    count += 1
+            jobs = slot.coordinator.complete_load()
+        for job in jobs:
+            self._start_job(index, slot, job)
+        log.info(
+            "transaction coordinator ready partition=%d coordinator_epoch=%d records=%d "
+            "restarted_marker_jobs=%d",
+            index,
+            slot.coordinator.coordinator_epoch,
+            count,
+            len(jobs),
+        )
+
+    def _state_partition(self, index: int) -> Partition | None:
+        return self._logs.partitions.get(TopicPartition(TRANSACTION_STATE_TOPIC, index))
+
+    # ---- requests --------------------------------------------------------------------------
+
+    def _slot_for(self, transactional_id: str) -> tuple[int, _Slot]:
+        count = self._partition_counts().get(TRANSACTION_STATE_TOPIC, 0)
+        if count <= 0:
+            raise NotCoordinatorError(f"{TRANSACTION_STATE_TOPIC} does not exist yet")
+        index = partition_for_transactional_id(transactional_id, count)
+        slot = self._slots.get(index)
+        if slot is None:
+            raise NotCoordinatorError(
+                f"this broker does not lead {TRANSACTION_STATE_TOPIC}-{index}, which holds "
+                f"transactional id {transactional_id!r}"
+            )
+        if slot.coordinator.loading:
+            raise CoordinatorLoadInProgressError(f"{TRANSACTION_STATE_TOPIC}-{index} is loading")
+        return index, slot
+
+    async def call(
+        self, transactional_id: str, action: Callable[[TransactionCoordinator], Outcome[T]]
+    ) -> T:
+        """Run ``action`` on the id's coordinator, persist its records, start its marker
+        jobs, and return its result (or raise its error, after persisting).
+
+        Raises the coordinator's typed error, ``NOT_COORDINATOR`` when this broker does not
+        lead the id's partition, or the append's error (the coordinator is then reloaded).
+        """
+        index, slot = self._slot_for(transactional_id)
+        async with slot.lock:
+            if self._slots.get(index) is not slot:
+                raise NotCoordinatorError(f"{TRANSACTION_STATE_TOPIC}-{index} moved")
+            outcome = action(slot.coordinator)
+            await self._persist(index, slot, outcome)
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.result
+
+    def read(self, transactional_id: str, action: Callable[[TransactionCoordinator], T]) -> T:
+        """Run a read-only ``action`` on the id's coordinator."""
+        _, slot = self._slot_for(transactional_id)
+        return action(slot.coordinator)
+
+    def all_coordinators(self) -> list[TransactionCoordinator]:
+        """The loaded coordinators of this broker (ListTransactions); raises
+        ``COORDINATOR_LOAD_IN_PROGRESS`` while one is loading, as Kafka answers."""
+        loading = sorted(i for i, s in self._slots.items() if s.coordinator.loading)
+        if loading:
+            raise CoordinatorLoadInProgressError(
+                f"{TRANSACTION_STATE_TOPIC} partitions {','.join(map(str, loading))} are loading"
+            )
+        return [s.coordinator for s in self._slots.values()]
+
+    async def new_producer_id(self) -> int:
+        """A producer id for the core to hand out (drawn before the call: the core is sync)."""
+        return await self._peers.next_producer_id()
+
+    async def verify_remote(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition
+    ) -> None:
+        """KIP-890 for a partition leader: the coordinator of ``transactional_id`` must
+        confirm ``tp`` is in the producer's open transaction; raises its refusal."""
+        await self._peers.verify(transactional_id, producer_id, producer_epoch, tp)
+
+    async def _persist(self, index: int, slot: _Slot, outcome: Outcome[Any]) -> None:
+        if outcome.records:
+            partition = self._state_partition(index)
+            try:
+                if partition is None:
+                    raise NotCoordinatorError(
+                        f"{TRANSACTION_STATE_TOPIC}-{index} is no longer hosted here"
+                    )
+                await append_acks_all(
+                    partition, [encode_record(r) for r in outcome.records], self._now_ms()
+                )
+            except (LograftError, TimeoutError) as exc:
+                # The coordinator is ahead of its log: drop it; sync loads it from the log.
+                log.error("transaction records not persisted partition=%d error=%r", index, exc)
+                if self._slots.get(index) is slot:
+                    self._unload(index)
+                    self.sync()
+                if isinstance(exc, LograftError):
+                    raise
+                raise NotCoordinatorError(
+                    f"{TRANSACTION_STATE_TOPIC}-{index}: write timed out"
+                ) from exc
+        for job in outcome.markers:
+            self._start_job(index, slot, job)
+
+    # ---- markers ---------------------------------------------------------------------------
+
+    def _start_job(self, index: int, slot: _Slot, job: MarkerJob) -> None:
+        task = asyncio.create_task(
+            self._run_job(index, slot, job), name=f"txn-markers-{job.transactional_id}"
+        )
+        slot.jobs.add(task)
+        task.add_done_callback(slot.jobs.discard)
+
+    async def _run_job(self, index: int, slot: _Slot, job: MarkerJob) -> None:
+        remaining = job.partitions
+        backoff = MARKER_RETRY_BACKOFF_S[0]
+        while remaining:
+            outcomes = await self._peers.write_markers(job, remaining)
+            failed = set()
+            for tp in remaining:
+                error = outcomes.get(tp)
+                if error is None and tp in outcomes:
+                    continue
+                if isinstance(error, UnknownTopicOrPartitionError):
+                    # Kafka drops markers for a deleted topic: nothing is left to end there.
+                    log.warning("marker dropped, partition gone partition=%s", tp)
+                    continue
+                failed.add(tp)
+                if error is not None and not error.retriable:
+                    log.error(
+                        "marker refused transactional_id=%s partition=%s error=%s",
+                        job.transactional_id,
+                        tp,
+                        error,
+                    )
+            remaining = frozenset(failed)
+            if remaining:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MARKER_RETRY_BACKOFF_S[1])
+        now = self._now_ms()
+        async with slot.lock:
+            if self._slots.get(index) is not slot:
+                return
+            outcome = slot.coordinator.markers_written(
+                job.transactional_id, job.producer_id, job.producer_epoch, now
+            )
+            try:
+                await self._persist(index, slot, outcome)
+            except LograftError as exc:
+                log.warning(
+                    "transaction completion not persisted transactional_id=%s error=%s",
+                    job.transactional_id,
+                    exc,
+                )
+                return
+        log.info(
+            "transaction completed transactional_id=%s producer_id=%d epoch=%d committed=%s "
+            "partitions=%d",
+            job.transactional_id,
+            job.producer_id,
+            job.producer_epoch,
+            job.committed,
+            len(job.partitions),
+        )
+
+    # ---- timeouts --------------------------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        since_expiry = 0.0
+        while True:
+            await asyncio.sleep(TICK_INTERVAL_S)
+            since_expiry += TICK_INTERVAL_S
+            expire = since_expiry >= EXPIRE_INTERVAL_S
+            if expire:
+                since_expiry = 0.0
+            for index, slot in list(self._slots.items()):
+                if slot.coordinator.loading:
+                    continue
+                await self._apply(index, slot, lambda c: c.tick(self._now_ms()))
+                if expire:
+                    await self._apply(index, slot, lambda c: c.expire_ids(self._now_ms()))
+
+    async def _apply(
+        self,
+        index: int,
+        slot: _Slot,
+        action: Callable[[TransactionCoordinator], Outcome[tuple[str, ...]]],
+    ) -> None:
+        async with slot.lock:
+            if self._slots.get(index) is not slot:
+                return
+            try:
+                await self._persist(index, slot, action(slot.coordinator))
+            except LograftError as exc:
+                log.warning(
+                    "transaction coordinator update failed partition=%d error=%s", index, exc
+                )
