@@ -115,13 +115,17 @@ class DataPlaneRpcs(BrokerRpcs):
         """The producers whose first transactional batch here the coordinator confirmed is
         in their open transaction (KIP-890); raises its refusal. Empty when no batch opens
         a transaction (the usual case: only the first write of a transaction asks)."""
+        if not transactional_id:
+            # Not a transactional producer (the hot path): a transactional batch without
+            # its id is refused by the partition, as one not verified.
+            return frozenset()
         starting = partition.transactions_to_verify(records)
         if not starting:
             return starting
-        if not transactional_id or self._transactions is None:
+        if self._transactions is None:
             raise InvalidTxnStateError(
-                f"a transactional batch for {partition.topic_partition} without a "
-                "transactional_id (or on a broker without a transaction coordinator)"
+                f"a transactional batch for {partition.topic_partition} on a broker without "
+                "a transaction coordinator (a standalone node)"
             )
         for producer_id, producer_epoch in starting:
             await self._transactions.verify_remote(

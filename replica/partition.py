@@ -440,15 +440,21 @@ class Partition:
 
     def append_marker(
         self, producer_id: int, producer_epoch: int, marker: EndTxnMarker, now_ms: int
-    ) -> int | None:
+    ) -> int:
         """Append a transaction marker as leader (WriteTxnMarkers); the offset acks wait for.
 
-        None: the marker is a late duplicate of one already written here (its epoch is not
-        above the producer's, see ``ProducerStateManager.check_marker``): nothing is
-        appended and the transaction is already ended on this partition. Raises
-        NOT_LEADER_OR_FOLLOWER, TRANSACTION_COORDINATOR_FENCED, or the log's errors.
+        A late duplicate of a marker already written here (its epoch is not above the
+        producer's, see ``ProducerStateManager.check_marker``) appends nothing: the
+        transaction is already ended on this partition, and the offset returned is the log
+        end, so the caller still waits until that earlier marker is replicated (a retry
+        after NOT_ENOUGH_REPLICAS_AFTER_APPEND must not pass before it is). Raises
+        NOT_ENOUGH_REPLICAS (ISR below ``min.insync.replicas``), NOT_LEADER_OR_FOLLOWER,
+        TRANSACTION_COORDINATOR_FENCED, or the log's errors.
         """
         leader = self._require_leader()
+        refused = leader.check_produce_acks_all()
+        if refused is not None:
+            raise refused
         if not self.producer_state.check_marker(producer_id, producer_epoch, marker):
             log.info(
                 "stale transaction marker skipped partition=%s producer_id=%d epoch=%d",
@@ -456,7 +462,7 @@ class Partition:
                 producer_id,
                 producer_epoch,
             )
-            return None
+            return self.log.log_end_offset
         batch = bytearray(encode_marker_batch(marker, producer_id, producer_epoch, now_ms))
         result = self.log.append(batch, list(iter_headers(batch)), leader.leader_epoch, now_ms)
         for header in result.headers:

@@ -322,6 +322,7 @@ class ProducerStateManager:
         "_end_offset",
         "_entries",
         "_expiration_ms",
+        "_open_txns",
     )
 
     def __init__(
@@ -337,6 +338,9 @@ class ProducerStateManager:
         self._expiration_ms = producer_id_expiration_ms
         self._end_offset = end_offset
         self._entries: dict[int, ProducerEntry] = {}
+        # Each producer's open transaction: producer id -> first offset (an index of the
+        # entries' current_txn_first_offset, so the LSO costs nothing without transactions).
+        self._open_txns: dict[int, int] = {}
         # Transactions ended by a marker the high watermark has not passed yet.
         self._completed: list[CompletedTxn] = []
         # Aborted transactions, in marker order; ``_aborted_ends`` their marker offsets.
@@ -537,6 +541,7 @@ class ProducerStateManager:
                     known = replace(known, producer_epoch=header.producer_epoch, batches=())
                 if known.current_txn_first_offset is None:
                     known = replace(known, current_txn_first_offset=header.base_offset)
+                    self._open_txns[producer_id] = header.base_offset
                 self._entries[producer_id] = replace(known, last_timestamp=header.max_timestamp)
             return
         batch = BatchMetadata(
@@ -553,6 +558,7 @@ class ProducerStateManager:
             entry = entry.with_batch(header.producer_epoch, batch)
         if header.is_transactional and entry.current_txn_first_offset is None:
             entry = replace(entry, current_txn_first_offset=header.base_offset)
+            self._open_txns[producer_id] = header.base_offset
         self._entries[producer_id] = entry
 
     def _apply_marker(self, header: BatchHeader, marker: EndTxnMarker) -> None:
@@ -561,6 +567,7 @@ class ProducerStateManager:
         if entry is None:
             entry = ProducerEntry(producer_id, header.producer_epoch, (), header.max_timestamp)
         first_offset = entry.current_txn_first_offset
+        self._open_txns.pop(producer_id, None)
         if first_offset is not None:
             aborted = not marker.committed
             self._completed.append(
@@ -583,11 +590,7 @@ class ProducerStateManager:
 
     def open_transactions(self) -> dict[int, int]:
         """Each producer with a transaction open here: producer id -> its first offset."""
-        return {
-            producer_id: entry.current_txn_first_offset
-            for producer_id, entry in self._entries.items()
-            if entry.current_txn_first_offset is not None
-        }
+        return dict(self._open_txns)
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """Kafka's LSO: ``read_committed`` readers see offsets below it only.
@@ -601,9 +604,8 @@ class ProducerStateManager:
         stable = high_watermark
         for txn in self._completed:
             stable = min(stable, txn.first_offset)
-        for entry in self._entries.values():
-            if entry.current_txn_first_offset is not None:
-                stable = min(stable, entry.current_txn_first_offset)
+        for first_offset in self._open_txns.values():
+            stable = min(stable, first_offset)
         return stable
 
     def aborted_transactions(self, from_offset: int, upper_offset: int) -> list[AbortedTxn]:
@@ -693,7 +695,15 @@ class ProducerStateManager:
         del self._aborted[cut:]
         del self._aborted_ends[cut:]
         self._end_offset = min(self._end_offset, offset)
+        self._index_open_transactions()
         return frozenset(inexact)
+
+    def _index_open_transactions(self) -> None:
+        self._open_txns = {
+            producer_id: entry.current_txn_first_offset
+            for producer_id, entry in self._entries.items()
+            if entry.current_txn_first_offset is not None
+        }
 
     def expire_producers(self, now_ms: int) -> list[int]:
         """Remove producers whose last timestamp is ``producer.id.expiration.ms`` old or more.
@@ -846,6 +856,7 @@ class ProducerStateManager:
                 coordinator_epoch,
             )
             previous_id = producer_id
+        manager._index_open_transactions()
         if version != 1:
             for _ in range(reader.count(_COMPLETED.size)):
                 producer_id, first, last, aborted = reader.unpack(_COMPLETED)

@@ -242,8 +242,6 @@ class TxnRpcs(BrokerRpcs):
         if not partition.is_leader:
             raise NotLeaderOrFollowerError(f"{tp} is led by another broker")
         required = partition.append_marker(producer_id, producer_epoch, marker, self._now_ms())
-        if required is None:
-            return  # already written: a retried job
         async with asyncio.timeout(MARKER_ACK_TIMEOUT_S):
             await partition.wait_acked(required, -1)
         if tp.topic == OFFSETS_TOPIC and self._groups is not None:

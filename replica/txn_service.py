@@ -30,6 +30,7 @@ from cluster.errors import (
     CoordinatorLoadInProgressError,
     LograftError,
     NotCoordinatorError,
+    TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
 from replica.clocks import wall_clock_ms
@@ -314,6 +315,15 @@ class TransactionService:
                     # Kafka drops markers for a deleted topic: nothing is left to end there.
                     log.warning("marker dropped, partition gone partition=%s", tp)
                     continue
+                if isinstance(error, TransactionCoordinatorFencedError):
+                    # A newer coordinator of this transactional id wrote there: it owns the
+                    # job now (its load restarted it); this one stops.
+                    log.warning(
+                        "marker job fenced transactional_id=%s partition=%s",
+                        job.transactional_id,
+                        tp,
+                    )
+                    return
                 failed.add(tp)
                 if error is not None and not error.retriable:
                     log.error(

@@ -9,10 +9,13 @@ Flags follow Kafka's tools (``kafka-topics``, ``kafka-console-producer``,
     lograft produce TOPIC [--format raw|kv|json] [--acks all|1|0] [--key-separator SEP]
     lograft consume TOPIC [--format raw|kv|json] [--group G] [--from-beginning]
                           [--partition P] [--offset O] [--max-messages N] [--timeout-ms T]
+                          [--isolation-level read_committed|read_uncommitted]
     lograft groups list [--state] | describe GROUP [--members|--state|--json] | delete GROUP
     lograft groups delete-offsets --group G --topic T[:P,...]
     lograft groups reset-offsets --group G (--topic T[:P,...] | --all-topics)
                    (--to-earliest | --to-latest | --to-offset N | --shift-by N | ...) [--execute]
+    lograft transactions list [--state S] | describe --transactional-id ID
+    lograft transactions force-terminate --transactional-id ID
     lograft perf produce --topic T --num-records N --record-size B [--bulk] [--json]
     lograft perf consume --topic T --messages N [--json]
     lograft perf e2e --topic T --num-records N [--acks all|1|0] [--json]
@@ -41,7 +44,7 @@ from cluster.client import DEFAULT_BOOTSTRAP_SERVERS, NoBrokersAvailableError
 from cluster.errors import LograftError
 from cluster.launcher import add_cluster_commands, run_cluster_command
 
-from . import configs, consume, groups, perf, produce, topics
+from . import configs, consume, groups, perf, produce, topics, transactions
 from ._args import (
     BOOTSTRAP_ENV,
     CONFIG_ENV,
@@ -156,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
             description="(`lograft COMMAND --help` for details)",
         ),
     )
-    for module in (topics, configs, produce, consume, groups, perf):
+    for module in (topics, configs, produce, consume, groups, transactions, perf):
         module.register(commands)
     add_cluster_commands(commands)
     commands.choices["cluster"].set_defaults(handler=_run_cluster)

@@ -86,7 +86,7 @@ def describe_group(admin: AdminClient, args: argparse.Namespace, out: TextIO) ->
         for line in table(header, rows):
             print(line, file=out)
         return
-    lag = admin.consumer_group_lag(group_id, description)
+    lag = admin.consumer_group_lag(group_id, description, args.isolation_level)
     if args.json:
         print(json.dumps(_describe_json(description, lag)), file=out)
         return

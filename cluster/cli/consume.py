@@ -68,7 +68,8 @@ EPILOG = """\
 examples:
   lograft consume orders --from-beginning --max-messages 10
   lograft consume orders --group billing --format json --timeout-ms 5000 | jq .value
-  lograft consume orders --partition 2 --offset 100 --format kv --key-separator ' => '"""
+  lograft consume orders --partition 2 --offset 100 --format kv --key-separator ' => '
+  lograft consume payments --from-beginning --isolation-level read_committed"""
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -122,6 +123,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="between key and value in kv (default a tab); implies --format kv",
     )
     consume.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default=None,
+        help="read_committed: only committed transactions' records (Kafka's isolation.level)",
+    )
+    consume.add_argument(
         "--timeout-ms",
         type=positive,
         default=None,
@@ -157,6 +164,8 @@ def consumer_config(args: argparse.Namespace) -> dict[str, object]:
         config["group.id"] = args.group
     if args.from_beginning:
         config["auto.offset.reset"] = "earliest"
+    if args.isolation_level is not None:
+        config["isolation.level"] = args.isolation_level
     return config
 
 

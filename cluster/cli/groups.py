@@ -187,6 +187,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     describe.add_argument(
         "--verbose", action="store_true", help="with --members: each member's partitions"
     )
+    describe.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+        help="read_committed: lag up to the last stable offset (for read_committed consumers)",
+    )
 
     delete = actions.add_parser(
         "delete",

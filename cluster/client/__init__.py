@@ -51,6 +51,8 @@ from .admin import (
     OffsetAndMetadata,
     OffsetSpec,
     TopicDescription,
+    TransactionDescription,
+    TransactionListing,
 )
 from .aio import AsyncConsumer, AsyncConsumerRebalanceListener, AsyncProducer
 from .consumer import Consumer, ConsumerGroupMetadata, ConsumerRebalanceListener, ConsumerRecord
@@ -96,6 +98,8 @@ __all__ = [
     "StickyPartitioner",
     "TopicDescription",
     "TopicPartition",
+    "TransactionDescription",
+    "TransactionListing",
     "murmur2",
     "partition_for_key",
 ]

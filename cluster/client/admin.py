@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -42,6 +42,7 @@ from typing import Literal
 
 from cluster.errors import (
     BrokerNotAvailableError,
+    InvalidConfigError,
     InvalidRequestError,
     LograftError,
     UnknownTopicOrPartitionError,
@@ -86,6 +87,7 @@ from ._group_admin import (
     group_lag,
 )
 from ._group_admin_calls import GroupAdminCalls
+from ._txn_admin import TransactionAdminCalls, TransactionDescription, TransactionListing
 
 __all__ = [
     "ADMIN_CONFIGS",
@@ -109,6 +111,8 @@ __all__ = [
     "OffsetAndMetadata",
     "OffsetSpec",
     "TopicDescription",
+    "TransactionDescription",
+    "TransactionListing",
 ]
 
 logger = logging.getLogger(__name__)
@@ -160,6 +164,12 @@ class ListOffsetsResult:
     leader_epoch: int
 
 
+def _isolation(level: str) -> int:
+    if level not in ("read_uncommitted", "read_committed"):
+        raise InvalidConfigError(f"isolation level {level!r}: read_uncommitted or read_committed")
+    return 1 if level == "read_committed" else 0
+
+
 def _spec_timestamp(spec: OffsetSpec) -> int:
     if isinstance(spec, bool):
         raise InvalidRequestError(f"bad offset spec {spec!r}")
@@ -193,6 +203,9 @@ class AdminClient:
             retry_backoff_ms=self._int("retry.backoff.ms"),
         )
         self._groups = GroupAdminCalls(self._calls, retry_backoff_ms=self._int("retry.backoff.ms"))
+        self._transactions = TransactionAdminCalls(
+            self._calls, retry_backoff_ms=self._int("retry.backoff.ms")
+        )
 
     def _int(self, name: str) -> int:
         value = self.config[name]
@@ -322,12 +335,17 @@ class AdminClient:
         return descriptions
 
     def list_offsets(
-        self, specs: Mapping[TopicPartition, OffsetSpec]
+        self,
+        specs: Mapping[TopicPartition, OffsetSpec],
+        isolation_level: str = "read_uncommitted",
     ) -> dict[TopicPartition, ListOffsetsResult]:
         """Offsets of partitions by spec: ``"earliest"``, ``"latest"``, ``"max_timestamp"``,
-        or a timestamp in ms. Asks each partition's leader; raises the first typed error."""
+        or a timestamp in ms. Asks each partition's leader; raises the first typed error.
+        With ``isolation_level="read_committed"`` latest is the last stable offset."""
         timestamps = {tp: _spec_timestamp(spec) for tp, spec in specs.items()}
-        found = self._conn.list_offsets(timestamps, self._api_timeout_ms)
+        found = self._conn.list_offsets(
+            timestamps, self._api_timeout_ms, _isolation(isolation_level)
+        )
         return {tp: ListOffsetsResult(*found[tp]) for tp in timestamps}
 
     # -- partitions, configs and the cluster
@@ -471,6 +489,28 @@ class AdminClient:
         response = self._calls.with_retry(lambda: self._conn.call("DescribeCluster", request))
         return cluster_description(response)
 
+    # -- transactions
+
+    def list_transactions(self, states: Collection[str] = ()) -> list[TransactionListing]:
+        """Every transactional id of the cluster, sorted (each broker lists the ids it
+        coordinates; all are asked), optionally only those in ``states`` (Kafka's names:
+        ``Ongoing``, ``PrepareCommit``, ``PrepareAbort``, ``CompleteCommit``,
+        ``CompleteAbort``, ``Empty``)."""
+        return self._transactions.list_transactions(states)
+
+    def describe_transactions(
+        self, transactional_ids: Sequence[str]
+    ) -> dict[str, TransactionDescription]:
+        """State, producer, timeout, start time and partitions of each transactional id;
+        raises ``TransactionalIdNotFoundError`` for an id no coordinator knows."""
+        return self._transactions.describe_transactions(transactional_ids)
+
+    def force_terminate_transaction(self, transactional_id: str) -> None:
+        """Fence the id's producer and abort its open transaction, prepared (KIP-939) or
+        not, as a new producer's ``init_transactions`` does (Kafka's
+        ``forceTerminateTransaction``): how a hanging transaction is ended."""
+        self._transactions.force_terminate_transaction(transactional_id)
+
     # -- consumer groups
 
     def list_consumer_groups(self) -> list[ConsumerGroupListing]:
@@ -522,12 +562,17 @@ class AdminClient:
         return self._groups.delete_consumer_group_offsets(group_id, partitions)
 
     def consumer_group_lag(
-        self, group_id: str, description: ConsumerGroupDescription | None = None
+        self,
+        group_id: str,
+        description: ConsumerGroupDescription | None = None,
+        isolation_level: str = "read_uncommitted",
     ) -> tuple[GroupPartitionLag, ...]:
         """Per partition the group owns or has committed: committed offset, log end offset
         (``list_offsets`` latest), lag and owning member, sorted (what ``lograft groups
         describe`` prints). ``description`` saves describing the group again;
-        ``GroupIdNotFoundError`` if it does not exist."""
+        ``GroupIdNotFoundError`` if it does not exist. For a group of ``read_committed``
+        consumers pass that isolation level: the end is then the last stable offset, which
+        is as far as they can read."""
         if description is None:
             description = self.describe_consumer_groups([group_id])[group_id]
         committed = {
@@ -542,6 +587,6 @@ class AdminClient:
                 lambda: self._conn.refresh_metadata({tp.topic for tp in partitions})
             )
             existing = {tp for tp in partitions if metadata.partition(tp.topic, tp.partition)}
-            found = self.list_offsets(dict.fromkeys(existing, "latest"))
+            found = self.list_offsets(dict.fromkeys(existing, "latest"), isolation_level)
             ends = {tp: result.offset for tp, result in found.items()}
         return group_lag(description, committed, ends)

@@ -69,15 +69,21 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, TypeVar
 
-from cluster.errors import IllegalStateError
+from cluster.errors import IllegalStateError, LograftError
 
 from ._aio_buffer import by_partition
 from ._aio_consumer_driver import ConsumerDriver
 from ._aio_rebalance import IN_CALLBACK, KINDS, bridge, handlers
 from ._aio_worker import Worker, observe
 from ._connection import TopicPartition
-from .consumer import Consumer, ConsumerRebalanceListener, ConsumerRecord, RebalanceCallback
-from .producer import BulkResult, Producer, RecordMetadata
+from .consumer import (
+    Consumer,
+    ConsumerGroupMetadata,
+    ConsumerRebalanceListener,
+    ConsumerRecord,
+    RebalanceCallback,
+)
+from .producer import BulkResult, PreparedTxnState, Producer, RecordMetadata
 
 __all__ = [
     "AsyncConsumer",
@@ -198,6 +204,51 @@ class AsyncProducer:
         """The partition numbers of ``topic`` (fetching its metadata if needed)."""
         return await self._call(self._producer.partitions_for, topic)
 
+    # ---- transactions: ``Producer``'s, awaited (they block: run off the event loop) -------
+
+    async def _blocking(self, fn: Callable[..., _T], *args: Any) -> _T:
+        self._check_open()
+        await self._call(lambda: None)  # every send made before this call is queued
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    async def init_transactions(self, keep_prepared_txn: bool = False) -> None:
+        """``Producer.init_transactions``."""
+        await self._blocking(self._producer.init_transactions, keep_prepared_txn)
+
+    async def begin_transaction(self) -> None:
+        """``Producer.begin_transaction``."""
+        await self._call(self._producer.begin_transaction)
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group_metadata: ConsumerGroupMetadata
+    ) -> None:
+        """``Producer.send_offsets_to_transaction``."""
+        await self._blocking(self._producer.send_offsets_to_transaction, offsets, group_metadata)
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """``Producer.commit_transaction``."""
+        await self._blocking(self._producer.commit_transaction, timeout)
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """``Producer.abort_transaction``."""
+        await self._blocking(self._producer.abort_transaction, timeout)
+
+    async def prepare_transaction(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> PreparedTxnState:
+        """``Producer.prepare_transaction`` (KIP-939)."""
+        return await self._blocking(self._producer.prepare_transaction, timeout)
+
+    async def complete_transaction(self, prepared: PreparedTxnState) -> None:
+        """``Producer.complete_transaction`` (KIP-939)."""
+        await self._blocking(self._producer.complete_transaction, prepared)
+
+    def transaction(self) -> _AsyncTransactionScope:
+        """``async with producer.transaction():`` begins, commits at the end of the block,
+        aborts if it raises (the exception goes on)."""
+        return _AsyncTransactionScope(self)
+
     async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Flush (at most ``timeout`` seconds), then stop, as ``Producer.close``; idempotent.
 
@@ -226,6 +277,33 @@ class AsyncProducer:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+class _AsyncTransactionScope:
+    """``AsyncProducer.transaction()``: begin on entry, commit on a clean exit, abort on error."""
+
+    __slots__ = ("_producer",)
+
+    def __init__(self, producer: AsyncProducer) -> None:
+        self._producer = producer
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self._producer.begin_transaction()
+        return self._producer
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            await self._producer.commit_transaction()
+            return
+        try:
+            await self._producer.abort_transaction()
+        except LograftError as abort_error:
+            logger.warning("abort after an error failed error=%s", abort_error)
 
 
 # ---- the consumer ---------------------------------------------------------------------------
@@ -386,6 +464,10 @@ class AsyncConsumer(ConsumerDriver):
             return first if first is not None else self._consumer.position(tp)
 
         return await self._call(position)
+
+    async def group_metadata(self) -> ConsumerGroupMetadata:
+        """``Consumer.group_metadata``: for ``AsyncProducer.send_offsets_to_transaction``."""
+        return await self._call(self._consumer.group_metadata)
 
     async def highwater(self, tp: TopicPartition) -> int | None:
         """The high watermark of ``tp`` seen in the last fetch, if any."""

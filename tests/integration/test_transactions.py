@@ -12,6 +12,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import subprocess
 import sys
 import time
@@ -20,7 +23,14 @@ from pathlib import Path
 
 import pytest
 
-from cluster.client import Consumer, PreparedTxnState, Producer, TopicPartition
+from cluster.client import (
+    AdminClient,
+    AsyncProducer,
+    Consumer,
+    PreparedTxnState,
+    Producer,
+    TopicPartition,
+)
 from cluster.errors import ProducerFencedError
 from replica.txn import partition_for_transactional_id
 from replica.txn_service import TRANSACTION_STATE_TOPIC
@@ -278,3 +288,85 @@ def test_a_prepared_transaction_is_completed_by_another_process(
         *expected,
         b"after",
     ]
+
+
+def _cli(cluster: QuorumCluster, *args: str) -> str:
+    env = dict(os.environ, LOGRAFT_BOOTSTRAP=cluster.bootstrap)
+    env.pop("LOGRAFT_CONFIG", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "cluster.cli", *args],
+        capture_output=True,
+        env=env,
+        timeout=CLUSTER_TIMEOUT_S,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    return done.stdout.decode()
+
+
+def test_the_cli_lists_describes_and_force_terminates_a_hanging_transaction(
+    grouped: QuorumCluster,
+) -> None:
+    _topic(grouped, "ledger", 1)
+    hanging = Producer(bootstrap_servers=grouped.bootstrap, transactional_id="ledger-tx")
+    hanging.init_transactions()
+    hanging.begin_transaction()
+    hanging.send("ledger", b"never-committed")
+    hanging.flush()
+
+    listed = _cli(grouped, "transactions", "list", "--state", "Ongoing")
+    assert "ledger-tx" in listed and "Ongoing" in listed
+    described = json.loads(
+        _cli(grouped, "transactions", "describe", "--transactional-id", "ledger-tx", "--json")
+    )
+    assert described["state"] == "Ongoing"
+    assert described["topic_partitions"] == ["ledger-0"]
+    # The open transaction holds back read_committed readers (the last stable offset).
+    consumed = _cli(
+        grouped,
+        "consume",
+        "ledger",
+        "--from-beginning",
+        "--isolation-level",
+        "read_committed",
+        "--timeout-ms",
+        "1500",
+    )
+    assert consumed == ""
+
+    _cli(grouped, "transactions", "force-terminate", "--transactional-id", "ledger-tx")
+    with AdminClient(bootstrap_servers=grouped.bootstrap) as admin:
+        wait_until(
+            lambda: (
+                admin.describe_transactions(["ledger-tx"])["ledger-tx"].state == "CompleteAbort"
+            ),
+            CLUSTER_TIMEOUT_S,
+            "the abort to complete",
+        )
+    with pytest.raises(ProducerFencedError):
+        hanging.commit_transaction()
+    hanging.close()
+    with Producer(bootstrap_servers=grouped.bootstrap, acks="all") as plain:
+        plain.send("ledger", b"after").result(timeout=CLUSTER_TIMEOUT_S)
+    assert _read_all(grouped, "ledger", 1, "read_committed", 1) == [b"after"]
+
+
+def test_the_asyncio_producer_commits_and_aborts(grouped: QuorumCluster) -> None:
+    _topic(grouped, "async-tx", 1)
+
+    async def scenario() -> None:
+        async with AsyncProducer(
+            bootstrap_servers=grouped.bootstrap, transactional_id="async-tx"
+        ) as producer:
+            await producer.init_transactions()
+            async with producer.transaction():
+                await producer.send("async-tx", b"kept")
+            with pytest.raises(RuntimeError):
+                async with producer.transaction():
+                    await producer.send("async-tx", b"dropped")
+                    await producer.flush()
+                    raise RuntimeError("abort this one")
+
+    asyncio.run(scenario())
+    assert _read_all(grouped, "async-tx", 1, "read_committed", 1) == [b"kept"]

@@ -12,15 +12,16 @@ with warnings.catch_warnings():  # see tests/unit/test_kafka_python_compat.py
     from kafka.record.default_records import DefaultRecordBatch
 
 from cluster.errors import CorruptMessageError
-from replica.batch_header import parse_header, validate_batches
+from replica.batch_header import assign_offsets, parse_header, validate_batches
 from replica.control_records import (
+    AbortedBatchFilter,
     ControlType,
     EndTxnMarker,
     decode_control_type,
     decode_marker,
     encode_marker_batch,
 )
-from replica.records import RecordBatchBuilder
+from replica.records import RecordBatchBuilder, iter_records
 
 NOW_MS = 1_700_000_000_000
 
@@ -98,3 +99,49 @@ def test_a_damaged_marker_is_corrupt() -> None:
     batch[-1] ^= 0xFF
     with pytest.raises(CorruptMessageError):
         decode_marker(batch)
+
+
+def _stored(batches: list[bytes]) -> bytes:
+    """Batches as a log holds them: consecutive offsets assigned."""
+    out = bytearray()
+    offset = 0
+    for raw in batches:
+        batch = bytearray(raw)
+        header = parse_header(batch)
+        assign_offsets(batch, [header], offset, 0)
+        offset += header.last_offset_delta + 1
+        out += batch
+    return bytes(out)
+
+
+def _txn_batch(producer_id: int, values: list[bytes]) -> bytes:
+    builder = RecordBatchBuilder(
+        producer_id=producer_id, producer_epoch=0, base_sequence=0, is_transactional=True
+    )
+    for value in values:
+        builder.append(value=value, timestamp_ms=5)
+    return builder.build()
+
+
+def test_read_committed_drops_aborted_batches_and_every_marker() -> None:
+    abort = EndTxnMarker(committed=False, coordinator_epoch=0)
+    commit = EndTxnMarker(committed=True, coordinator_epoch=0)
+    log = _stored(
+        [
+            _txn_batch(7, [b"a1", b"a2"]),  # 0-1: producer 7, aborted below
+            _txn_batch(8, [b"c1"]),  # 2: producer 8, committed below
+            encode_marker_batch(abort, 7, 1, 5),  # 3
+            _txn_batch(7, [b"later"]),  # 4: producer 7's next transaction, committed
+            encode_marker_batch(commit, 8, 1, 5),  # 5
+            encode_marker_batch(commit, 7, 2, 5),  # 6
+        ]
+    )
+    everything = [r.value for r in iter_records(log)]
+    assert everything == [b"a1", b"a2", b"c1", b"later"], "markers are never records"
+    committed = [r.value for r in iter_records(log, 0, AbortedBatchFilter([(7, 0)]))]
+    assert committed == [b"c1", b"later"], "aborting ends at the producer's abort marker"
+    # Fetched from offset 2: the aborted transaction started before the fetch.
+    assert [r.value for r in iter_records(log, 2, AbortedBatchFilter([(7, 0)]))] == [
+        b"c1",
+        b"later",
+    ]

@@ -800,3 +800,61 @@ def test_public_names_are_pinned() -> None:
     for name in ("HeartbeatResult", "CommitResult", "GroupDescription", "OffsetAndMetadata"):
         cls = getattr(replica.group, name)
         assert cls.__dataclass_params__.frozen and "__slots__" in cls.__dict__
+
+
+# ---- offsets committed in transactions ------------------------------------------------------
+
+
+def test_transactional_offsets_wait_for_their_marker_and_survive_a_reload() -> None:
+    c, log = _coordinator()
+    log.add(c.commit_offsets("app", "", -1, {TP("t", 0): OffsetAndMetadata(5)}, 0).records)
+    # Producer 7 commits offsets in its transaction; producer 8 in one it will abort.
+    pending = c.txn_commit_offsets("app", "", -1, 7, {TP("t", 0): OffsetAndMetadata(9)}, 1)
+    aborted = c.txn_commit_offsets("app", "", -1, 8, {TP("t", 1): OffsetAndMetadata(3)}, 1)
+    assert pending.errors == {TP("t", 0): None} and aborted.errors == {TP("t", 1): None}
+    assert c.fetch_offsets("app")[TP("t", 0)].offset == 5, "not committed before the marker"  # type: ignore[union-attr]
+    assert TP("t", 1) not in c.fetch_offsets("app")
+    assert c.unstable_partitions("app") == _t(0, 1)
+
+    # What the log holds: the transactional batches, then the markers.
+    successor = GroupCoordinator(random.Random(2), CONFIG)
+    successor.replay(log.records())
+    successor.replay_transactional(7, pending.records)
+    successor.replay_transactional(8, aborted.records)
+
+    assert c.complete_transaction(7, committed=True) == 1
+    assert c.complete_transaction(8, committed=False) == 1
+    assert c.complete_transaction(7, committed=True) == 0, "a repeated marker ends nothing"
+    assert c.fetch_offsets("app")[TP("t", 0)].offset == 9  # type: ignore[union-attr]
+    assert TP("t", 1) not in c.fetch_offsets("app")
+    assert c.unstable_partitions("app") == frozenset()
+
+    successor.complete_transaction(7, committed=True)
+    successor.complete_transaction(8, committed=False)
+    successor.complete_load({"t": 6}, 2)
+    assert successor.fetch_offsets("app") == c.fetch_offsets("app")
+    assert successor.snapshot() == c.snapshot()
+
+
+def test_a_transactional_commit_checks_the_member_it_names() -> None:
+    """KIP-447: a consumer that lost its partitions (an old epoch) cannot commit them
+    through a transaction; one that owns them can, and only them."""
+    c, _log, members, now = _group_of(2)
+    member = members[0]
+    owned = sorted(member.owned)[0]
+    other = sorted(members[1].owned)[0]
+    with pytest.raises(StaleMemberEpochError):
+        c.txn_commit_offsets(
+            "g", member.member_id, member.epoch - 1, 7, {owned: OffsetAndMetadata(1)}, now
+        )
+    result = c.txn_commit_offsets(
+        "g",
+        member.member_id,
+        member.epoch,
+        7,
+        {owned: OffsetAndMetadata(1), other: OffsetAndMetadata(1)},
+        now,
+    )
+    assert result.errors[owned] is None
+    assert isinstance(result.errors[other], UnassignedPartitionError)
+    assert [r.key.topic_partition for r in result.records] == [owned]  # type: ignore[union-attr]

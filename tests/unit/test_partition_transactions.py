@@ -109,8 +109,9 @@ def test_a_stale_marker_is_not_written_and_an_old_coordinator_is_fenced(tmp_path
     with pytest.raises(OutOfOrderSequenceNumberError):
         _append(partition, _batch(7, 1, 2), verified=frozenset({(7, 1)}))
     assert _append(partition, _batch(7, 1, 0), verified=frozenset({(7, 1)})) == 3
-    # A duplicate of the first marker (a restarted marker job) must not end it.
-    assert partition.append_marker(7, 1, COMMIT, now_ms=6) is None
+    # A duplicate of the first marker (a restarted marker job) must not end it; its
+    # caller waits for everything appended so far to be replicated.
+    assert partition.append_marker(7, 1, COMMIT, now_ms=6) == 5
     assert partition.log_end_offset == 5 and partition.last_stable_offset == 3
     with pytest.raises(TransactionCoordinatorFencedError):
         partition.append_marker(7, 2, EndTxnMarker(True, coordinator_epoch=2), now_ms=7)

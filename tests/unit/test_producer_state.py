@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import crc32c
@@ -15,9 +15,17 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from cluster.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTxnStateError,
     OutOfOrderSequenceNumberError,
 )
-from replica.batch_header import BatchHeader, iter_headers, validate_batches
+from replica.batch_header import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    BatchHeader,
+    iter_headers,
+    validate_batches,
+)
+from replica.control_records import EndTxnMarker
 from replica.log.partition_log import PartitionLog
 from replica.producer_state import (
     MAX_SEQUENCE,
@@ -711,3 +719,71 @@ TestProducerStateMachine = ProducerStateMachine.TestCase
 TestProducerStateMachine.settings = settings(
     max_examples=300, stateful_step_count=50, deadline=None
 )
+
+
+# ---- transactions ---------------------------------------------------------------------------
+
+_TXN_OPS = st.lists(
+    st.tuples(st.integers(0, 2), st.sampled_from(["data", "commit", "abort", "plain", "late"])),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(_TXN_OPS, st.integers(0, 80))
+def test_transactional_state_replays_snapshots_and_bounds_the_stable_offset(
+    ops: list[tuple[int, str]], high_watermark: int
+) -> None:
+    """Producers writing transactions (data, commit or abort markers with the bumped epoch,
+    late markers of finished ones, plain writes): the live state equals a replay of the log
+    and its snapshot, the last stable offset never passes an open transaction's first
+    offset, and every aborted transaction's range holds only its producer's data up to its
+    abort marker."""
+    live = ProducerStateManager()
+    logged: list[BatchHeader] = []
+    markers: dict[int, EndTxnMarker] = {}
+    epoch = {n: 0 for n in range(3)}
+    seq = {n: 0 for n in range(3)}
+    for who, op in ops:
+        pid = 500 + who
+        offset = live.end_offset
+        if op in ("commit", "abort", "late"):
+            marker = EndTxnMarker(committed=op != "abort", coordinator_epoch=1)
+            marker_epoch = epoch[who] if op == "late" else epoch[who] + 1
+            if not live.check_marker(pid, marker_epoch, marker):
+                assert op == "late", "a fresh marker always carries a newer epoch"
+                continue
+            stamped = replace(
+                header(producer_id=pid, epoch=marker_epoch, seq=-1, base_offset=offset),
+                attributes=ATTR_CONTROL | ATTR_TRANSACTIONAL,
+            )
+            epoch[who], seq[who] = marker_epoch, 0
+            markers[offset] = marker
+            live.on_appended(stamped, marker)
+        else:
+            batch = header(producer_id=pid, epoch=epoch[who], seq=seq[who], count=2)
+            if op == "data":
+                batch = replace(batch, attributes=ATTR_TRANSACTIONAL)
+            try:
+                plan = live.check_and_plan(batch)
+            except InvalidTxnStateError:
+                assert op == "plain" and pid in live.open_transactions()
+                continue
+            assert isinstance(plan, AppendPlan)
+            stamped = replace(batch, base_offset=offset)
+            seq[who] += 2
+            live.on_appended(stamped)
+        logged.append(stamped)
+
+    rebuilt = ProducerStateManager()
+    rebuilt.rebuild_from_batches(logged, lambda h: markers[h.base_offset])
+    assert rebuilt == live
+    assert ProducerStateManager.load_snapshot(live.take_snapshot()) == live
+    stable = live.last_stable_offset(high_watermark)
+    assert stable <= high_watermark
+    assert all(stable <= first for first in live.open_transactions().values())
+    by_offset = {h.base_offset: h for h in logged}
+    for aborted in live.aborted_transactions(0, live.end_offset):
+        assert by_offset[aborted.last_offset].is_control
+        assert by_offset[aborted.first_offset].producer_id == aborted.producer_id
+        assert by_offset[aborted.first_offset].is_transactional
