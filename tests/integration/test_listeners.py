@@ -165,7 +165,12 @@ def test_each_listener_answers_with_its_own_addresses_and_replication_uses_inter
 ) -> None:
     internal = {n: f"127.0.0.1:{node.port}" for n, node in nodes.items()}
     external = {n: f"localhost:{node.published_port}" for n, node in nodes.items()}
-    wait_until(lambda: _brokers(internal[1]) == internal, TIMEOUT_S, "three registered brokers")
+    # Every node's metadata image holds the three registrations (each answers from its own).
+    wait_until(
+        lambda: all(_brokers(internal[n]) == internal for n in nodes),
+        TIMEOUT_S,
+        "three registered brokers in every node's image",
+    )
 
     # The same node, asked on each of its listeners, names every broker on that listener.
     assert _brokers(f"127.0.0.1:{nodes[2].external_port}") == external
