@@ -84,7 +84,7 @@ def pick_dirtiest(
         if tp in skip or not partition.log.config.compact or partition.log.failed:
             continue
         try:
-            view = partition.log.cleanable_view(partition.high_watermark, now_ms)
+            view = partition.log.cleanable_view(partition.last_stable_offset, now_ms)
         except LograftError as exc:
             log.error("log cleaner cannot inspect partition=%s error=%s", tp, exc)
             continue
@@ -165,8 +165,15 @@ class LogCleaner:
         tp = partition.topic_partition
         partition_log = partition.log
         last_offsets = _producer_last_offsets(partition)
+        # Below the last stable offset every transaction is decided: aborted ones are
+        # removed, committed ones compacted like any other records.
+        limit = partition.last_stable_offset
+        aborted = [
+            (txn.producer_id, txn.first_offset, txn.last_offset)
+            for txn in partition.aborted_transactions(0, limit)
+        ]
         try:
-            cleaning = partition_log.prepare_cleaning(partition.high_watermark, now_ms)
+            cleaning = partition_log.prepare_cleaning(limit, now_ms)
         except KafkaStorageError as exc:
             # Picked again every round otherwise, and no other log would be cleaned.
             self._uncleanable.add(tp)
@@ -178,7 +185,9 @@ class LogCleaner:
         try:
             loop = asyncio.get_running_loop()
             started = time.monotonic()
-            self._job = loop.run_in_executor(None, self._work, cleaning, now_ms, last_offsets)
+            self._job = loop.run_in_executor(
+                None, self._work, cleaning, now_ms, last_offsets, aborted
+            )
             try:
                 # Shielded: a cancelled round must not forget a thread still using descriptors
                 # (stop() waits for it).
@@ -248,7 +257,11 @@ class LogCleaner:
         return CleanedPartition(tp, stats, duration_ms)
 
     def _work(
-        self, cleaning: CleaningInput, now_ms: int, producer_last_offsets: dict[int, int]
+        self,
+        cleaning: CleaningInput,
+        now_ms: int,
+        producer_last_offsets: dict[int, int],
+        aborted: list[tuple[int, int, int]],
     ) -> CleaningResult:
         try:
             return clean_log(
@@ -257,6 +270,7 @@ class LogCleaner:
                 producer_last_offsets=producer_last_offsets,
                 abort=self._abort,
                 max_map_keys=self._max_map_keys,
+                aborted_transactions=aborted,
             )
         finally:
             cleaning.close()

@@ -63,6 +63,28 @@ class AdminCalls:
                     raise
             time.sleep(self.backoff_s)
 
+    def each_broker(self, method: str, request: Any) -> list[Any]:
+        """Send ``request`` to every broker the metadata names (as Kafka's admin does for
+        listings each broker answers for its own share); each answer's own error is raised,
+        retriable ones retried, all within one ``default.api.timeout.ms``."""
+        deadline = time.monotonic() + self.api_timeout_ms / 1000.0
+        metadata = self.with_retry(lambda: self.conn.refresh_metadata())
+        answers = []
+        for node_id in sorted(metadata.brokers):
+            while True:
+                try:
+                    response = self.conn.call(method, request, node_id=node_id)
+                    if response.error_code:
+                        raise error_for_code(response.error_code, response.error_message)
+                    break
+                except LograftError as exc:
+                    if not exc.retriable or time.monotonic() + self.backoff_s >= deadline:
+                        raise
+                    log.debug("admin call retry method=%s node=%d error=%s", method, node_id, exc)
+                time.sleep(self.backoff_s)
+            answers.append(response)
+        return answers
+
     def _refresh_quietly(self, topics: Iterable[str] | None = None) -> None:
         """Refresh metadata, ignoring failures but one: no broker answered at all."""
         try:

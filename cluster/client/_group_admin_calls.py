@@ -9,7 +9,6 @@ and what they raise, is documented on ``AdminClient`` (:mod:`cluster.client.admi
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -43,23 +42,8 @@ class GroupAdminCalls:
 
     def list_consumer_groups(self) -> list[ConsumerGroupListing]:
         """``AdminClient.list_consumer_groups``."""
-        deadline = time.monotonic() + self._calls.api_timeout_ms / 1000.0
-        metadata = self._calls.with_retry(lambda: self._conn.refresh_metadata())
         found: dict[str, ConsumerGroupListing] = {}
-        for node_id in sorted(metadata.brokers):
-            while True:
-                try:
-                    response = self._conn.call(
-                        "ListGroups", pb.ListGroupsRequest(), node_id=node_id
-                    )
-                    if response.error_code:
-                        raise error_for_code(response.error_code, response.error_message)
-                    break
-                except LograftError as exc:
-                    if not exc.retriable or time.monotonic() + self._calls.backoff_s >= deadline:
-                        raise
-                    log.debug("list groups retry node=%d error=%s", node_id, exc)
-                time.sleep(self._calls.backoff_s)
+        for response in self._calls.each_broker("ListGroups", pb.ListGroupsRequest()):
             for g in response.groups:
                 found[g.group_id] = ConsumerGroupListing(g.group_id, g.state)
         return [found[group_id] for group_id in sorted(found)]

@@ -10,12 +10,11 @@ retriable within ``default.api.timeout.ms``.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.errors import LograftError, error_for_code
+from cluster.errors import error_for_code
 from cluster.wire import broker_pb2 as pb
 
 from ._admin_calls import AdminCalls
@@ -67,22 +66,9 @@ class TransactionAdminCalls:
 
     def list_transactions(self, states: Collection[str] = ()) -> list[TransactionListing]:
         """``AdminClient.list_transactions``."""
-        deadline = time.monotonic() + self._calls.api_timeout_ms / 1000.0
-        metadata = self._calls.with_retry(lambda: self._conn.refresh_metadata())
         found: dict[str, TransactionListing] = {}
         request = pb.ListTransactionsRequest(state_filters=list(states))
-        for node_id in sorted(metadata.brokers):
-            while True:
-                try:
-                    response = self._conn.call("ListTransactions", request, node_id=node_id)
-                    if response.error_code:
-                        raise error_for_code(response.error_code, response.error_message)
-                    break
-                except LograftError as exc:
-                    if not exc.retriable or time.monotonic() + self._calls.backoff_s >= deadline:
-                        raise
-                    log.debug("list transactions retry node=%d error=%s", node_id, exc)
-                time.sleep(self._calls.backoff_s)
+        for response in self._calls.each_broker("ListTransactions", request):
             for t in response.transactions:
                 found[t.transactional_id] = TransactionListing(
                     t.transactional_id, t.producer_id, t.state

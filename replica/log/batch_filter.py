@@ -23,10 +23,12 @@ bytes out), so :mod:`replica.log.cleaner` can run it on a worker thread. Rules:
 * A record without a key cannot be compacted; it is dropped (Kafka counts it as invalid).
   Brokers refuse unkeyed records for compacted topics at produce time, so only records
   written before the topic became compacted can be affected.
-* Transactional and control batches (transaction markers) are kept as they are, and
-  transactional records never count as the latest of their key (the cleaner leaves them out
-  of its offset map): one of an aborted transaction must not remove an older committed
-  record. Dropping aborted data and old markers, as Kafka's cleaner does, is not built yet.
+* Transactions: the cleaner works below the last stable offset only, where every
+  transaction is decided. The records of an aborted transaction are removed (the batch is
+  kept empty while it is its producer's last) and never count as the latest of their key;
+  a committed transaction's records are compacted like any others. Control batches
+  (transaction markers) are kept as they are: Kafka drops a marker once its transaction's
+  data is gone and ``delete.retention.ms`` has passed, which is not built yet.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ from cluster.errors import CorruptMessageError
 from replica.batch_header import (
     ATTR_COMPRESSION_MASK,
     ATTR_DELETE_HORIZON,
-    ATTR_TRANSACTIONAL,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
@@ -173,17 +174,32 @@ def filter_batch(
     now_ms: int,
     delete_retention_ms: int,
     retain_if_empty: bool,
+    aborted: bool = False,
 ) -> FilteredBatch:
     """Filter one stored batch (its bytes exactly): keep each key's latest record.
 
     A record goes if its key maps to a later offset in ``offset_map``, if it has no key, or
     if it is a tombstone whose batch's delete horizon has passed. Kept tombstones in a
-    batch without a horizon get one (``now_ms + delete_retention_ms``). Pure; raises
-    ``CorruptMessageError`` for a malformed batch. See the module docstring.
+    batch without a horizon get one (``now_ms + delete_retention_ms``). Every record of an
+    ``aborted`` batch (of an aborted transaction) goes. Control batches (transaction
+    markers) are kept as they are. Pure; raises ``CorruptMessageError`` for a malformed
+    batch. See the module docstring.
     """
     header = parse_header(batch)
-    if header.is_control or header.attributes & ATTR_TRANSACTIONAL:
+    if header.is_control:
         return FilteredBatch(batch, header.records_count, 0, 0, 0)
+    if aborted and header.records_count:
+        data = None
+        if retain_if_empty:
+            data = _frame(
+                header,
+                header.attributes & ~ATTR_COMPRESSION_MASK,
+                header.base_timestamp,
+                header.max_timestamp,
+                b"",
+                0,
+            )
+        return FilteredBatch(data, 0, header.records_count, 0, 0)
     if not header.records_count:
         # Emptied by an earlier cleaning; needed only while it is its producer's last.
         return FilteredBatch(batch if retain_if_empty else None, 0, 0, 0, 0)

@@ -24,17 +24,24 @@ run on a worker thread while the log keeps serving appends and reads.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster.durable import fsync_directory
 from cluster.errors import CorruptMessageError, KafkaStorageError
-from replica.batch_header import HEADER_SIZE, LOG_OVERHEAD, check_stored_batch, parse_header
+from replica.batch_header import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    check_stored_batch,
+    parse_header,
+)
 from replica.log.batch_filter import (
     DELETE_HORIZON_FLAG,
     FilteredBatch,
@@ -57,6 +64,7 @@ from replica.topic_config import LogConfig
 __all__ = [
     "DEFAULT_MAX_MAP_KEYS",
     "DELETE_HORIZON_FLAG",
+    "AbortedRanges",
     "CleanableView",
     "CleanedGroup",
     "CleanerStats",
@@ -233,14 +241,43 @@ def _batches(source: SourceSegment, abort: threading.Event | None) -> Iterator[b
         position += offset
 
 
-def _map_segment(source: SourceSegment, abort: threading.Event | None) -> dict[bytes, int]:
-    """``key -> latest offset`` within one segment."""
+_MAX_OFFSET = 2**63 - 1
+
+
+class AbortedRanges:
+    """Which transactional batches belong to aborted transactions: per producer, the
+    ranges from a transaction's first offset to its abort marker."""
+
+    __slots__ = ("_by_producer",)
+
+    def __init__(self, aborted: Iterable[tuple[int, int, int]] = ()) -> None:
+        """``aborted``: ``(producer id, first offset, marker offset)`` of each."""
+        self._by_producer: dict[int, list[tuple[int, int]]] = {}
+        for producer_id, first, last in aborted:
+            self._by_producer.setdefault(producer_id, []).append((first, last))
+        for ranges in self._by_producer.values():
+            ranges.sort()
+
+    def holds(self, header: BatchHeader) -> bool:
+        """Whether ``header``'s batch is data of an aborted transaction."""
+        if not header.is_transactional or header.is_control:
+            return False
+        ranges = self._by_producer.get(header.producer_id)
+        if not ranges:
+            return False
+        index = bisect.bisect_right(ranges, (header.base_offset, _MAX_OFFSET)) - 1
+        return index >= 0 and ranges[index][0] <= header.base_offset <= ranges[index][1]
+
+
+def _map_segment(
+    source: SourceSegment, abort: threading.Event | None, aborted: AbortedRanges
+) -> dict[bytes, int]:
+    """``key -> latest offset`` within one segment (aborted transactions' records left out:
+    they must not make an older committed record of their key look superseded)."""
     keys: dict[bytes, int] = {}
     for batch in _batches(source, abort):
         header = parse_header(batch)
-        if header.is_control or header.is_transactional or not header.records_count:
-            # A transactional record may belong to an aborted (or still open) transaction:
-            # it must not make an older committed record of its key look superseded.
+        if header.is_control or not header.records_count or aborted.holds(header):
             continue
         for key, offset in keyed_offsets(batch, header):
             keys[key] = offset
@@ -294,24 +331,29 @@ def clean_log(
     producer_last_offsets: Mapping[int, int],
     abort: threading.Event | None = None,
     max_map_keys: int = DEFAULT_MAX_MAP_KEYS,
+    aborted_transactions: Iterable[tuple[int, int, int]] = (),
 ) -> CleaningResult:
     """Write the cleaned segments of ``cleaning`` as ``.cleaned`` files (fdatasync'ed).
 
     ``producer_last_offsets`` maps each producer id to the last offset of its last batch in
-    the log: that batch survives even when empty. Runs on any thread; touches only the
-    source descriptors and new ``.cleaned`` files. Raises ``CorruptMessageError`` for a
-    corrupt source batch, ``KafkaStorageError`` for an I/O error and
-    ``CleaningAbortedError`` when ``abort`` is set; staged files are removed then.
+    the log: that batch survives even when empty. ``aborted_transactions`` holds
+    ``(producer id, first offset, abort marker offset)`` of the aborted transactions: their
+    records are removed. The cleaning must end at or below the last stable offset, where
+    every transactional batch is decided (the rest are committed). Runs on any thread;
+    touches only the source descriptors and new ``.cleaned`` files. Raises
+    ``CorruptMessageError`` for a corrupt source batch, ``KafkaStorageError`` for an I/O
+    error and ``CleaningAbortedError`` when ``abort`` is set; staged files are removed then.
     """
     sources = cleaning.sources
     dirty = sources[cleaning.first_dirty_index :]
     if not sources:
         raise ValueError("nothing to clean")
     offset_map: dict[bytes, int] = {}
+    aborted = AbortedRanges(aborted_transactions)
     mapped = 0
     try:
         for source in dirty:
-            keys = _map_segment(source, abort)
+            keys = _map_segment(source, abort, aborted)
             if mapped and len(offset_map) + len(keys) > max_map_keys:
                 break
             offset_map.update(keys)
@@ -334,7 +376,14 @@ def clean_log(
             remove_staged_files(cleaning.directory, base)
             staged.append(base)
             size = _write_group(
-                cleaning, group, offset_map, producer_last_offsets, now_ms, abort, counters
+                cleaning,
+                group,
+                offset_map,
+                producer_last_offsets,
+                aborted,
+                now_ms,
+                abort,
+                counters,
             )
             old_bases = tuple(source.base_offset for source in group)
             if size == 0 and index > 0:
@@ -379,6 +428,7 @@ def _write_group(
     group: list[SourceSegment],
     offset_map: Mapping[bytes, int],
     producer_last_offsets: Mapping[int, int],
+    aborted: AbortedRanges,
     now_ms: int,
     abort: threading.Event | None,
     counters: _Counters,
@@ -407,7 +457,12 @@ def _write_group(
                     and producer_last_offsets.get(header.producer_id) == header.last_offset
                 )
                 result = filter_batch(
-                    batch, offset_map, now_ms, config.delete_retention_ms, retain_if_empty
+                    batch,
+                    offset_map,
+                    now_ms,
+                    config.delete_retention_ms,
+                    retain_if_empty,
+                    aborted=aborted.holds(header),
                 )
                 counters.kept += result.kept
                 counters.removed += result.removed

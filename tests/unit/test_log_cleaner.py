@@ -27,6 +27,7 @@ from replica.batch_header import (
     validate_batches,
 )
 from replica.broker_service import BrokerEndpoint, BrokerService
+from replica.control_records import EndTxnMarker, encode_marker_batch
 from replica.log.cleaner import (
     DELETE_HORIZON_FLAG,
     CleaningResult,
@@ -42,7 +43,7 @@ from replica.log.partition_log import (
 from replica.log.segment import CLEANED_SUFFIX, LogSegment
 from replica.log_cleaner_loop import LogCleaner
 from replica.log_manager import LogManager
-from replica.producer_snapshots import load_producer_state
+from replica.producer_snapshots import load_producer_state, marker_reader
 from replica.producer_state import ProducerStateManager
 from replica.records import Record, RecordBatchBuilder, encode_batch, iter_records
 from replica.topic_config import LogConfig
@@ -120,9 +121,10 @@ def stage(
     now_ms: int = NOW,
     producer_last_offsets: Mapping[int, int] | None = None,
     max_map_keys: int = 10**6,
+    aborted: tuple[tuple[int, int, int], ...] = (),
 ) -> CleaningResult | None:
     """One cleaning below ``limit`` (default: the log end), staged but not committed; None
-    if nothing is due."""
+    if nothing is due. ``aborted``: the aborted transactions in the log."""
     cleaning = log.prepare_cleaning(log.log_end_offset if limit is None else limit, now_ms)
     if cleaning is None:
         return None
@@ -132,6 +134,7 @@ def stage(
             now_ms=now_ms,
             producer_last_offsets=producer_last_offsets or {},
             max_map_keys=max_map_keys,
+            aborted_transactions=aborted,
         )
     finally:
         cleaning.close()
@@ -142,14 +145,19 @@ def clean(
 ) -> CleaningResult | None:
     """One cleaning below ``limit`` (default: the log end), committed; None if nothing due."""
     state = ProducerStateManager(end_offset=log.log_start_offset)
-    state.rebuild_from_batches(log.batch_headers())
+    state.rebuild_from_batches(log.batch_headers(), marker_reader(log))
     last_offsets = {pid: entry.last_offset for pid, entry in state.entries().items()}
+    aborted = tuple(
+        (txn.producer_id, txn.first_offset, txn.last_offset)
+        for txn in state.aborted_transactions(0, log.log_end_offset)
+    )
     result = stage(
         log,
         limit=limit,
         now_ms=now_ms,
         producer_last_offsets=last_offsets,
         max_map_keys=max_map_keys,
+        aborted=aborted,
     )
     if result is None:
         return None
@@ -916,26 +924,40 @@ def test_a_cleaned_segment_keeps_the_last_modified_time_retention_uses(directory
         log.close()
 
 
-def test_a_transactional_record_does_not_supersede_an_older_committed_one(
+def test_cleaning_removes_aborted_transactions_and_compacts_committed_ones(
     tmp_path: Path,
 ) -> None:
-    """An aborted transaction's write of a key leaves the committed value of the key in
-    place (and is itself kept as written): read_committed readers still find it."""
+    """An aborted transaction's records go, and never supersede the committed value of
+    their key; a committed transaction's records are compacted like any others; markers
+    stay (read_committed readers need them to end each transaction)."""
     log = PartitionLog.open(tmp_path / "t-0", COMPACT, now_ms=0)
-    try:
-        append(log, [(b"k", b"committed")])
+
+    def transactional(producer_id: int, key: bytes, value: bytes) -> None:
         builder = RecordBatchBuilder(
-            producer_id=77, producer_epoch=0, base_sequence=0, is_transactional=True
+            producer_id=producer_id, producer_epoch=0, base_sequence=0, is_transactional=True
         )
-        builder.append(key=b"k", value=b"aborted", timestamp_ms=7_000)
+        builder.append(key=key, value=value, timestamp_ms=7_000)
         stored = bytearray(builder.build())
         log.append(stored, validate_batches(stored, 1 << 20), 0, 0)
+
+    def marker(producer_id: int, committed: bool) -> None:
+        stored = bytearray(encode_marker_batch(EndTxnMarker(committed, 0), producer_id, 1, 7_000))
+        log.append(stored, list(iter_headers(stored)), 0, 0)
+
+    try:
+        append(log, [(b"k", b"committed")])  # 0
+        transactional(77, b"k", b"aborted")  # 1
+        marker(77, committed=False)  # 2
+        transactional(78, b"j", b"txn-old")  # 3
+        marker(78, committed=True)  # 4
+        append(log, [(b"j", b"new")])  # 5
         for i in range(40):  # later keys fill segments, so the first ones can be cleaned
             append(log, [(b"other-%d" % i, b"x" * 40)])
         log.flush()
         clean(log)
-        _, records = batches(log)
-        values = [r.value for r in records if r.key == b"k"]
-        assert values == [b"committed", b"aborted"]
+        headers, records = batches(log)
+        assert [r.value for r in records if r.key == b"k"] == [b"committed"]
+        assert [r.value for r in records if r.key == b"j"] == [b"new"]
+        assert sorted(h.base_offset for h in headers if h.is_control) == [2, 4]
     finally:
         log.close()
