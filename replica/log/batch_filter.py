@@ -23,12 +23,14 @@ bytes out), so :mod:`replica.log.cleaner` can run it on a worker thread. Rules:
 * A record without a key cannot be compacted; it is dropped (Kafka counts it as invalid).
   Brokers refuse unkeyed records for compacted topics at produce time, so only records
   written before the topic became compacted can be affected.
-* Transactions: the cleaner works below the last stable offset only, where every
-  transaction is decided. The records of an aborted transaction are removed (the batch is
-  kept empty while it is its producer's last) and never count as the latest of their key;
-  a committed transaction's records are compacted like any others. Control batches
-  (transaction markers) are kept as they are: Kafka drops a marker once its transaction's
-  data is gone and ``delete.retention.ms`` has passed, which is not built yet.
+* Transactions (Kafka's rules): the cleaner works below the last stable offset only, where
+  every transaction is decided. The records of an aborted transaction are removed (the
+  batch is kept empty while it is its producer's last) and never count as the latest of
+  their key; a committed transaction's records are compacted like any others. A marker
+  whose transaction has nothing left before it (no batch, not even an empty one) goes like
+  a tombstone: it gets a delete horizon (``delete.retention.ms``), and a cleaning after
+  the horizon drops it. Until then a reader that saw the transaction's records still finds
+  its end.
 """
 
 from __future__ import annotations
@@ -175,18 +177,22 @@ def filter_batch(
     delete_retention_ms: int,
     retain_if_empty: bool,
     aborted: bool = False,
+    marker_removable: bool = False,
 ) -> FilteredBatch:
     """Filter one stored batch (its bytes exactly): keep each key's latest record.
 
     A record goes if its key maps to a later offset in ``offset_map``, if it has no key, or
     if it is a tombstone whose batch's delete horizon has passed. Kept tombstones in a
     batch without a horizon get one (``now_ms + delete_retention_ms``). Every record of an
-    ``aborted`` batch (of an aborted transaction) goes. Control batches (transaction
-    markers) are kept as they are. Pure; raises ``CorruptMessageError`` for a malformed
-    batch. See the module docstring.
+    ``aborted`` batch (of an aborted transaction) goes. A control batch (a transaction
+    marker) is kept as it is unless ``marker_removable`` (nothing of its transaction is left
+    before it): it then goes as a tombstone does, given a delete horizon at the first
+    cleaning and dropped at one after it. Pure; raises ``CorruptMessageError`` for a
+    malformed batch. See the module docstring.
     """
     header = parse_header(batch)
-    if header.is_control:
+    control = header.is_control
+    if control and not marker_removable:
         return FilteredBatch(batch, header.records_count, 0, 0, 0)
     if aborted and header.records_count:
         data = None
@@ -209,18 +215,19 @@ def filter_batch(
     kept: list[_RawRecord] = []
     removed = tombstones = unkeyed = 0
     for record in records:
-        if record.key is None:
-            unkeyed += 1
-            continue
-        latest = offset_map.get(record.key)
-        if latest is not None and header.base_offset + record.offset_delta < latest:
-            removed += 1
-            continue
-        if record.tombstone and horizon_passed:
+        if not control:  # a marker's key is its type: no offset map speaks for it
+            if record.key is None:
+                unkeyed += 1
+                continue
+            latest = offset_map.get(record.key)
+            if latest is not None and header.base_offset + record.offset_delta < latest:
+                removed += 1
+                continue
+        if (record.tombstone or control) and horizon_passed:
             tombstones += 1
             continue
         kept.append(record)
-    keeps_tombstones = any(record.tombstone for record in kept)
+    keeps_tombstones = any(record.tombstone or control for record in kept)
     needs_horizon = not has_horizon and keeps_tombstones
     dropped = removed + tombstones + unkeyed
     if not dropped and not needs_horizon:

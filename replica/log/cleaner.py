@@ -269,6 +269,27 @@ class AbortedRanges:
         return index >= 0 and ranges[index][0] <= header.base_offset <= ranges[index][1]
 
 
+class _MarkerTracker:
+    """Whether anything of each producer's current transaction is left in the cleaned
+    log, batch by batch in offset order: its marker may go only if nothing is (a replay
+    would otherwise find the transaction open, with no marker to end it)."""
+
+    __slots__ = ("_retained",)
+
+    def __init__(self) -> None:
+        self._retained: dict[int, bool] = {}
+
+    def on_data(self, header: BatchHeader, retained: bool) -> None:
+        """A transactional data batch was kept (``retained``, even empty) or dropped."""
+        self._retained[header.producer_id] = (
+            self._retained.get(header.producer_id, False) or retained
+        )
+
+    def removable(self, header: BatchHeader) -> bool:
+        """A marker of ``header``'s producer ends its transaction: may the marker go?"""
+        return not self._retained.pop(header.producer_id, False)
+
+
 def _map_segment(
     source: SourceSegment, abort: threading.Event | None, aborted: AbortedRanges
 ) -> dict[bytes, int]:
@@ -350,6 +371,7 @@ def clean_log(
         raise ValueError("nothing to clean")
     offset_map: dict[bytes, int] = {}
     aborted = AbortedRanges(aborted_transactions)
+    markers = _MarkerTracker()
     mapped = 0
     try:
         for source in dirty:
@@ -381,6 +403,7 @@ def clean_log(
                 offset_map,
                 producer_last_offsets,
                 aborted,
+                markers,
                 now_ms,
                 abort,
                 counters,
@@ -429,6 +452,7 @@ def _write_group(
     offset_map: Mapping[bytes, int],
     producer_last_offsets: Mapping[int, int],
     aborted: AbortedRanges,
+    markers: _MarkerTracker,
     now_ms: int,
     abort: threading.Event | None,
     counters: _Counters,
@@ -463,7 +487,10 @@ def _write_group(
                     config.delete_retention_ms,
                     retain_if_empty,
                     aborted=aborted.holds(header),
+                    marker_removable=header.is_control and markers.removable(header),
                 )
+                if header.is_transactional and not header.is_control:
+                    markers.on_data(header, retained=result.data is not None)
                 counters.kept += result.kept
                 counters.removed += result.removed
                 counters.tombstones += result.tombstones_removed

@@ -27,7 +27,7 @@ from replica.batch_header import (
     validate_batches,
 )
 from replica.broker_service import BrokerEndpoint, BrokerService
-from replica.control_records import EndTxnMarker, encode_marker_batch
+from replica.control_records import EndTxnMarker, decode_marker, encode_marker_batch
 from replica.log.cleaner import (
     DELETE_HORIZON_FLAG,
     CleaningResult,
@@ -959,5 +959,52 @@ def test_cleaning_removes_aborted_transactions_and_compacts_committed_ones(
         assert [r.value for r in records if r.key == b"k"] == [b"committed"]
         assert [r.value for r in records if r.key == b"j"] == [b"new"]
         assert sorted(h.base_offset for h in headers if h.is_control) == [2, 4]
+    finally:
+        log.close()
+
+
+def test_a_marker_with_nothing_left_of_its_transaction_goes_after_its_horizon(
+    tmp_path: Path,
+) -> None:
+    """Kafka's rule for markers: kept while anything of their transaction is left (a replay
+    would find it open otherwise); once nothing is, a delete horizon, then gone. A replay of
+    the cleaned log finds no transaction open."""
+    marker = bytearray(encode_marker_batch(EndTxnMarker(False, 0), 77, 1, 5_000))
+    marker[:8] = (9).to_bytes(8, "big")
+    kept = filter_batch(bytes(marker), {}, NOW, DAY, retain_if_empty=False)
+    assert kept.data == bytes(marker), "its transaction is still in the log"
+    first = filter_batch(bytes(marker), {}, NOW, DAY, False, marker_removable=True)
+    assert first.data is not None
+    assert parse_header(first.data).attributes & DELETE_HORIZON_FLAG
+    assert decode_marker(first.data) == EndTxnMarker(False, 0)
+    assert filter_batch(first.data, {}, NOW + DAY, DAY, False, marker_removable=True).data is None
+
+    log = PartitionLog.open(tmp_path / "t-0", COMPACT, now_ms=0)
+    try:
+        for value, committed in ((b"aborted", False), (b"kept", True)):
+            builder = RecordBatchBuilder(
+                producer_id=77, producer_epoch=0, base_sequence=0, is_transactional=True
+            )
+            builder.append(key=b"k", value=value, timestamp_ms=7_000)
+            stored = bytearray(builder.build())
+            log.append(stored, validate_batches(stored, 1 << 20), 0, 0)
+            done = bytearray(encode_marker_batch(EndTxnMarker(committed, 0), 77, 1, 7_000))
+            log.append(done, list(iter_headers(done)), 0, 0)
+        for i in range(40):
+            append(log, [(b"other-%d" % i, b"x" * 40)])
+        log.flush()
+        clean(log)  # the aborted data goes; its marker gets a horizon
+        assert sorted(h.base_offset for h in batches(log)[0] if h.is_control) == [1, 3]
+        for i in range(40):  # dirty the log again
+            append(log, [(b"other-%d" % i, b"y" * 40)])
+        log.flush()
+        clean(log, now_ms=NOW + DAY + 1)
+        headers, records = batches(log)
+        assert [h.base_offset for h in headers if h.is_control] == [3], "the commit stays"
+        assert [r.value for r in records if r.key == b"k"] == [b"kept"]
+        replayed = ProducerStateManager(end_offset=log.log_start_offset)
+        replayed.rebuild_from_batches(log.batch_headers(), marker_reader(log))
+        assert replayed.open_transactions() == {}
+        assert replayed.last_stable_offset(log.log_end_offset) == log.log_end_offset
     finally:
         log.close()
