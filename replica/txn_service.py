@@ -186,10 +186,16 @@ class TransactionService:
             return
         async with slot.lock:
             count = 0
-            for record in iter_log_records(partition):
-                if record.key is not None:
-                    slot.coordinator.replay(decode_record(record.key, record.value))
-                    count += 1
+            try:
+                for record in iter_log_records(partition):
+                    if record.key is not None:
+                        slot.coordinator.replay(decode_record(record.key, record.value))
+                        count += 1
+            except LograftError as exc:
+                log.error("transaction coordinator load failed partition=%d error=%r", index, exc)
+                if self._slots.get(index) is slot:
+                    self._unload(index)  # the next sync loads it again
+                return
             jobs = slot.coordinator.complete_load()
         for job in jobs:
             self._start_job(index, slot, job)

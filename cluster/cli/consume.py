@@ -66,10 +66,9 @@ read)"."""
 
 EPILOG = """\
 examples:
-  lograft consume orders --from-beginning --max-messages 10
+  lograft consume orders --from-beginning --max-messages 10 --isolation-level read_committed
   lograft consume orders --group billing --format json --timeout-ms 5000 | jq .value
-  lograft consume orders --partition 2 --offset 100 --format kv --key-separator ' => '
-  lograft consume payments --from-beginning --isolation-level read_committed"""
+  lograft consume orders --partition 2 --offset 100 --format kv --key-separator ' => '"""
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

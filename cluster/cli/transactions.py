@@ -28,7 +28,6 @@ producer with the id would do. Transactions need a cluster with a controller quo
 
 EPILOG = """\
 examples:
-  lograft transactions list
   lograft transactions list --state Ongoing
   lograft transactions describe --transactional-id orders-0
   lograft transactions force-terminate --transactional-id orders-0"""

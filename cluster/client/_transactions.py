@@ -132,6 +132,7 @@ class TransactionManager:
         self._added: set[TopicPartition] = set()
         self._pending: set[TopicPartition] = set()
         self._add_retry_at = 0.0
+        self._offsets_added = False
         self._ongoing: PreparedTxnState | None = None
 
     # ---- the caller's calls --------------------------------------------------------------
@@ -152,6 +153,7 @@ class TransactionManager:
             self._sequencer.set_producer_id(response.producer_id, response.producer_epoch)
             self._added.clear()
             self._pending.clear()
+            self._offsets_added = False
             self.error = None
             if response.ongoing_txn_producer_id >= 0:
                 # KIP-939: the prepared transaction stays open for complete_transaction.
@@ -203,6 +205,8 @@ class TransactionManager:
             group_id=group_id,
         )
         self._in_transaction_call("AddOffsetsToTxn", request)
+        with self._lock:
+            self._offsets_added = True  # the coordinator has the transaction open now
 
     def send_offsets(
         self,
@@ -310,7 +314,7 @@ class TransactionManager:
                 assert self.error is not None
                 raise self.error
             producer_id, epoch = self._sequencer.producer_id, self._sequencer.producer_epoch
-            had_partitions = bool(self._added) or self._ongoing is not None
+            had_partitions = bool(self._added) or self._offsets_added or self._ongoing is not None
         if had_partitions or not commit:
             request = pb.EndTxnRequest(
                 transactional_id=self.transactional_id,
@@ -330,6 +334,7 @@ class TransactionManager:
             self._sequencer.set_producer_id(producer_id, epoch)
             self._added.clear()
             self._pending.clear()
+            self._offsets_added = False
             self._ongoing = None
             self.error = None
             self.state = TxnClientState.READY

@@ -27,6 +27,7 @@ from cluster.client import (
     AdminClient,
     AsyncProducer,
     Consumer,
+    ConsumerGroupMetadata,
     PreparedTxnState,
     Producer,
     TopicPartition,
@@ -367,3 +368,21 @@ def test_the_asyncio_producer_commits_and_aborts(grouped: QuorumCluster) -> None
 
     asyncio.run(scenario())
     assert _read_all(grouped, "async-tx", 1, "read_committed", 1) == [b"kept"]
+
+
+def test_a_transaction_of_offsets_alone_commits_them(grouped: QuorumCluster) -> None:
+    _topic(grouped, "source", 1)
+    tp = TopicPartition("source", 0)
+    with Producer(bootstrap_servers=grouped.bootstrap, transactional_id="offsets-only") as p:
+        p.init_transactions()
+        with p.transaction():
+            p.send_offsets_to_transaction({tp: 42}, ConsumerGroupMetadata("offsets-only"))
+        with pytest.raises(RuntimeError), p.transaction():
+            p.send_offsets_to_transaction({tp: 99}, ConsumerGroupMetadata("offsets-only"))
+            raise RuntimeError("aborted: the offset stays 42")
+    with Consumer(
+        bootstrap_servers=grouped.bootstrap,
+        group_id="offsets-only",
+        isolation_level="read_committed",
+    ) as reader:
+        assert reader.committed([tp]) == {tp: 42}

@@ -419,7 +419,7 @@ def test_top_level_help_lists_commands_and_points_at_command_help(
         main(["--help"])
     assert info.value.code == 0
     out = capsys.readouterr().out
-    for command in ("topics", "produce", "consume", "perf", "cluster", "node"):
+    for command in ("topics", "produce", "consume", "transactions", "perf", "cluster", "node"):
         assert f"    {command} " in out
     assert "lograft COMMAND --help" in out
     assert "examples:" in out
@@ -430,6 +430,7 @@ def test_top_level_help_lists_commands_and_points_at_command_help(
     [
         ("produce",),
         ("consume",),
+        ("transactions",),
         ("perf",),
         ("perf", "produce"),
         ("perf", "consume"),
