@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from cluster.errors import LograftError, error_for_code
+from cluster.errors import ConcurrentTransactionsError, LograftError, error_for_code
 from cluster.wire import broker_pb2 as pb
 
 from ._connection import BrokerInfo, Connections
@@ -31,6 +31,7 @@ __all__ = ["GROUP_KEY", "TRANSACTION_KEY", "CoordinatorCalls"]
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.02
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
 """FindCoordinator's key types (Kafka's ``CoordinatorType``)."""
@@ -111,8 +112,14 @@ class CoordinatorCalls:
             except LograftError as exc:
                 if not exc.retriable:
                     raise
-                self.forget(key)
-                if time.monotonic() + self._backoff_s >= deadline:
+                backoff_s = self._backoff_s
+                if isinstance(exc, ConcurrentTransactionsError):
+                    # The right coordinator, finishing the previous transaction's markers:
+                    # ask again soon (Kafka's client waits 20 ms here, not retry.backoff.ms).
+                    backoff_s = min(backoff_s, CONCURRENT_TRANSACTIONS_BACKOFF_S)
+                else:
+                    self.forget(key)
+                if time.monotonic() + backoff_s >= deadline:
                     raise
                 logger.debug("coordinator call retry key=%s method=%s error=%s", key, method, exc)
-            time.sleep(self._backoff_s)
+            time.sleep(backoff_s)
