@@ -36,11 +36,6 @@ __all__ = ["DataPlaneRpcs"]
 log = logging.getLogger(__name__)
 
 
-async def _acked_within(partition: Partition, offset: int, acks: int, timeout_s: float) -> None:
-    async with asyncio.timeout(timeout_s):
-        await partition.wait_acked(offset, acks)
-
-
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 LATEST_TIMESTAMP = -1
@@ -48,6 +43,11 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 MAX_FETCH_WAIT_MS = 60_000
 MAX_PRODUCE_TIMEOUT_MS = 300_000
+
+
+async def _acked_within(partition: Partition, offset: int, acks: int, timeout_s: float) -> None:
+    async with asyncio.timeout(timeout_s):
+        await partition.wait_acked(offset, acks)
 
 
 class DataPlaneRpcs(BrokerRpcs):

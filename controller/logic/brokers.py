@@ -262,9 +262,10 @@ def record_heartbeat_contact(
     KAFKA-15019, KAFKA-17793: the contact time is recorded on arrival). Only the current
     incarnation's epoch renews a session. Returns whether it did.
     """
-    broker = image.broker(broker_id)
-    if broker is None or broker.broker_epoch != broker_epoch:
-        return False
+    try:
+        _heartbeating_broker(image, broker_id, broker_epoch)
+    except (BrokerIdNotRegisteredError, StaleBrokerEpochError):
+        return False  # the decision answers it with that error
     heartbeats.touch(broker_id, now_ms)
     return True
 
