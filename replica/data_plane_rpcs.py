@@ -36,7 +36,6 @@ __all__ = ["DataPlaneRpcs"]
 log = logging.getLogger(__name__)
 
 
-READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -93,8 +92,12 @@ class DataPlaneRpcs(BrokerRpcs):
                 result = topic_response.partitions.add(partition=data.partition, base_offset=-1)
                 try:
                     partition = self._leader_partition(topic.name, data.partition)
-                    verified = await self._verify_transactions(
-                        partition, data.records, request.transactional_id
+                    verified = (
+                        await self._verify_transactions(
+                            partition, data.records, request.transactional_id
+                        )
+                        if request.transactional_id
+                        else frozenset()
                     )
                     required_offset = self._append(
                         partition, data.records, request.acks, result, verified
@@ -114,11 +117,9 @@ class DataPlaneRpcs(BrokerRpcs):
     ) -> frozenset[tuple[int, int]]:
         """The producers whose first transactional batch here the coordinator confirmed is
         in their open transaction (KIP-890); raises its refusal. Empty when no batch opens
-        a transaction (the usual case: only the first write of a transaction asks)."""
-        if not transactional_id:
-            # Not a transactional producer (the hot path): a transactional batch without
-            # its id is refused by the partition, as one not verified.
-            return frozenset()
+        a transaction (only the first write of a transaction asks). Without a
+        ``transactional_id`` the caller skips this: a transactional batch without its id is
+        refused by the partition, as one not verified."""
         starting = partition.transactions_to_verify(records)
         if not starting:
             return starting

@@ -194,8 +194,9 @@ class GroupRpcs(BrokerRpcs):
             service = self._group_service()
             tp = service.offsets_partition(request.group_id)
             partition = self._logs.partitions.get(tp)
-            entry = partition.producer_state.entry(request.producer_id) if partition else None
-            if entry is None or entry.current_txn_first_offset is None:
+            if partition is None or not partition.producer_state.in_transaction(
+                request.producer_id
+            ):
                 # The first write of the transaction here: the transaction coordinator
                 # must confirm the group's partition was added (KIP-890).
                 if self._transactions is None:
@@ -203,7 +204,7 @@ class GroupRpcs(BrokerRpcs):
                 await self._transactions.verify_remote(
                     request.transactional_id, request.producer_id, request.producer_epoch, tp
                 )
-            result = await service.call_transactional(
+            result = await service.call(
                 request.group_id,
                 lambda c: c.txn_commit_offsets(
                     request.group_id,
@@ -214,8 +215,7 @@ class GroupRpcs(BrokerRpcs):
                     now_ms,
                 ),
                 lambda r: r.records,
-                request.producer_id,
-                request.producer_epoch,
+                producer=(request.producer_id, request.producer_epoch),
             )
         except LograftError as exc:
             return pb.TxnOffsetCommitResponse(**error_fields(exc))

@@ -199,41 +199,30 @@ class GroupService:
         group_id: str,
         action: Callable[[GroupCoordinator], T],
         records_of: Callable[[T], tuple[GroupRecord, ...]],
+        producer: tuple[int, int] | None = None,
     ) -> T:
         """Run ``action`` on the group's coordinator and persist its records before returning.
 
-        Raises the coordinator's typed error, ``NOT_COORDINATOR`` when this broker does not
-        lead the group's partition, or the append's error (the coordinator is then reloaded).
+        ``producer`` (id, epoch): a ``TxnOffsetCommit``; the records are written as a
+        transactional batch of that producer (pending until its transaction's marker), and
+        a fenced producer is refused before the coordinator takes its offsets. Raises the
+        coordinator's typed error, ``NOT_COORDINATOR`` when this broker does not lead the
+        group's partition, or the append's error (the coordinator is then reloaded).
         """
         index, slot = self._slot_for(group_id)
         async with slot.lock:
             if self._slots.get(index) is not slot:
                 raise NotCoordinatorError(f"{OFFSETS_TOPIC}-{index} moved")
-            result = action(slot.coordinator)
-            await self._persist(index, slot, records_of(result))
-            return result
-
-    async def call_transactional(
-        self,
-        group_id: str,
-        action: Callable[[GroupCoordinator], T],
-        records_of: Callable[[T], tuple[GroupRecord, ...]],
-        producer_id: int,
-        producer_epoch: int,
-    ) -> T:
-        """:meth:`call` for ``TxnOffsetCommit``: the records are written as a transactional
-        batch of the producer (pending until its transaction's marker)."""
-        index, slot = self._slot_for(group_id)
-        async with slot.lock:
-            if self._slots.get(index) is not slot:
-                raise NotCoordinatorError(f"{OFFSETS_TOPIC}-{index} moved")
-            partition = self._logs.partitions.get(TopicPartition(OFFSETS_TOPIC, index))
-            if partition is not None:
-                # A fenced producer is refused before the coordinator takes its offsets.
-                partition.producer_state.check_coordinator_write(producer_id, producer_epoch)
+            if producer is not None:
+                partition = self._logs.partitions.get(TopicPartition(OFFSETS_TOPIC, index))
+                if partition is not None:
+                    partition.producer_state.check_coordinator_write(*producer)
             result = action(slot.coordinator)
             records = records_of(result)
-            if records:
+            if producer is None:
+                await self._persist(index, slot, records)
+            elif records:
+                producer_id, producer_epoch = producer
                 await self._persist_with(
                     index,
                     slot,

@@ -37,7 +37,7 @@ from cluster.errors import (
 )
 from replica.batch_header import BatchHeader, iter_headers
 from replica.control_records import EndTxnMarker, decode_marker, encode_marker_batch
-from replica.log.partition_log import PartitionLog
+from replica.log.partition_log import AppendResult, PartitionLog
 from replica.produce_validation import validate_produced
 from replica.producer_snapshots import (
     delete_snapshots_above,
@@ -339,15 +339,17 @@ class Partition:
         """``(producer id, epoch)`` of each transactional producer whose batches here would
         open a transaction on this partition: the coordinator must confirm the partition
         is in the producer's transaction before :meth:`append_produced` takes them
-        (KIP-890). Reads headers only; malformed bytes are left to the append to refuse."""
-        starting = set()
-        for header in iter_headers(records):
-            if not header.is_transactional or header.is_control or header.producer_id < 0:
-                continue
-            entry = self.producer_state.entry(header.producer_id)
-            if entry is None or entry.current_txn_first_offset is None:
-                starting.add((header.producer_id, header.producer_epoch))
-        return frozenset(starting)
+        (KIP-890). Reads headers only; bytes or sequences the append would refuse give
+        nothing to verify (the append refuses them)."""
+        try:
+            plans = self.producer_state.check_batches(iter_headers(records))
+        except LograftError:
+            return frozenset()
+        return frozenset(
+            (plan.producer_id, plan.producer_epoch)
+            for plan in plans
+            if not isinstance(plan, Duplicate) and plan.starts_transaction
+        )
 
     def append_as_leader(
         self,
@@ -391,14 +393,9 @@ class Partition:
         if fresh:
             if len(fresh) < len(headers):
                 records, fresh = _select_batches(records, fresh)
-            result = self.log.append(records, fresh, leader.leader_epoch, now_ms)
-            for header in result.headers:
-                self.producer_state.on_appended(header)
+            result = self._append_and_publish(leader, records, fresh, now_ms)
             append_time = result.log_append_time_ms
             fresh_offsets = [stamped.base_offset for stamped in result.headers]
-            leader.on_local_append(self.log.log_end_offset, self._durable_end())
-            self._wake(self._replica_waiters)
-            self._on_replication_progress()
         base_offsets = []
         required_offset = 0
         fresh_iter = iter(fresh_offsets)
@@ -423,19 +420,14 @@ class Partition:
     ) -> int:
         """Append a coordinator's transactional batch for a producer (TxnOffsetCommit) as
         leader; returns the offset acks wait for. Its epoch is checked
-        (``ProducerStateManager.check_coordinator_batch``), not its sequence."""
+        (``ProducerStateManager.check_coordinator_write``), not its sequence."""
         leader = self._require_leader()
         refused = leader.check_produce_acks_all()
         if refused is not None:
             raise refused
         for header in headers:
             self.producer_state.check_coordinator_write(header.producer_id, header.producer_epoch)
-        result = self.log.append(records, headers, leader.leader_epoch, now_ms)
-        for header in result.headers:
-            self.producer_state.on_appended(header)
-        leader.on_local_append(self.log.log_end_offset, self._durable_end())
-        self._wake(self._replica_waiters)
-        self._on_replication_progress()
+        self._append_and_publish(leader, records, headers, now_ms)
         return self.log.log_end_offset
 
     def append_marker(
@@ -464,13 +456,26 @@ class Partition:
             )
             return self.log.log_end_offset
         batch = bytearray(encode_marker_batch(marker, producer_id, producer_epoch, now_ms))
-        result = self.log.append(batch, list(iter_headers(batch)), leader.leader_epoch, now_ms)
+        self._append_and_publish(leader, batch, list(iter_headers(batch)), now_ms, marker)
+        return self.log.log_end_offset
+
+    def _append_and_publish(
+        self,
+        leader: LeaderState,
+        records: bytearray,
+        headers: list[BatchHeader],
+        now_ms: int,
+        marker: EndTxnMarker | None = None,
+    ) -> AppendResult:
+        """Append checked batches as leader, record them in the producer state, and let
+        followers and the high watermark know (every leader append goes through here)."""
+        result = self.log.append(records, headers, leader.leader_epoch, now_ms)
         for header in result.headers:
             self.producer_state.on_appended(header, marker)
         leader.on_local_append(self.log.log_end_offset, self._durable_end())
         self._wake(self._replica_waiters)
         self._on_replication_progress()
-        return self.log.log_end_offset
+        return result
 
     def acks_all_waiter(self, required_offset: int) -> asyncio.Future[None]:
         """A future done once the high watermark reaches ``required_offset``.

@@ -588,6 +588,10 @@ class ProducerStateManager:
 
     # ---- transactions: what readers may see -------------------------------------------------
 
+    def in_transaction(self, producer_id: int) -> bool:
+        """Whether ``producer_id`` has a transaction open on this partition."""
+        return producer_id in self._open_txns
+
     def open_transactions(self) -> dict[int, int]:
         """Each producer with a transaction open here: producer id -> its first offset."""
         return dict(self._open_txns)

@@ -256,12 +256,6 @@ class TransactionManager:
         with self._lock:
             return self._sequencer.producer_id, self._sequencer.producer_epoch
 
-    def fail_abortable(self, error: LograftError) -> None:
-        """A call of the open transaction failed: abort is the way on (or the end, if
-        ``error`` is fatal)."""
-        with self._lock:
-            self._set_error_locked(error)
-
     def prepare(self) -> PreparedTxnState:
         """KIP-939: the open transaction is flushed; keep it open, return its identity."""
         with self._lock:
