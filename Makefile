@@ -10,7 +10,7 @@ DATA ?= data/cluster
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,spark]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -78,7 +78,7 @@ bench: $(STAMP)
 
 ## Re-pin every installed package after changing pyproject.toml.
 lock: $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,spark]'
 	{ echo '# Exact versions of every package in .venv (direct and transitive). Regenerate: make lock'; \
 	  $(BIN)/pip freeze --exclude-editable; } > constraints.txt
 

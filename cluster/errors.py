@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "BatchNotCommittedError",
     "BrokerIdNotRegisteredError",
     "BrokerNotAvailableError",
     "ConcurrentTransactionsError",
@@ -619,6 +620,15 @@ class TransactionAbortedError(LograftError):
 
     code = -3
     error_name = "TRANSACTION_ABORTED"
+
+
+class BatchNotCommittedError(LograftError):
+    """The Spark sink could not commit a micro-batch's transaction for a Spark partition
+    (a newer attempt fenced it, or it was aborted): the query fails, and on restart
+    Spark writes the batch again (client-side)."""
+
+    code = -4
+    error_name = "BATCH_NOT_COMMITTED"
 
 
 class TransactionAbortableError(LograftError):

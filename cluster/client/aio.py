@@ -240,9 +240,9 @@ class AsyncProducer:
         """``Producer.prepare_transaction`` (KIP-939)."""
         return await self._blocking(self._producer.prepare_transaction, timeout)
 
-    async def complete_transaction(self, prepared: PreparedTxnState) -> None:
-        """``Producer.complete_transaction`` (KIP-939)."""
-        await self._blocking(self._producer.complete_transaction, prepared)
+    async def complete_transaction(self, prepared: PreparedTxnState) -> bool:
+        """``Producer.complete_transaction`` (KIP-939): whether it committed."""
+        return await self._blocking(self._producer.complete_transaction, prepared)
 
     def transaction(self) -> _AsyncTransactionScope:
         """``async with producer.transaction():`` begins, commits at the end of the block,

@@ -675,13 +675,16 @@ class Producer:
                 raise txn.error
         return txn.prepare()
 
-    def complete_transaction(self, prepared: PreparedTxnState) -> None:
+    def complete_transaction(self, prepared: PreparedTxnState) -> bool:
         """KIP-939: commit the prepared transaction if ``prepared`` names it, else abort it
-        (after ``init_transactions(keep_prepared_txn=True)`` or :meth:`prepare_transaction`)."""
+        (after ``init_transactions(keep_prepared_txn=True)`` or :meth:`prepare_transaction`).
+        Returns whether it committed; raises ``IllegalStateError`` if no transaction is
+        prepared (none was open when ``init_transactions`` ran)."""
         txn = self._txn()
         commit = txn.prepared_matches(prepared)
         txn.begin_end(commit)
         txn.end(commit)
+        return commit
 
     def transaction(self) -> _TransactionScope:
         """``with producer.transaction():`` begins a transaction, commits it when the block

@@ -1,0 +1,88 @@
+"""Fixtures of the Spark tests: one local SparkSession for the whole run, and a cluster.
+
+Without pyspark or Java these tests skip, unless ``LOGRAFT_REQUIRE_SPARK=1`` (``.ci/run``
+sets it): then they fail, so that a CI machine without Spark cannot pass them by skipping.
+A session takes 6-12 s to start, so there is one (``local[2,3]``: two cores, a failed task
+is tried up to three times, as the task-retry tests need).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.integration.quorum import QuorumCluster
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+REQUIRE_SPARK_ENV = "LOGRAFT_REQUIRE_SPARK"
+
+
+def spark_missing_reason() -> str | None:
+    """Why no local Spark can run here, or ``None`` if one can."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        return f"pyspark or pyarrow is not installed ({exc}); make install installs lograft[spark]"
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        return (
+            "no java on PATH and no JAVA_HOME: Spark needs a JDK (Debian: openjdk-17-jre-headless)"
+        )
+    return None
+
+
+def spark_session_builder(master: str, app: str) -> SparkSession.Builder:
+    """A local session's builder as every Spark process of these tests configures it: bound
+    to 127.0.0.1, no UI, workers on this interpreter (where lograft is installed)."""
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    return (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+    )
+
+
+@pytest.fixture(scope="session")
+def spark_session() -> Iterator[SparkSession]:
+    """The run's SparkSession with the ``lograft`` data source registered."""
+    reason = spark_missing_reason()
+    if reason is not None:
+        if os.environ.get(REQUIRE_SPARK_ENV) == "1":
+            pytest.fail(f"{REQUIRE_SPARK_ENV}=1 but {reason}")
+        pytest.skip(reason)
+    from spark.datasource import register
+
+    session = spark_session_builder("local[2,3]", "lograft-tests").getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]:
+    """Three running nodes for one test module (tests make topics of their own names)."""
+    running = QuorumCluster(Path(tmp_path_factory.mktemp("spark-cluster")))
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
