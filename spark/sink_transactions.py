@@ -288,9 +288,10 @@ def complete_batch(
 ) -> int:
     """The driver's ``commit``: ``complete`` every prepared partition of the batch (a few at
     once); raises the first failure after the rest are done. Returns the records committed."""
-    writes = [m for m in messages if isinstance(m, PartitionWrite) and m.outcome == PREPARED]
-    if len(writes) < sum(1 for m in messages if m is not None):
+    foreign = [m for m in messages if m is not None and not isinstance(m, PartitionWrite)]
+    if foreign:
         raise IllegalStateError(f"batch {batch_id}: a commit message the sink did not write")
+    writes = [m for m in messages if isinstance(m, PartitionWrite) and m.outcome == PREPARED]
     errors: list[BaseException] = []
     with ThreadPoolExecutor(max_workers=max(1, settings.completion_threads)) as pool:
         for future in [pool.submit(complete, m) for m in writes]:

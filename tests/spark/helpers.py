@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,9 +51,13 @@ def write_input_files(directory: Path, files: Sequence[Sequence[dict[str, str]]]
     """JSON-lines files ``part-000.json``...: a file source with ``maxFilesPerTrigger=1``
     reads one per micro-batch, in order, and replays identical rows."""
     directory.mkdir(parents=True, exist_ok=True)
+    base = time.time() - len(files)
     for index, rows in enumerate(files):
         text = "".join(json.dumps(row) + "\n" for row in rows)
-        (directory / f"part-{index:03d}.json").write_text(text)
+        path = directory / f"part-{index:03d}.json"
+        path.write_text(text)
+        # Spark's file source takes files in modification-time order.
+        os.utime(path, (base + index, base + index))
 
 
 def input_rows(files: int, rows_per_file: int) -> list[list[dict[str, str]]]:
