@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,25 +38,6 @@ def spark_missing_reason() -> str | None:
     return None
 
 
-def spark_session_builder(master: str, app: str) -> SparkSession.Builder:
-    """A local session's builder as every Spark process of these tests configures it: bound
-    to 127.0.0.1, no UI, workers on this interpreter (where lograft is installed)."""
-    from pyspark.sql import SparkSession
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    return (
-        SparkSession.builder.master(master)
-        .appName(app)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-    )
-
-
 @pytest.fixture(scope="session")
 def spark_session() -> Iterator[SparkSession]:
     """The run's SparkSession with the ``lograft`` data source registered."""
@@ -67,8 +47,9 @@ def spark_session() -> Iterator[SparkSession]:
             pytest.fail(f"{REQUIRE_SPARK_ENV}=1 but {reason}")
         pytest.skip(reason)
     from spark.datasource import register
+    from spark.session import local_session_builder
 
-    session = spark_session_builder("local[2,3]", "lograft-tests").getOrCreate()
+    session = local_session_builder("local[2,3]", "lograft-tests").getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     try:

@@ -33,9 +33,9 @@ from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from spark.datasource import LograftDataSource
+from spark.session import local_session_builder
 from spark.sink import LograftStreamWriter
 from spark.sink_transactions import PartitionWrite
-from tests.spark.conftest import spark_session_builder
 
 FAULTS = (
     "none",
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
-    session = spark_session_builder(args.master, "lograft-sink-driver").getOrCreate()
+    session = local_session_builder(args.master, "lograft-sink-driver").getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     session.dataSource.register(FaultyDataSource)
     query = (
