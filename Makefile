@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA ?= data/cluster
 
-.PHONY: sim lock install run test lint format typecheck unit integration docker-test image chaos chaos-tools proto proto-check bench clean docs
+.PHONY: spark-demo sim lock install run test lint format typecheck unit integration docker-test image chaos chaos-tools proto proto-check bench clean docs
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ install: $(STAMP)
 ## Start a three-node cluster on 127.0.0.1:9092-9094 (data in ./data/cluster) and run a short demo.
 run: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m cluster.demo --data-dir $(DATA)
+
+## After make run: a Spark Structured Streaming pipeline (spark/examples/windowed_counts.py)
+## counts page views per minute from one topic into another, exactly once, and prints them.
+spark-demo: $(STAMP)
+	$(BIN)/python -m spark.examples.windowed_counts --seed --checkpoint data/spark-demo/checkpoint
 
 ## Everything CI checks.
 test: $(STAMP) chaos-tools lint typecheck proto-check

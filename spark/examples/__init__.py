@@ -1,0 +1,1 @@
+"""Runnable Spark pipelines on lograft (``make spark-demo`` runs ``windowed_counts``)."""
