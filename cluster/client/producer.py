@@ -572,12 +572,16 @@ class Producer:
         groups: list[tuple[int | None, Sequence[bytes], Sequence[bytes | None] | None]]
         if partition is None and keys is not None:
             by_partition: dict[int, tuple[list[bytes], list[bytes | None]]] = {}
+            # Keys repeat within a call (a Spark batch, a table's ids): murmur2 in Python
+            # costs a few microseconds per key, a dict lookup far less.
+            key_partitions: dict[bytes, int] = {}
             for value, key in zip(values, keys, strict=True):
-                p = (
-                    partition_for_key(key, num_partitions)
-                    if key is not None
-                    else self._partitioner.sticky.partition(topic, num_partitions)
-                )
+                if key is None:
+                    p = self._partitioner.sticky.partition(topic, num_partitions)
+                else:
+                    p = key_partitions.get(key, -1)
+                    if p < 0:
+                        p = key_partitions[key] = partition_for_key(key, num_partitions)
                 group = by_partition.setdefault(p, ([], []))
                 group[0].append(value)
                 group[1].append(key)
