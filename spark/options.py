@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from cluster.client._client_config import ConfigDef, resolve_config
-from cluster.errors import InvalidConfigError
+from cluster.errors import InvalidConfigError, LograftError
 
 __all__ = [
     "CLIENT_PREFIX",
@@ -59,9 +59,10 @@ def client_config(
             chosen[known[bare]] = value
         elif name in known:
             chosen[known[name]] = value
+    by_name = {d.name: d for d in defs}
     for name, needed in (fixed or {}).items():
         given = chosen.get(name)
-        if given is not None and str(given).lower() != str(needed).lower():
+        if given is not None and _parsed(by_name[name], given) != _parsed(by_name[name], needed):
             raise InvalidConfigError(
                 f"option {name}={given!r}: the lograft data source needs {name}={needed!r}"
             )
@@ -69,6 +70,13 @@ def client_config(
     # Validate now, on the driver, so a bad option fails the query before any task runs.
     resolve_config(kind, defs, chosen, {})
     return chosen
+
+
+def _parsed(definition: ConfigDef, value: object) -> object:
+    try:
+        return definition.parse(value)
+    except (ValueError, LograftError):
+        return value  # resolve_config names the bad value
 
 
 def option(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:

@@ -26,6 +26,9 @@ def test_an_unknown_kafka_option_a_bad_value_or_a_fixed_one_changed_is_refused()
         client_config({"linger.ms": "soon"}, PRODUCER_CONFIGS, "producer")
     with pytest.raises(InvalidConfigError, match="needs acks='all'"):
         client_config({"acks": "1"}, PRODUCER_CONFIGS, "producer", fixed={"acks": "all"})
+    # The same setting spelt another way is no conflict.
+    same = client_config({"acks": "-1"}, PRODUCER_CONFIGS, "producer", fixed={"acks": "all"})
+    assert same == {"acks": "all"}
 
 
 def test_options_are_read_case_insensitively_and_integers_checked() -> None:
