@@ -132,7 +132,9 @@ def _headers(column: pa.Array | pa.ChunkedArray) -> list[list[tuple[str, bytes |
 
 
 def _timestamps_ms(column: pa.Array | pa.ChunkedArray) -> list[int | None]:
-    millis = pc.cast(pc.cast(column, pa.timestamp("ms", tz=column.type.tz)), pa.int64())
+    # Spark's timestamps are microseconds; Kafka's are milliseconds (truncated, as Spark's
+    # Kafka sink does). A safe cast would refuse any value with sub-millisecond digits.
+    millis = pc.cast(pc.cast(column, pa.timestamp("ms", tz=column.type.tz), safe=False), pa.int64())
     result: list[int | None] = millis.to_pylist()
     return result
 

@@ -11,7 +11,6 @@ instead of being dropped. Anything else is the data source's own option (``topic
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Final
 
@@ -25,7 +24,6 @@ __all__ = [
     "option_int",
 ]
 
-log = logging.getLogger(__name__)
 
 CLIENT_PREFIX: Final = "kafka."
 """Options with this prefix are client settings with the prefix removed (Spark's spelling)."""

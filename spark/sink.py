@@ -42,6 +42,7 @@ from spark.sink_transactions import (
 
 __all__ = ["LograftBatchWriter", "LograftStreamWriter"]
 
+
 log = logging.getLogger(__name__)
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -102,6 +103,12 @@ class LograftBatchWriter(DataSourceArrowWriter):
         check_sink_schema(schema, self.settings.topic)
         # Made on the driver and pickled to the tasks: one id per job.
         self.job_id = uuid.uuid4().hex
+        log.info(
+            "batch write job_id=%s transactional_ids=%s-%s-<partition>",
+            self.job_id,
+            self.settings.transactional_id_prefix,
+            self.job_id,
+        )
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """In a task: this partition's rows, in a prepared transaction."""
@@ -122,4 +129,4 @@ class LograftBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         """On the driver, after a task failed for good: abort what the job left open."""
-        abort_batch(self.settings, messages, 0)
+        abort_batch(self.settings, messages, 0, query_id=self.job_id)

@@ -41,7 +41,13 @@ from pyspark.sql.datasource import WriterCommitMessage
 from cluster.client._client_config import COMMON_CONFIGS
 from cluster.client.consumer import Consumer, ConsumerGroupMetadata
 from cluster.client.producer import PRODUCER_CONFIGS, PreparedTxnState, Producer
-from cluster.errors import BatchNotCommittedError, IllegalStateError, InvalidConfigError
+from cluster.errors import (
+    BatchNotCommittedError,
+    IllegalStateError,
+    InvalidConfigError,
+    InvalidRecordError,
+    LograftError,
+)
 from replica.topic_partition import TopicPartition
 from spark.arrow_records import SinkColumns, columns_of
 from spark.options import client_config, option, option_int
@@ -74,9 +80,13 @@ EMPTY: Final = "empty"
 ALREADY_COMMITTED: Final = "already-committed"
 
 DEFAULT_PREFIX: Final = "lograft-spark"
+ABORT_TIMEOUT_S: Final = 30.0
+"""How long a failing task waits for its transaction's abort (then the next
+``init_transactions`` of its id aborts it)."""
 _FIXED_PRODUCER: Final[Mapping[str, object]] = {
     "enable.idempotence": "true",
     "acks": "all",
+    "transaction.two.phase.commit.enable": "true",
 }
 
 
@@ -118,11 +128,7 @@ class SinkSettings:
 
     def transactional_config(self, transactional_id: str) -> dict[str, object]:
         """The producer config of one sink partition's transactional id."""
-        return {
-            **self.producer_config,
-            "transactional.id": transactional_id,
-            "transaction.two.phase.commit.enable": "true",
-        }
+        return {**self.producer_config, "transactional.id": transactional_id}
 
     def progress_reader_config(self, transactional_id: str) -> dict[str, object]:
         """A consumer of the id's progress group: the producer's connection settings."""
@@ -166,7 +172,7 @@ def next_batch_of(settings: SinkSettings, txn_id: str) -> int | None:
 
 def _send(producer: Producer, columns: SinkColumns, topic: str | None) -> list[Future[Any]]:
     if columns.bulk_ready and topic is not None:
-        values = [v for v in columns.values if v is not None]
+        values: list[bytes] = columns.values  # type: ignore[assignment]  # bulk_ready: no None
         return [producer.send_bulk(topic, values, keys=columns.keys)]
     futures: list[Future[Any]] = []
     keys, topics, partitions = columns.keys, columns.topics, columns.partitions
@@ -174,7 +180,7 @@ def _send(producer: Producer, columns: SinkColumns, topic: str | None) -> list[F
     for i, value in enumerate(columns.values):
         row_topic = topic if topic is not None else (topics[i] if topics is not None else None)
         if row_topic is None:
-            raise InvalidConfigError(f"row {i} has a null topic and no 'topic' option is set")
+            raise InvalidRecordError(f"row {i} has a null topic and no 'topic' option is set")
         futures.append(
             producer.send(
                 row_topic,
@@ -209,6 +215,7 @@ def write_partition(
     if first is None:
         return message(EMPTY)
     producer = Producer(settings.transactional_config(txn_id))
+    started = False
     try:
         producer.init_transactions()
         if settings.record_progress:
@@ -222,6 +229,7 @@ def write_partition(
                 )
                 return message(ALREADY_COMMITTED)
         producer.begin_transaction()
+        started = True
         futures: list[Future[Any]] = []
         records = 0
         for batch in _chain(first, batches):
@@ -233,9 +241,11 @@ def write_partition(
             producer.send_offsets_to_transaction(
                 {PROGRESS_PARTITION: batch_id + 1}, ConsumerGroupMetadata(txn_id)
             )
-        prepared = producer.prepare_transaction()
+        producer.flush()
         for future in futures:
-            future.result()  # every record is acknowledged: this raises the first failure
+            future.result()  # a failed record raises here, before anything is prepared
+        prepared = producer.prepare_transaction()
+        started = False
         log.info(
             "partition prepared transactional_id=%s batch=%d records=%d state=%s",
             txn_id,
@@ -244,8 +254,28 @@ def write_partition(
             prepared,
         )
         return message(PREPARED, str(prepared), records)
+    except BaseException:
+        if started:
+            _abort_quietly(producer, txn_id, batch_id)
+        raise
     finally:
         producer.close()
+
+
+def _abort_quietly(producer: Producer, txn_id: str, batch_id: int) -> None:
+    """A failing task aborts its unprepared transaction at once: two-phase transactions
+    never time out, so one left open would hold back the LSO of every partition it wrote
+    to until the next ``init_transactions`` of the id. The task's own error is what
+    matters; if the abort fails too, that next ``init_transactions`` aborts it."""
+    try:
+        producer.abort_transaction(timeout=ABORT_TIMEOUT_S)
+    except LograftError as exc:
+        log.warning(
+            "abort after a failed write failed transactional_id=%s batch=%d error=%s",
+            txn_id,
+            batch_id,
+            exc,
+        )
 
 
 def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -293,10 +323,16 @@ def complete_batch(
         raise IllegalStateError(f"batch {batch_id}: a commit message the sink did not write")
     writes = [m for m in messages if isinstance(m, PartitionWrite) and m.outcome == PREPARED]
     errors: list[BaseException] = []
-    with ThreadPoolExecutor(max_workers=max(1, settings.completion_threads)) as pool:
-        for future in [pool.submit(complete, m) for m in writes]:
+    with ThreadPoolExecutor(max_workers=settings.completion_threads) as pool:
+        for write, future in [(m, pool.submit(complete, m)) for m in writes]:
             error = future.exception()
             if error is not None:
+                log.error(
+                    "partition not committed transactional_id=%s batch=%d error=%s",
+                    write.transactional_id,
+                    batch_id,
+                    error,
+                )
                 errors.append(error)
     if errors:
         raise errors[0]
@@ -306,15 +342,19 @@ def complete_batch(
 
 
 def abort_batch(
-    settings: SinkSettings, messages: Sequence[WriterCommitMessage | None], batch_id: int
+    settings: SinkSettings,
+    messages: Sequence[WriterCommitMessage | None],
+    batch_id: int,
+    query_id: str | None = None,
 ) -> None:
     """The driver's ``abort``: abort every transaction the batch may have left open, those
     of the messages and those of partitions that sent none (failed tasks), by fencing
-    their ids. Failures are logged: a transaction left open is aborted by the next
-    ``init_transactions`` of its id (the next run of the query)."""
+    their ids (the message's index is its Spark partition; ``query_id`` names the query or
+    job when no message does). Failures are logged: a transaction left open is aborted by
+    the next ``init_transactions`` of its id (the next run of the query)."""
     writes = [m for m in messages if isinstance(m, PartitionWrite)]
     ids = {m.transactional_id for m in writes if m.outcome == PREPARED}
-    query_ids = {m.query_id for m in writes if m.query_id}
+    query_ids = {m.query_id for m in writes if m.query_id} | ({query_id} if query_id else set())
     if len(query_ids) == 1:
         (query_id,) = query_ids
         ids |= {
@@ -326,6 +366,6 @@ def abort_batch(
         try:
             with Producer(settings.transactional_config(txn_id)) as producer:
                 producer.init_transactions()
-        except Exception:
-            log.exception("abort failed transactional_id=%s batch=%d", txn_id, batch_id)
+        except LograftError as exc:
+            log.warning("abort failed transactional_id=%s batch=%d error=%s", txn_id, batch_id, exc)
     log.info("batch aborted batch=%d transactions=%d", batch_id, len(ids))

@@ -38,14 +38,20 @@ def spark_missing_reason() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def spark_session() -> Iterator[SparkSession]:
-    """The run's SparkSession with the ``lograft`` data source registered."""
+def require_spark() -> None:
+    """Skip the test if Spark cannot run here; fail it instead under
+    ``LOGRAFT_REQUIRE_SPARK=1``."""
     reason = spark_missing_reason()
     if reason is not None:
         if os.environ.get(REQUIRE_SPARK_ENV) == "1":
             pytest.fail(f"{REQUIRE_SPARK_ENV}=1 but {reason}")
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def spark_session() -> Iterator[SparkSession]:
+    """The run's SparkSession with the ``lograft`` data source registered."""
+    require_spark()
     from spark.datasource import register
     from spark.session import local_session_builder
 

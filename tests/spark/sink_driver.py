@@ -73,6 +73,9 @@ def _kill_driver(options: Mapping[str, str]) -> None:
     sys.stderr.write("FAULT: killing the driver's process group\n")
     sys.stderr.flush()
     os.killpg(int(options["fault.driver_pid"]), signal.SIGKILL)
+    # This worker is in a group of its own: left alive, it would go on with commit() as an
+    # orphan, which a driver that really died cannot do.
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class FaultyWriter(LograftStreamWriter):
@@ -153,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         .writeStream.format("lograft_faulty")
         .option("bootstrap.servers", args.bootstrap)
         .option("topic", args.topic)
+        # One partition's transaction completed at a time: "inside commit" then means some
+        # partitions committed and others not, never all of them at once.
+        .option("completion.threads", "1")
         .option("fault", args.fault)
         .option("fault.batch", str(args.fault_batch))
         .option("fault.driver_pid", str(os.getpid()))

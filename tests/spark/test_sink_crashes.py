@@ -22,7 +22,7 @@ from cluster.client.consumer import Consumer
 from replica.topic_partition import TopicPartition
 from tests.integration.nodes import wait_until
 from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
-from tests.spark.conftest import spark_missing_reason
+from tests.spark.conftest import require_spark
 from tests.spark.helpers import input_rows, make_topic, read_topic, write_input_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -33,9 +33,9 @@ PARTITIONS = 3
 
 
 @pytest.fixture(autouse=True)
-def _spark_available(spark_session: object) -> None:
-    """Skip (or fail, under LOGRAFT_REQUIRE_SPARK=1) as the session fixture does."""
-    assert spark_missing_reason() is None
+def _spark_available() -> None:
+    """These tests run Spark in driver processes of their own, not in the test session."""
+    require_spark()
 
 
 def _driver(
@@ -92,13 +92,16 @@ def test_a_driver_killed_around_commit_restarts_to_exactly_once(
     seen = Counter(r.value for r in read_topic(spark_cluster, topic, PARTITIONS))
     batch0, batch1 = _expected(files[:1]), _expected(files[1:2])
     if fault == "kill-before-commit":
-        # Batch 1 is prepared, not committed: read_committed sees batch 0 alone.
+        # Batch 1 is prepared, not committed: in the log, but read_committed sees batch 0.
         assert seen == batch0
+        written = read_topic(spark_cluster, topic, PARTITIONS, "read_uncommitted")
+        assert Counter(r.value for r in written) == batch0 + batch1
     else:
-        # One partition of batch 1 committed before the kill: at most once so far.
+        # One partition of batch 1 committed before the kill, the others not.
         assert max(seen.values()) == 1
         assert set(seen) <= set(batch0 | batch1)
         assert set(seen) - set(batch0)
+        assert set(batch1) - set(seen)
 
     assert _finish(_driver(spark_cluster, tmp_path, topic)) == 0
     assert Counter(r.value for r in read_topic(spark_cluster, topic, PARTITIONS)) == _expected(
@@ -124,6 +127,10 @@ def test_a_task_retry_writes_its_partition_once(
     assert Counter(r.value for r in read_topic(spark_cluster, topic, PARTITIONS)) == _expected(
         files
     )
+    if fault == "fail-first-attempt":
+        # The failed attempt's prepared rows are in the log, aborted by the retry.
+        everything = read_topic(spark_cluster, topic, PARTITIONS, "read_uncommitted")
+        assert len(everything) > sum(_expected(files).values())
 
 
 def _committed_count(cluster: QuorumCluster, topic: str) -> int:
@@ -144,6 +151,8 @@ def test_a_broker_killed_during_a_streaming_write_still_leaves_each_row_once(
 
     driver = _driver(spark_cluster, tmp_path, topic)
     wait_until(lambda: _committed_count(spark_cluster, topic) >= 300, 120, "a committed batch")
+    assert driver.poll() is None, "the query ended before the broker was killed"
+    assert _committed_count(spark_cluster, topic) < sum(_expected(files).values())
     victim.kill()
     outcome = _finish(driver)
     victim.start(wait=False)

@@ -72,7 +72,7 @@ def test_a_schema_the_sink_cannot_write_is_refused_naming_the_column(
 
 
 def test_columns_become_bytes_partitions_headers_and_milliseconds() -> None:
-    when = datetime(2026, 11, 28, 12, 0, 0, 250_000, tzinfo=UTC)
+    when = datetime(2026, 11, 28, 12, 0, 0, 123_456, tzinfo=UTC)  # microseconds, as Spark's
     batch = pa.RecordBatch.from_pydict(
         {
             "topic": ["a", "b"],
@@ -92,7 +92,7 @@ def test_columns_become_bytes_partitions_headers_and_milliseconds() -> None:
     assert columns.keys == [b"k", None]
     assert columns.values == [b"v", None]
     assert columns.headers == [[("h", b"x")], None]
-    assert columns.timestamps_ms == [int(when.timestamp() * 1000), None]
+    assert columns.timestamps_ms == [int(when.timestamp()) * 1000 + 123, None]
     assert not columns.bulk_ready
 
 
