@@ -53,3 +53,29 @@ def local_cluster(data: str, configs: Sequence[str] = ()) -> Iterator[str]:
             capture_output=True,
             check=False,
         )
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    """Create ``name``: ``partitions`` partitions, RF 3, ``min.insync.replicas=2``."""
+    from cluster.client import AdminClient, NewTopic
+
+    with AdminClient(bootstrap_servers=bootstrap) as admin:
+        created = admin.create_topics(
+            [NewTopic(name, partitions, 3, configs={"min.insync.replicas": "2"})]
+        )
+        created[name].result(timeout=60)
+
+
+def spark_session(app: str) -> Any:
+    """A local Spark session (``local[2]``, no progress bars) with ``lograft`` registered."""
+    from spark.datasource import register
+    from spark.session import local_session_builder
+
+    session = (
+        local_session_builder("local[2]", app)
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    return session

@@ -30,9 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, local_cluster, write_report
-
-from cluster.client import AdminClient, NewTopic
+from _common import ROOT, create_topic, local_cluster, spark_session, write_report
 
 TOPIC = "bench-spark-sink"
 PARTITIONS = 3
@@ -88,22 +86,13 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from spark.datasource import register
-    from spark.session import local_session_builder
-
     results: list[dict[str, Any]] = []
     with (
         tempfile.TemporaryDirectory(prefix="lograft-bench-spark-sink-") as data,
         local_cluster(data) as bootstrap,
     ):
-        with AdminClient(bootstrap_servers=bootstrap) as admin:
-            created = admin.create_topics(
-                [NewTopic(TOPIC, PARTITIONS, 3, configs={"min.insync.replicas": "2"})]
-            )
-            created[TOPIC].result(timeout=60)
-        session = local_session_builder("local[2]", "lograft-bench-sink").getOrCreate()
-        session.sparkContext.setLogLevel("ERROR")
-        register(session)
+        create_topic(bootstrap, TOPIC, PARTITIONS)
+        session = spark_session("lograft-bench-sink")
         work = Path(data) / "spark"
         source = work / "input"
         from pyspark.sql import functions as F

@@ -26,9 +26,9 @@ import tempfile
 import time
 from typing import Any
 
-from _common import ROOT, local_cluster, write_report
+from _common import ROOT, create_topic, local_cluster, spark_session, write_report
 
-from cluster.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
+from cluster.client import Consumer, Producer, TopicPartition
 
 TOPIC = "bench-spark-source"
 PARTITIONS = 3
@@ -60,20 +60,6 @@ def _consumer_rate(bootstrap: str, records: int) -> float:
         while read < records and time.monotonic() < deadline:
             read += len(consumer.poll(timeout_ms=1000))
         return read / (time.monotonic() - start)
-
-
-def _session() -> Any:
-    from spark.datasource import register
-    from spark.session import local_session_builder
-
-    session = (
-        local_session_builder("local[2]", "lograft-bench-source")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    return session
 
 
 def _run(
@@ -124,16 +110,12 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="lograft-bench-spark-source-") as data,
         local_cluster(data) as bootstrap,
     ):
-        with AdminClient(bootstrap_servers=bootstrap) as admin:
-            created = admin.create_topics(
-                [NewTopic(TOPIC, PARTITIONS, 3, configs={"min.insync.replicas": "2"})]
-            )
-            created[TOPIC].result(timeout=60)
+        create_topic(bootstrap, TOPIC, PARTITIONS)
         fill_start = time.monotonic()
         _fill(bootstrap, args.records)
         fill_s = time.monotonic() - fill_start
         consumer_rate = _consumer_rate(bootstrap, args.records)
-        session = _session()
+        session = spark_session("lograft-bench-source")
         try:
             for run in range(args.runs):
                 checkpoint = os.path.join(data, f"checkpoint-{run}")

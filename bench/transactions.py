@@ -26,9 +26,9 @@ import tempfile
 import time
 from typing import Any
 
-from _common import ROOT, local_cluster, write_report
+from _common import ROOT, create_topic, local_cluster, write_report
 
-from cluster.client import AdminClient, NewTopic, Producer
+from cluster.client import Producer
 
 TOPIC = "bench-txn"
 VALUE = b"x" * 100
@@ -91,11 +91,7 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="lograft-bench-txn-") as data,
         local_cluster(data) as bootstrap,
     ):
-        with AdminClient(bootstrap_servers=bootstrap) as admin:
-            created = admin.create_topics(
-                [NewTopic(TOPIC, 3, 3, configs={"min.insync.replicas": "2"})]
-            )
-            created[TOPIC].result(timeout=60)
+        create_topic(bootstrap, TOPIC, 3)
         for run in range(args.runs):
             for mode in modes:
                 results.append(_run(bootstrap, mode, args.seconds, run))

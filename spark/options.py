@@ -11,7 +11,7 @@ instead of being dropped. Anything else is the data source's own option (``topic
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from cluster.client._client_config import ConfigDef, resolve_config
@@ -22,6 +22,7 @@ __all__ = [
     "client_config",
     "option",
     "option_int",
+    "settings_for",
 ]
 
 
@@ -68,6 +69,14 @@ def client_config(
     # Validate now, on the driver, so a bad option fails the query before any task runs.
     resolve_config(kind, defs, chosen, {})
     return chosen
+
+
+def settings_for(config: Mapping[str, object], defs: Sequence[ConfigDef]) -> dict[str, object]:
+    """The settings of ``config`` (one client's) that a client of ``defs`` takes too: how
+    the sink's progress reader and the source's admin client get the user's servers,
+    timeouts and client id."""
+    names = {d.name for d in defs}
+    return {name: value for name, value in config.items() if name in names}
 
 
 def _parsed(definition: ConfigDef, value: object) -> object:

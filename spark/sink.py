@@ -78,7 +78,6 @@ class LograftStreamWriter(DataSourceStreamArrowWriter):
             batch_id,
             iterator,
             query_id=query_id,
-            spark_partition=partition,
         )
 
     def complete_partition(self, message: PartitionWrite) -> None:
@@ -120,7 +119,6 @@ class LograftBatchWriter(DataSourceArrowWriter):
             0,
             iterator,
             query_id=self.job_id,
-            spark_partition=partition,
         )
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:

@@ -38,7 +38,8 @@ from typing import Any, Final
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
-from cluster.client._client_config import COMMON_CONFIGS
+from cluster.client._client_config import COMMON_CONFIGS, ConfigDef
+from cluster.client.admin import AdminClient
 from cluster.client.consumer import Consumer, ConsumerGroupMetadata
 from cluster.client.producer import PRODUCER_CONFIGS, PreparedTxnState, Producer
 from cluster.errors import (
@@ -50,7 +51,7 @@ from cluster.errors import (
 )
 from replica.topic_partition import TopicPartition
 from spark.arrow_records import SinkColumns, columns_of
-from spark.options import client_config, option, option_int
+from spark.options import client_config, option, option_int, settings_for
 
 __all__ = [
     "ALREADY_COMMITTED",
@@ -80,6 +81,7 @@ EMPTY: Final = "empty"
 ALREADY_COMMITTED: Final = "already-committed"
 
 DEFAULT_PREFIX: Final = "lograft-spark"
+DEFAULT_COMPLETION_THREADS: Final = 8
 ABORT_TIMEOUT_S: Final = 30.0
 """How long a failing task waits for its transaction's abort (then the next
 ``init_transactions`` of its id aborts it)."""
@@ -102,7 +104,7 @@ class SinkSettings:
     record_progress: bool = True
     """Streaming: commit each batch id with its rows so a replay can skip it. A batch
     write runs once, so it skips the progress group."""
-    completion_threads: int = 8
+    completion_threads: int = DEFAULT_COMPLETION_THREADS
     """How many transactions the driver completes at once."""
 
     @classmethod
@@ -123,17 +125,21 @@ class SinkSettings:
             transactional_id_prefix=option(options, "transactional.id.prefix", DEFAULT_PREFIX)
             or DEFAULT_PREFIX,
             record_progress=record_progress,
-            completion_threads=threads if threads is not None else 8,
+            completion_threads=threads if threads is not None else DEFAULT_COMPLETION_THREADS,
         )
 
     def transactional_config(self, transactional_id: str) -> dict[str, object]:
         """The producer config of one sink partition's transactional id."""
         return {**self.producer_config, "transactional.id": transactional_id}
 
+    def client_config(self, defs: Sequence[ConfigDef]) -> dict[str, object]:
+        """The user's settings another client (``defs``) takes: servers, timeouts, id
+        (the progress reader and ``abort``'s admin client take the common ones)."""
+        return settings_for(self.producer_config, defs)
+
     def progress_reader_config(self, transactional_id: str) -> dict[str, object]:
         """A consumer of the id's progress group: the producer's connection settings."""
-        common = {d.name for d in COMMON_CONFIGS}
-        config = {k: v for k, v in self.producer_config.items() if k in common}
+        config = self.client_config(COMMON_CONFIGS)
         config.update({"group.id": transactional_id, "enable.auto.commit": "false"})
         return config
 
@@ -155,7 +161,8 @@ class PartitionWrite(WriterCommitMessage):
     """``str(PreparedTxnState)`` of the prepared transaction (only when PREPARED)."""
     records: int = 0
     query_id: str = ""
-    spark_partition: int = -1
+    """The query (or batch job) the id belongs to: ``abort`` derives the ids of the
+    partitions that sent no message from it."""
 
 
 def next_batch_of(settings: SinkSettings, txn_id: str) -> int | None:
@@ -201,16 +208,13 @@ def write_partition(
     batches: Iterator[pa.RecordBatch],
     *,
     query_id: str = "",
-    spark_partition: int = -1,
 ) -> PartitionWrite:
     """A task's part of batch ``batch_id``: its rows in a prepared transaction (see the
     module docstring). An empty partition writes nothing and opens no transaction."""
     first = next((b for b in batches if b.num_rows > 0), None)
 
     def message(outcome: str, prepared: str | None = None, records: int = 0) -> PartitionWrite:
-        return PartitionWrite(
-            txn_id, batch_id, outcome, prepared, records, query_id, spark_partition
-        )
+        return PartitionWrite(txn_id, batch_id, outcome, prepared, records, query_id)
 
     if first is None:
         return message(EMPTY)
@@ -362,10 +366,14 @@ def abort_batch(
             for index, m in enumerate(messages)
             if m is None
         }
-    for txn_id in sorted(ids):
-        try:
-            with Producer(settings.transactional_config(txn_id)) as producer:
-                producer.init_transactions()
-        except LograftError as exc:
-            log.warning("abort failed transactional_id=%s batch=%d error=%s", txn_id, batch_id, exc)
+    if not ids:
+        return
+    with AdminClient(settings.client_config(COMMON_CONFIGS)) as admin:
+        for txn_id in sorted(ids):
+            try:
+                admin.force_terminate_transaction(txn_id)
+            except LograftError as exc:
+                log.warning(
+                    "abort failed transactional_id=%s batch=%d error=%s", txn_id, batch_id, exc
+                )
     log.info("batch aborted batch=%d transactions=%d", batch_id, len(ids))

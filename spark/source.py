@@ -90,7 +90,7 @@ from spark.offsets import (
     rate_limit,
     split_ranges,
 )
-from spark.options import client_config, option, option_int
+from spark.options import client_config, option, option_int, settings_for
 
 __all__ = [
     "DEFAULT_POLL_TIMEOUT_MS",
@@ -317,9 +317,7 @@ class _Lookups:
     def admin(self) -> AdminClient:
         """The admin client, with the user's common client settings (servers, timeouts)."""
         if self._admin is None:
-            names = {d.name for d in ADMIN_CONFIGS}
-            config = {k: v for k, v in self._options.consumer.items() if k in names}
-            self._admin = AdminClient(config)
+            self._admin = AdminClient(settings_for(self._options.consumer, ADMIN_CONFIGS))
         return self._admin
 
     def partitions(self) -> list[TopicPartition]:
@@ -399,7 +397,16 @@ def _report_losses(losses: Sequence[str], options: SourceOptions) -> None:
         log.warning("data loss skipped source=%s what=%s", options.describe(), loss)
 
 
-def _partitions_of(ranges: Sequence[OffsetRange]) -> list[InputPartition]:
+def _planned(ranges: list[OffsetRange], options: SourceOptions, what: str) -> list[InputPartition]:
+    """Spark's input partitions for ``ranges``, split for ``minPartitions``."""
+    ranges = split_ranges(ranges, options.min_partitions)
+    log.debug(
+        "planned read=%s source=%s tasks=%d offsets=%d",
+        what,
+        options.describe(),
+        len(ranges),
+        sum(r.size for r in ranges),
+    )
     return [InputPartition(r) for r in ranges]
 
 
@@ -475,14 +482,7 @@ class LograftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             offsets_from_json(start, "start offset"), offsets_from_json(end, "end offset")
         )
         _report_losses(losses, self._options)
-        ranges = split_ranges(ranges, self._options.min_partitions)
-        log.debug(
-            "planned micro-batch source=%s tasks=%d offsets=%d",
-            self._options.describe(),
-            len(ranges),
-            sum(r.size for r in ranges),
-        )
-        return _partitions_of(ranges)
+        return _planned(ranges, self._options, "micro-batch")
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """The records of one range, as Arrow record batches (runs in a task)."""
@@ -527,14 +527,7 @@ class LograftBatchReader(DataSourceReader):
                     f"{tp}: the ending offset {end[tp]} is below the starting offset {start[tp]}"
                 )
         ranges, _ = plan_ranges(start, end)
-        ranges = split_ranges(ranges, self._options.min_partitions)
-        log.info(
-            "planned batch read source=%s tasks=%d offsets=%d",
-            self._options.describe(),
-            len(ranges),
-            sum(r.size for r in ranges),
-        )
-        return _partitions_of(ranges)
+        return _planned(ranges, self._options, "batch read")
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """The records of one range, as Arrow record batches (runs in a task)."""
