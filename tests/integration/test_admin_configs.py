@@ -173,6 +173,14 @@ def test_added_partitions_get_leaders_and_a_running_group_reads_them(
         assert sorted(partitions) == [0, 1, 2, 3]
         assert all(leader in cluster.broker_ids for leader, _ in partitions.values())
         wait_until(lambda: _fully_replicated(admin, "grown", 4), CLUSTER_TIMEOUT_S, "full ISRs")
+        # A new producer may ask any broker; each learns of the partitions on its own time.
+        wait_until(
+            lambda: all(
+                len(cluster.leaders(node, "grown")) == 4 for node in cluster.alive_brokers()
+            ),
+            CLUSTER_TIMEOUT_S,
+            "every broker to know the 4 partitions",
+        )
 
         with Producer(bootstrap_servers=cluster.bootstrap) as after:
             assert after.partitions_for("grown") == [0, 1, 2, 3]

@@ -28,15 +28,33 @@ def make_topic(cluster: QuorumCluster, name: str, partitions: int) -> None:
 
 
 def read_topic(
-    cluster: QuorumCluster, topic: str, partitions: int, isolation: str = "read_committed"
+    cluster: QuorumCluster,
+    topic: str,
+    partitions: int,
+    isolation: str = "read_committed",
+    *,
+    settled: bool = True,
 ) -> list[ConsumerRecord]:
-    """Every record of ``topic`` up to its end offsets now (the LSO for read_committed)."""
+    """Every record of ``topic`` up to its end offsets (the LSO for read_committed).
+
+    With ``settled`` (for a reader after a writer finished), it first waits until no
+    transaction holds an LSO back: a committed transaction's markers are written after
+    its commit returns, so the rows show a little later. ``settled=False`` reads at once,
+    where a transaction is meant to be open.
+    """
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     with Consumer(
         bootstrap_servers=cluster.bootstrap,
         isolation_level=isolation,
         auto_offset_reset="earliest",
     ) as consumer:
+        if settled and isolation == "read_committed":
+            with Consumer(bootstrap_servers=cluster.bootstrap) as uncommitted:
+                wait_until(
+                    lambda: consumer.end_offsets(tps) == uncommitted.end_offsets(tps),
+                    READ_TIMEOUT_S,
+                    f"no transaction open on {topic}",
+                )
         consumer.assign(tps)
         ends = consumer.end_offsets(tps)
         records: list[ConsumerRecord] = []
