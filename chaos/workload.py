@@ -37,14 +37,13 @@ import random
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal
 
 from chaos.history import HistoryWriter, Op
 from cluster.client import Consumer, Producer
 from cluster.client.consumer import ConsumerRecord
-from cluster.client.producer import RecordMetadata
+from cluster.client.producer import RecordFuture
 from cluster.errors import (
     IllegalStateError,
     InvalidRecordError,
@@ -235,7 +234,7 @@ class ProducerWorker(_Worker):
                 future.add_done_callback(functools.partial(self._completed, invoked))
             self._stop_event.wait(self._interval_s)
 
-    def _completed(self, invoked: Op, future: Future[RecordMetadata]) -> None:
+    def _completed(self, invoked: Op, future: RecordFuture) -> None:
         error = future.exception()
         if error is None:
             metadata = future.result()

@@ -38,6 +38,7 @@ from replica.varints import (
     TABLE_SIZE,
     VARINT_TABLE,
     encode_varint,
+    zigzag_varint,
 )
 
 __all__ = [
@@ -45,6 +46,8 @@ __all__ = [
     "LOG_APPEND_TIME",
     "RecordBatchBuilder",
     "encode_batch",
+    "encode_headers",
+    "encode_records",
 ]
 
 log = logging.getLogger(__name__)
@@ -340,3 +343,103 @@ def _keyed_parts(
         extend((b"\x00", encode_varint(body), b"\x00\x00", offset_varint))
         extend((key_length, key, value_length, value))
     return parts
+
+
+def encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    """A record's headers as they sit in it: their count, then each key and value.
+
+    Raises ``TypeError`` for a key that is not ``str`` or a value that is not bytes or None.
+    """
+    parts = [encode_varint(len(headers))]
+    for header_key, header_value in headers:
+        if not isinstance(header_key, str):
+            raise TypeError(f"header key must be str, got {type(header_key).__name__}")
+        encoded_key = header_key.encode("utf-8")
+        parts.append(encode_varint(len(encoded_key)))
+        parts.append(encoded_key)
+        if header_value is None:
+            parts.append(b"\x01")
+        elif isinstance(header_value, (bytes, bytearray, memoryview)):
+            parts.append(encode_varint(len(header_value)))
+            parts.append(bytes(header_value))
+        else:
+            raise TypeError(
+                f"header value must be bytes or None, got {type(header_value).__name__}"
+            )
+    return b"".join(parts)
+
+
+def encode_records(
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None],
+    timestamps: Sequence[int],
+    headers: Sequence[bytes] | None,
+    *,
+    compression: int = 0,
+) -> bytes:
+    """One batch of records sent one at a time: the producer's open batch, encoded at once.
+
+    ``keys`` and ``timestamps`` run alongside ``values``; ``headers`` holds each record's
+    :func:`encode_headers` bytes, or is None when no record has any. The first timestamp is
+    the batch's base, the largest its maximum; timestamps must be non-negative 64-bit
+    integers (``Producer.send`` checks), so every delta fits a varlong. The same bytes as
+    :class:`RecordBatchBuilder` gives for the same records, several times faster: the
+    varints come from tables, in one loop without a call per record.
+    """
+    count = len(values)
+    if not count:
+        raise ValueError("cannot build a batch without records")
+    if count > INT32_MAX:
+        raise ValueError("a batch holds at most 2**31 - 1 records")
+    base_timestamp = timestamps[0]
+    parts: list[bytes] = []
+    extend = parts.extend
+    table = VARINT_TABLE
+    table_size = TABLE_SIZE
+    zero = b"\x00"  # the attributes byte, and the header count of a record without headers
+    for offset_delta in range(count):
+        value = values[offset_delta]
+        key = keys[offset_delta]
+        delta = timestamps[offset_delta] - base_timestamp
+        timestamp_varint = table[delta] if 0 <= delta < table_size else zigzag_varint(delta)
+        offset_varint = (
+            table[offset_delta] if offset_delta < table_size else encode_varint(offset_delta)
+        )
+        if key is None:
+            key_length = b"\x01"
+            key = b""
+        else:
+            key_length = table[len(key)] if len(key) < table_size else encode_varint(len(key))
+        if value is None:
+            value_length = b"\x01"
+            value = b""
+        else:
+            size = len(value)
+            value_length = table[size] if size < table_size else encode_varint(size)
+        header_bytes = zero if headers is None else headers[offset_delta]
+        body = (
+            1
+            + len(timestamp_varint)
+            + len(offset_varint)
+            + len(key_length)
+            + len(key)
+            + len(value_length)
+            + len(value)
+            + len(header_bytes)
+        )
+        extend((table[body] if body < table_size else encode_varint(body), zero))
+        extend((timestamp_varint, offset_varint, key_length, key, value_length, value))
+        parts.append(header_bytes)
+    return _frame(
+        b"".join(parts),
+        count=count,
+        compression=_check_codec(compression),
+        attributes=0,
+        base_offset=0,
+        partition_leader_epoch=-1,
+        base_timestamp=base_timestamp,
+        max_timestamp=max(timestamps),
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+    )

@@ -41,7 +41,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from cluster.client._client_config import COMMON_CONFIGS, ConfigDef
 from cluster.client.admin import AdminClient
 from cluster.client.consumer import Consumer, ConsumerGroupMetadata
-from cluster.client.producer import PRODUCER_CONFIGS, PreparedTxnState, Producer
+from cluster.client.producer import PRODUCER_CONFIGS, PreparedTxnState, Producer, RecordFuture
 from cluster.errors import (
     BatchNotCommittedError,
     IllegalStateError,
@@ -177,11 +177,13 @@ def next_batch_of(settings: SinkSettings, txn_id: str) -> int | None:
         consumer.close()
 
 
-def _send(producer: Producer, columns: SinkColumns, topic: str | None) -> list[Future[Any]]:
+def _send(
+    producer: Producer, columns: SinkColumns, topic: str | None
+) -> list[Future[Any] | RecordFuture]:
     if columns.bulk_ready and topic is not None:
         values: list[bytes] = columns.values  # type: ignore[assignment]  # bulk_ready: no None
         return [producer.send_bulk(topic, values, keys=columns.keys)]
-    futures: list[Future[Any]] = []
+    futures: list[Future[Any] | RecordFuture] = []
     keys, topics, partitions = columns.keys, columns.topics, columns.partitions
     headers, timestamps = columns.headers, columns.timestamps_ms
     for i, value in enumerate(columns.values):
@@ -234,7 +236,7 @@ def write_partition(
                 return message(ALREADY_COMMITTED)
         producer.begin_transaction()
         started = True
-        futures: list[Future[Any]] = []
+        futures: list[Future[Any] | RecordFuture] = []
         records = 0
         for batch in _chain(first, batches):
             if batch.num_rows == 0:

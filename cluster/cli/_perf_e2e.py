@@ -18,10 +18,15 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import TextIO
 
-from cluster.client import Consumer, NewTopic, Producer, RecordMetadata, TopicPartition
+from cluster.client import (
+    Consumer,
+    NewTopic,
+    Producer,
+    RecordFuture,
+    TopicPartition,
+)
 from cluster.errors import (
     InvalidConfigError,
     RequestTimedOutError,
@@ -109,7 +114,7 @@ class _Receiver:
                 )
 
 
-def _failure(future: Future[RecordMetadata]) -> BaseException | None:
+def _failure(future: RecordFuture) -> BaseException | None:
     return future.exception() if future.done() else None
 
 

@@ -13,10 +13,9 @@ import json
 import logging
 import random
 import time
-from concurrent.futures import Future
 from typing import TextIO
 
-from cluster.client import Producer, RecordMetadata
+from cluster.client import Producer, RecordFuture
 
 from ._args import progress_bar
 from ._perf_stats import percentile
@@ -91,7 +90,7 @@ def run_produce(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             perf_counter = time.perf_counter
             record_latency = latencies_ms.append
 
-            def on_done(future: Future[RecordMetadata], sent: float) -> None:
+            def on_done(future: RecordFuture, sent: float) -> None:
                 record_latency((perf_counter() - sent) * 1000.0)
                 tracker(future)
 

@@ -8,10 +8,9 @@ import os
 import stat
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Future
 from typing import BinaryIO
 
-from cluster.client import Producer, RecordMetadata
+from cluster.client import Producer, RecordFuture
 from cluster.errors import InvalidConfigError
 
 from ._args import (
@@ -176,7 +175,7 @@ class ErrorTracker:
         self.failed = 0
         self.acknowledged = 0
 
-    def __call__(self, future: Future[RecordMetadata]) -> None:
+    def __call__(self, future: RecordFuture) -> None:
         error = future.exception()
         with self.lock:
             if error is None:

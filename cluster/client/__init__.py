@@ -57,7 +57,14 @@ from .admin import (
 from .aio import AsyncConsumer, AsyncConsumerRebalanceListener, AsyncProducer
 from .consumer import Consumer, ConsumerGroupMetadata, ConsumerRebalanceListener, ConsumerRecord
 from .partitioner import StickyPartitioner, murmur2, partition_for_key
-from .producer import BulkBatch, BulkResult, PreparedTxnState, Producer, RecordMetadata
+from .producer import (
+    BulkBatch,
+    BulkResult,
+    PreparedTxnState,
+    Producer,
+    RecordFuture,
+    RecordMetadata,
+)
 
 __all__ = [
     "DEFAULT_BOOTSTRAP_SERVERS",
@@ -94,6 +101,7 @@ __all__ = [
     "PartitionInfo",
     "PreparedTxnState",
     "Producer",
+    "RecordFuture",
     "RecordMetadata",
     "StickyPartitioner",
     "TopicDescription",

@@ -1,11 +1,13 @@
 """The producer's record accumulator (Kafka's ``RecordAccumulator``): batches waiting to go.
 
-Each partition has a queue of batches in creation order; its last batch may be *open*, a
-``RecordBatchBuilder`` that ``send`` encodes records straight into until it holds
-``batch.size`` bytes. A batch becomes ready when it is full, has waited ``linger.ms``, or a
-flush or close covers it; the sender takes ready batches from the queue heads, and puts back
-the ones it retries, in creation order (which is sequence order). Bulk sends encode whole
-batches in the calling thread and queue them closed.
+Each partition has a queue of batches in creation order; its last batch may be *open*: the
+``PendingRecords`` that ``send`` appends records to, as given, until they hold about
+``batch.size`` bytes. The sender encodes them in one go (``encode_records``) when it drains
+the batch, which costs a fraction of encoding them one by one in ``send``. A batch becomes
+ready when it is full, has waited ``linger.ms``, or a flush or close covers it; the sender
+takes ready batches from the queue heads, and puts back the ones it retries, in creation
+order (which is sequence order). Bulk sends encode whole batches in the calling thread and
+queue them closed.
 
 ``buffer.memory`` bounds the bytes of the batches not yet complete: appending blocks (at
 most ``max.block.ms``) while it is full. Every batch not yet complete is kept, by creation
@@ -24,17 +26,18 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from cluster.errors import IllegalStateError, MessageTooLargeError, RequestTimedOutError
-from replica.records import RecordBatchBuilder, encode_batch
+from replica.batch_builder import encode_records
+from replica.records import encode_batch
 from replica.topic_partition import TopicPartition
 
 from ._clock import Clock
+from ._record_future import BatchOutcome
 
 if TYPE_CHECKING:
-    from .producer import RecordMetadata, _Bulk
+    from .producer import _Bulk
 
 __all__ = [
     "BATCH_OVERHEAD",
@@ -58,7 +61,7 @@ enough for the default ``max.message.bytes`` (1 MiB + 12)."""
 
 
 class ProducerBatch:
-    """A batch for one partition: open (a builder) until drained, then bytes.
+    """A batch for one partition: open (its ``PendingRecords``) until drained, then bytes.
 
     ``seq`` numbers batches in creation order. With idempotence, ``base_sequence`` is -1
     until the batch is first drained; then it holds the batch's sequence without wrapping
@@ -69,16 +72,16 @@ class ProducerBatch:
     __slots__ = (
         "attempts",
         "base_sequence",
-        "builder",
         "bulk",
         "bulk_start",
         "created",
         "data",
         "deadline",
         "follows_acked",
-        "futures",
         "in_flight",
         "maybe_written",
+        "outcome",
+        "pending",
         "producer_epoch",
         "producer_id",
         "record_count",
@@ -89,7 +92,6 @@ class ProducerBatch:
         "seq",
         "size",
         "stamped",
-        "timestamps",
         "tp",
     )
 
@@ -98,10 +100,10 @@ class ProducerBatch:
         self.seq = seq
         self.created = now
         self.deadline = now + delivery_timeout_s
-        self.builder: RecordBatchBuilder | None = None
+        self.pending: PendingRecords | None = None
         self.data: bytes | None = None
-        self.futures: list[Future[RecordMetadata]] = []
-        self.timestamps: list[int] = []
+        self.outcome: BatchOutcome | None = None
+        """Shared by the futures of the records sent one at a time (None for bulk)."""
         self.bulk: _Bulk | None = None
         self.bulk_start = 0
         self.record_count = 0
@@ -139,6 +141,29 @@ def requeue(q: deque[ProducerBatch], batch: ProducerBatch) -> None:
             break
         position += 1
     q.insert(position, batch)
+
+
+class PendingRecords:
+    """The records of an open batch as ``send`` got them, encoded when the batch is drained.
+
+    ``headers`` holds each record's encoded headers once any record has some (None before).
+    Values and keys are ``bytes`` (``send`` copies other buffers), so nothing the caller
+    changes afterwards reaches the batch.
+    """
+
+    __slots__ = ("headers", "keys", "timestamps", "values")
+
+    def __init__(self) -> None:
+        self.values: list[bytes | None] = []
+        self.keys: list[bytes | None] = []
+        self.timestamps: list[int] = []
+        self.headers: list[bytes] | None = None
+
+    def build(self, compression: int) -> bytes:
+        """The batch's bytes (compressed with codec ``compression``, CRC set)."""
+        return encode_records(
+            self.values, self.keys, self.timestamps, self.headers, compression=compression
+        )
 
 
 class RecordAccumulator:
@@ -211,7 +236,8 @@ class RecordAccumulator:
         """Open a new batch for ``tp``, closing its previous one."""
         previous = self.open.pop(tp, None)
         batch = ProducerBatch(tp, next(self._seq), self.clock.monotonic(), self.delivery_timeout_s)
-        batch.builder = RecordBatchBuilder(self.compression)
+        batch.pending = PendingRecords()
+        batch.outcome = BatchOutcome(tp.topic, tp.partition)
         self.open[tp] = batch
         self._enqueue_locked(batch)
         if previous is not None or self.linger_s == 0:
@@ -226,30 +252,29 @@ class RecordAccumulator:
         value: bytes | None,
         key: bytes | None,
         timestamp_ms: int,
-        headers: Sequence[tuple[str, bytes | None]],
+        headers: bytes | None,
         size: int,
-        future: Future[RecordMetadata],
-    ) -> None:
-        """Encode one record into the open ``batch`` (``size`` bytes already reserved).
-
-        If encoding fails, the reservation is returned, an empty batch is dropped and the
-        error propagates.
-        """
-        assert batch.builder is not None
-        try:
-            batch.builder.append(value, key=key, timestamp_ms=timestamp_ms, headers=headers)
-        except BaseException:
-            self.buffered -= size
-            if batch.record_count == 0:
-                self._discard_empty_locked(batch)
-            raise
-        batch.futures.append(future)
-        batch.timestamps.append(timestamp_ms)
-        batch.record_count += 1
-        batch.size = batch.builder.estimated_size
+    ) -> int:
+        """Add one record to the open ``batch`` (``size`` bytes already reserved, values
+        checked by ``send``); returns its index in the batch. ``headers`` are encoded."""
+        pending = batch.pending
+        assert pending is not None
+        pending.values.append(value)
+        pending.keys.append(key)
+        pending.timestamps.append(timestamp_ms)
+        index = batch.record_count
+        if headers is not None:
+            if pending.headers is None:
+                pending.headers = [b"\x00"] * index
+            pending.headers.append(headers)
+        elif pending.headers is not None:
+            pending.headers.append(b"\x00")
+        batch.record_count = index + 1
+        batch.size += size
         batch.reserved += size
         if batch.size >= self.batch_size:
             self.wake.notify()
+        return index
 
     def append_bulk(
         self,
@@ -323,14 +348,6 @@ class RecordAccumulator:
             if next_partition is not None and start < total:
                 current = next_partition(current)
 
-    def _discard_empty_locked(self, batch: ProducerBatch) -> None:
-        if self.open.get(batch.tp) is batch:
-            del self.open[batch.tp]
-        q = self.queues.get(batch.tp)
-        if q is not None and batch in q:
-            q.remove(batch)
-        self.incomplete.pop(batch.seq, None)
-
     def _enqueue_locked(self, batch: ProducerBatch) -> None:
         q = self.queues.get(batch.tp)
         if q is None:
@@ -367,7 +384,7 @@ class RecordAccumulator:
         Only the open batch lingers, until it is full, has waited ``linger.ms``, or a flush
         or close covers it.
         """
-        if batch.builder is None or self.open.get(batch.tp) is not batch:
+        if batch.pending is None or self.open.get(batch.tp) is not batch:
             return None
         if (
             self.closing
@@ -416,8 +433,6 @@ class RecordAccumulator:
         """``batch`` is complete: free its buffer memory and wake flush and blocked sends."""
         if self.incomplete.pop(batch.seq, None) is not None:
             self.buffered -= batch.reserved
-        batch.futures = []
-        batch.timestamps = []
         self.done.notify_all()
 
     def abort_queued(self) -> list[ProducerBatch]:

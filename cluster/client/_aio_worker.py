@@ -1,8 +1,9 @@
 """The worker thread of an asyncio client, and outcomes handed from threads to the event loop.
 
 Each ``AsyncProducer`` and ``AsyncConsumer`` runs its blocking calls on one :class:`Worker`,
-in the order they were made; :func:`observe` brings a thread's ``concurrent.futures.Future``
-to the loop without letting a cancelled awaiter cancel the thread's work.
+in the order they were made; :func:`observe` brings a thread's future (a
+``concurrent.futures.Future`` or a producer's ``RecordFuture``) to the loop without letting
+a cancelled awaiter cancel the thread's work.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from cluster.errors import IllegalStateError
 
@@ -23,6 +24,27 @@ __all__ = ["Worker", "observe"]
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class Outcome(Protocol[_T_co]):
+    """What :func:`observe` needs of a thread's future."""
+
+    def cancelled(self) -> bool:
+        """Whether it was cancelled."""
+        ...
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Its error, once done."""
+        ...
+
+    def result(self, timeout: float | None = None) -> _T_co:
+        """Its value, once done."""
+        ...
+
+    def add_done_callback(self, fn: Callable[[Any], object]) -> None:
+        """Call ``fn(self)`` once done."""
+        ...
 
 
 class _Stop:
@@ -135,7 +157,7 @@ class Worker:
             future.set_result(result)
 
 
-def observe(source: Future[_T], loop: asyncio.AbstractEventLoop) -> asyncio.Future[_T]:
+def observe(source: Outcome[_T], loop: asyncio.AbstractEventLoop) -> asyncio.Future[_T]:
     """An asyncio future completing with ``source``'s outcome.
 
     Unlike ``asyncio.wrap_future``, cancelling it leaves ``source`` alone: a record's or a
@@ -143,7 +165,7 @@ def observe(source: Future[_T], loop: asyncio.AbstractEventLoop) -> asyncio.Futu
     """
     destination: asyncio.Future[_T] = loop.create_future()
 
-    def settle(done: Future[_T]) -> None:
+    def settle(done: Outcome[_T]) -> None:
         if destination.done():
             return
         if done.cancelled():
@@ -155,7 +177,7 @@ def observe(source: Future[_T], loop: asyncio.AbstractEventLoop) -> asyncio.Futu
         else:
             destination.set_result(done.result())
 
-    def on_done(done: Future[_T]) -> None:
+    def on_done(done: Outcome[_T]) -> None:
         try:  # noqa: SIM105 - once per record sent: cheaper than contextlib.suppress
             loop.call_soon_threadsafe(settle, done)
         except RuntimeError:

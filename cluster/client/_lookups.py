@@ -34,6 +34,7 @@ from ._clock import Clock
 from ._connection import Connections, TopicPartition
 from ._group_client import CoordinatorClient
 from ._list_offsets import list_offsets_at
+from ._rpc_errors import retried_in_background
 from ._subscription import PartitionState, SubscriptionState
 
 __all__ = ["Lookup", "Lookups"]
@@ -202,7 +203,9 @@ class Lookups:
                 self.metadata_wanted = True
                 logger.info("metadata refresh failed error=%s", exc.error_name)
                 return
-            if not exc.retriable:
+            # A lookup runs in the background, as a heartbeat does: no broker answering is
+            # an outage to outlast, not an error for poll() to raise.
+            if not retried_in_background(exc):
                 raise
             logger.info(
                 "position lookup failed, retrying kind=%s group=%s partitions=%d error=%s",

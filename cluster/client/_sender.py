@@ -360,9 +360,9 @@ class Sender:
         for tp, batches in request.batches.items():
             for batch in batches:
                 if batch.data is None:
-                    assert batch.builder is not None
-                    batch.data = batch.builder.build()
-                    batch.builder = None
+                    assert batch.pending is not None
+                    batch.data = batch.pending.build(self._acc.compression)
+                    batch.pending = None
                 if not batch.stamped and batch.base_sequence >= 0:
                     batch.data = with_producer_fields(
                         batch.data,

@@ -93,6 +93,11 @@ class StickyPartitioner:
         """The sticky partition for ``topic``; ``available`` lists partitions with a leader."""
         if num_partitions <= 0:
             raise ValueError(f"num_partitions must be positive, got {num_partitions}")
+        # Read without the lock first: once per record, and a dict read is atomic; a choice
+        # made meanwhile by another thread is as good as this one's.
+        current = self._sticky.get(topic)
+        if current is not None and current < num_partitions and not available:
+            return current
         with self._lock:
             current = self._sticky.get(topic)
             if (

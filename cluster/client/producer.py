@@ -4,7 +4,8 @@ How it works, as in Kafka's Java producer:
 
 * ``send`` picks the partition (murmur2 of the key, the sticky partition for unkeyed records,
   or the one given), appends the record to that partition's open batch
-  (a ``RecordBatchBuilder``) and returns a ``concurrent.futures.Future[RecordMetadata]``.
+  (a ``RecordBatchBuilder``) and returns a ``RecordFuture``: ``concurrent.futures.Future``'s
+  interface, but one outcome shared by the records of a batch, so a future is three slots.
 * A sender thread ships a batch once it reaches ``batch.size`` bytes or has waited
   ``linger.ms``. One Produce request per leader carries batches of many partitions (up to
   ``max.request.size`` bytes); up to ``max.in.flight.requests.per.connection`` requests are in
@@ -51,7 +52,6 @@ they must not block.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import logging
 import random
 import threading
@@ -69,7 +69,9 @@ from cluster.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
+from replica.batch_builder import encode_headers
 from replica.compression import CompressionType
+from replica.varints import INT64_MAX
 
 from ._accumulator import (
     BATCH_OVERHEAD,
@@ -92,6 +94,7 @@ from ._connection import (
 )
 from ._coordinator import TRANSACTION_KEY, CoordinatorCalls
 from ._producer_metadata import ProducerMetadata
+from ._record_future import RecordFuture, RecordMetadata
 from ._sender import Sender
 from ._sequencing import MAX_IN_FLIGHT, Sequencer
 from ._transactions import PreparedTxnState, TransactionManager
@@ -104,6 +107,7 @@ __all__ = [
     "BulkResult",
     "PreparedTxnState",
     "Producer",
+    "RecordFuture",
     "RecordMetadata",
 ]
 
@@ -187,16 +191,6 @@ _BYTES = (bytes, bytearray, memoryview)
 
 
 @dataclass(frozen=True, slots=True)
-class RecordMetadata:
-    """Where a record was written; ``offset`` is -1 with ``acks=0``."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-
-
-@dataclass(frozen=True, slots=True)
 class BulkBatch:
     """One batch of a bulk send: values ``[start_index, start_index + record_count)``."""
 
@@ -272,29 +266,23 @@ class _FutureDelivery:
     def succeeded(
         self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int, latency_ms: float
     ) -> None:
-        topic, partition = batch.tp.topic, batch.tp.partition
         if batch.bulk is not None:
             bulk = batch.bulk
             with self._lock:
                 bulk.batches.append(
                     BulkBatch(
-                        partition, base_offset, batch.record_count, batch.bulk_start, latency_ms
+                        batch.tp.partition,
+                        base_offset,
+                        batch.record_count,
+                        batch.bulk_start,
+                        latency_ms,
                     )
                 )
                 bulk.remaining -= 1
             bulk.finish_if_done()
             return
-        append_time = log_append_time_ms
-        for i, (future, ts) in enumerate(zip(batch.futures, batch.timestamps, strict=True)):
-            offset = base_offset + i if base_offset >= 0 else -1
-            try:  # noqa: SIM105 - hot path: cheaper than contextlib.suppress per record
-                future.set_result(
-                    RecordMetadata(
-                        topic, partition, offset, append_time if append_time >= 0 else ts
-                    )
-                )
-            except InvalidStateError:
-                pass  # cancelled by the caller
+        assert batch.outcome is not None
+        batch.outcome.succeed(base_offset, log_append_time_ms)
 
     def failed(self, batch: ProducerBatch, error: BaseException) -> None:
         if batch.bulk is not None:
@@ -305,9 +293,8 @@ class _FutureDelivery:
                 bulk.remaining -= 1
             bulk.finish_if_done()
             return
-        for future in batch.futures:
-            with contextlib.suppress(InvalidStateError):
-                future.set_exception(error)
+        assert batch.outcome is not None
+        batch.outcome.fail(error)
 
 
 def _resolve_idempotence(config: dict[str, object], explicit: bool) -> bool:
@@ -389,6 +376,8 @@ class Producer:
             cfg, max_send_bytes=self._max_request_size + 1024 * 1024
         )
         self._partitioner = Partitioner(random.Random())
+        self._topic_partitions: dict[str, list[TopicPartition]] = {}
+        """Each topic's ``TopicPartition`` objects, made once rather than per record."""
         self._accumulator = RecordAccumulator(
             clock=clock,
             linger_s=self._int("linger.ms") / 1000.0,
@@ -458,7 +447,7 @@ class Producer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: Sequence[tuple[str, bytes | None]] | None = None,
-    ) -> Future[RecordMetadata]:
+    ) -> RecordFuture:
         """Queue one record; the future completes with its ``RecordMetadata`` or typed error.
 
         Blocks (at most ``max.block.ms``) for the topic's metadata the first time and while
@@ -474,35 +463,53 @@ class Producer:
         if self._transactions is not None:
             with acc.lock:
                 self._transactions.check_send_locked()
-        if value is not None and not isinstance(value, _BYTES):
-            raise TypeError(f"value must be bytes or None, got {type(value).__name__}")
-        if key is not None and not isinstance(key, _BYTES):
-            raise TypeError(f"key must be bytes or None, got {type(key).__name__}")
-        num_partitions = self._metadata.partition_count(topic, partition)
-        size = (
-            (len(value) if value is not None else 0)
-            + (len(key) if key is not None else 0)
-            + RECORD_OVERHEAD
-        )
+        size = RECORD_OVERHEAD
+        if value is not None:
+            if type(value) is not bytes:
+                if not isinstance(value, _BYTES):
+                    raise TypeError(f"value must be bytes or None, got {type(value).__name__}")
+                value = bytes(value)  # the caller may change its buffer after send returns
+            size += len(value)
+        if key is not None:
+            if type(key) is not bytes:
+                if not isinstance(key, _BYTES):
+                    raise TypeError(f"key must be bytes or None, got {type(key).__name__}")
+                key = bytes(key)
+            size += len(key)
+        encoded_headers = None
         if headers:
-            size += sum(len(h) + (len(v) if v is not None else 0) + 4 for h, v in headers)
-        future: Future[RecordMetadata] = Future()
+            encoded_headers = encode_headers(headers)
+            size += len(encoded_headers)
+        if timestamp_ms is None:
+            ts = int(self._clock.time() * 1000)
+        elif 0 <= timestamp_ms <= INT64_MAX:
+            ts = timestamp_ms
+        else:
+            # Kafka's ProducerRecord refuses negative timestamps too.
+            raise ValueError(f"timestamp {timestamp_ms} must be a non-negative 64-bit integer")
+        num_partitions = self._metadata.partition_count(topic, partition)
         if size + BATCH_OVERHEAD > self._max_request_size:
-            future.set_exception(
+            return RecordFuture.failed(
+                topic,
+                -1 if partition is None else partition,
                 MessageTooLargeError(
                     f"record of about {size} bytes exceeds max.request.size="
                     f"{self._max_request_size}"
-                )
+                ),
             )
-            return future
+        tps = self._topic_partitions.get(topic)
+        if tps is None or len(tps) != num_partitions:
+            tps = [TopicPartition(topic, p) for p in range(num_partitions)]
+            self._topic_partitions[topic] = tps
         if partition is not None:
             if not 0 <= partition < num_partitions:
-                future.set_exception(
+                return RecordFuture.failed(
+                    topic,
+                    partition,
                     UnknownTopicOrPartitionError(
                         f"{topic}-{partition} (topic has {num_partitions} partitions)"
-                    )
+                    ),
                 )
-                return future
             chosen = partition
             sticky = False
         elif key is not None:
@@ -511,12 +518,12 @@ class Producer:
         else:
             chosen = self._partitioner.sticky.partition(topic, num_partitions)
             sticky = True
-        ts = timestamp_ms if timestamp_ms is not None else int(self._clock.time() * 1000)
         with acc.lock:
             acc.reserve_locked(size)
-            tp = TopicPartition(topic, chosen)
-            batch = acc.open_batch_locked(tp, size)
-            if batch is None:
+            tp = tps[chosen]
+            batch = acc.open.get(tp)
+            if batch is None or batch.size + size > acc.batch_size:
+                batch = None
                 if sticky:
                     # KIP-480: a new batch on the sticky partition moves unkeyed records on.
                     chosen = self._partitioner.sticky.on_new_batch(
@@ -525,12 +532,14 @@ class Producer:
                         num_partitions,
                         self._conn.metadata.available_partitions(topic),
                     )
-                    tp = TopicPartition(topic, chosen)
+                    tp = tps[chosen]
                     batch = acc.open_batch_locked(tp, size)
                 if batch is None:
                     batch = acc.new_batch_locked(tp)
-            acc.append_locked(batch, value, key, ts, headers or (), size, future)
-        return future
+            index = acc.append_locked(batch, value, key, ts, encoded_headers, size)
+            outcome = batch.outcome
+        assert outcome is not None
+        return RecordFuture(outcome, index, ts)
 
     def send_bulk(
         self,

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import replica.varints as varints
 from cluster.errors import CorruptMessageError, UnsupportedCompressionTypeError
+from replica.batch_builder import encode_headers, encode_records
 from replica.batch_header import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
@@ -634,3 +635,58 @@ def test_compressed_record_count_is_checked(codec: int) -> None:
         (header,) = validate_batches(forged, 1 << 20)  # the header alone looks fine
         with pytest.raises(CorruptMessageError):
             check_compressed_records(forged, header)
+
+
+# ---- encode_records (the producer's open batch) -------------------------------------------
+
+_record_strategy = st.tuples(
+    st.one_of(st.none(), st.binary(max_size=300)),
+    st.one_of(st.none(), st.binary(max_size=40)),
+    st.integers(min_value=0, max_value=INT64_MAX),
+    st.lists(
+        st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=8))), max_size=3
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=st.lists(_record_strategy, min_size=1, max_size=40),
+    codec=st.sampled_from(CODECS),
+)
+def test_encode_records_equals_the_builder(
+    records: list[tuple[bytes | None, bytes | None, int, list[tuple[str, bytes | None]]]],
+    codec: CompressionType,
+) -> None:
+    """The producer's deferred encoding gives the bytes records appended one by one give."""
+    builder = RecordBatchBuilder(codec)
+    for value, key, ts, headers in records:
+        builder.append(value, key=key, timestamp_ms=ts, headers=headers)
+    with_headers = any(headers for *_, headers in records)
+    encoded = encode_records(
+        [value for value, *_ in records],
+        [key for _, key, *_ in records],
+        [ts for _, _, ts, _ in records],
+        [encode_headers(headers) for *_, headers in records] if with_headers else None,
+        compression=codec,
+    )
+    assert encoded == builder.build()
+
+
+def test_encode_records_beyond_the_varint_tables() -> None:
+    """Offsets, lengths and deltas past the lookup tables are encoded, not looked up."""
+    count = varints.TABLE_SIZE + 2
+    values = [b"v"] * (count - 1) + [b"x" * (varints.TABLE_SIZE + 5)]
+    timestamps = [1_000 + i * 10 for i in range(count)]
+    batch = encode_records(values, [None] * count, timestamps, None)
+    decoded = decode(batch)
+    assert [r.offset for r in decoded] == list(range(count))
+    assert [r.timestamp for r in decoded] == timestamps
+    assert decoded[-1].value == values[-1]
+
+
+def test_encode_headers_refuses_what_is_not_a_header() -> None:
+    with pytest.raises(TypeError, match="header key"):
+        encode_headers([(b"k", b"v")])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="header value"):
+        encode_headers([("k", "v")])  # type: ignore[list-item]

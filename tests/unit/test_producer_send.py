@@ -1,0 +1,68 @@
+"""``Producer.send`` against a fake partition leader: what a record carries and what is refused."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from cluster.client import Producer
+from replica.records import iter_records
+from tests.unit.producer_fixtures import TIMEOUT_S, FakeLeader, fake_leader
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLeader]:
+    with fake_leader() as leader:
+        leader.add_topic("t", 2)
+        yield leader
+
+
+def _producer(fake: FakeLeader, **config: object) -> Producer:
+    return Producer(bootstrap_servers=f"127.0.0.1:{fake.port}", **config)
+
+
+def test_records_sent_one_by_one_arrive_as_sent(fake: FakeLeader) -> None:
+    with _producer(fake, linger_ms=60_000) as producer:
+        futures = [
+            producer.send("t", b"plain", partition=0, timestamp_ms=1_000),
+            producer.send("t", None, key=b"k", partition=0, timestamp_ms=900),
+            producer.send("t", b"h", partition=0, timestamp_ms=2_000, headers=[("a", None)]),
+            producer.send("t", b"", key=b"", partition=0, timestamp_ms=1_500),
+        ]
+        producer.flush(timeout=TIMEOUT_S)
+        offsets = [future.result(timeout=0).offset for future in futures]
+    assert offsets == [0, 1, 2, 3]
+    (received,) = [r for r in fake.received if r.partition == 0]
+    records = list(iter_records(received.data))
+    assert [(r.key, r.value, r.timestamp, r.headers) for r in records] == [
+        (None, b"plain", 1_000, ()),
+        (b"k", None, 900, ()),
+        (None, b"h", 2_000, (("a", None),)),
+        (b"", b"", 1_500, ()),
+    ]
+
+
+def test_a_buffer_changed_after_send_does_not_change_the_record(fake: FakeLeader) -> None:
+    value, key = bytearray(b"before"), bytearray(b"key")
+    with _producer(fake, linger_ms=60_000) as producer:
+        future = producer.send("t", value, key=key, partition=1)
+        value[:] = b"after!"
+        key[:] = b"new"
+        producer.flush(timeout=TIMEOUT_S)
+        assert future.result(timeout=0).offset == 0
+    assert fake.values("t", 1) == [b"before"]
+
+
+def test_bad_records_are_refused_by_send_itself(fake: FakeLeader) -> None:
+    with _producer(fake) as producer:
+        with pytest.raises(TypeError):
+            producer.send("t", "text")  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            producer.send("t", b"v", key=7)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            producer.send("t", b"v", headers=[(b"not-str", b"v")])  # type: ignore[list-item]
+        with pytest.raises(ValueError, match="non-negative"):
+            producer.send("t", b"v", timestamp_ms=-1)
+        # Nothing refused reached the batch: the next record is the partition's first.
+        assert producer.send("t", b"ok", partition=0).result(timeout=TIMEOUT_S).offset == 0

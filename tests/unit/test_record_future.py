@@ -1,0 +1,99 @@
+"""``RecordFuture``: the light future ``Producer.send`` returns, one outcome per batch."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from cluster.client import RecordFuture, RecordMetadata
+from cluster.client._record_future import BatchOutcome
+from cluster.errors import NotEnoughReplicasError
+
+
+def test_records_of_a_batch_get_consecutive_offsets_and_their_own_timestamps() -> None:
+    outcome = BatchOutcome("orders", 2)
+    first, second = RecordFuture(outcome, 0, 111), RecordFuture(outcome, 1, 222)
+    assert not first.done() and first.running()
+    outcome.succeed(40, -1)
+    assert first.done() and not first.running()
+    assert first.result() == RecordMetadata("orders", 2, 40, 111)
+    assert second.result() == RecordMetadata("orders", 2, 41, 222)
+    assert second.exception() is None
+
+
+def test_log_append_time_replaces_the_create_time_and_acks_0_has_no_offset() -> None:
+    outcome = BatchOutcome("t", 0)
+    outcome.succeed(-1, 999)
+    assert RecordFuture(outcome, 3, 5).result() == RecordMetadata("t", 0, -1, 999)
+
+
+def test_a_failed_batch_fails_every_record_with_its_error() -> None:
+    outcome = BatchOutcome("t", 0)
+    futures = [RecordFuture(outcome, i, 0) for i in range(3)]
+    error = NotEnoughReplicasError("only one in sync")
+    outcome.fail(error)
+    for future in futures:
+        assert future.exception() is error
+        with pytest.raises(NotEnoughReplicasError):
+            future.result()
+
+
+def test_the_first_outcome_wins() -> None:
+    outcome = BatchOutcome("t", 0)
+    outcome.succeed(7, -1)
+    outcome.fail(NotEnoughReplicasError("late"))
+    assert RecordFuture(outcome, 0, 0).result().offset == 7
+
+
+def test_callbacks_run_once_done_or_at_once_if_already_done() -> None:
+    outcome = BatchOutcome("t", 0)
+    seen: list[int] = []
+    pending = RecordFuture(outcome, 1, 0)
+    pending.add_done_callback(lambda f: seen.append(f.result().offset))
+    assert seen == []
+    outcome.succeed(10, -1)
+    assert seen == [11]
+    pending.add_done_callback(lambda f: seen.append(f.result().offset + 100))
+    assert seen == [11, 111]
+
+
+def test_a_failing_callback_does_not_stop_the_others(caplog: pytest.LogCaptureFixture) -> None:
+    outcome = BatchOutcome("t", 0)
+    seen: list[str] = []
+
+    def broken(_future: RecordFuture) -> None:
+        raise RuntimeError("caller bug")
+
+    RecordFuture(outcome, 0, 0).add_done_callback(broken)
+    RecordFuture(outcome, 1, 0).add_done_callback(lambda _f: seen.append("second"))
+    outcome.succeed(0, -1)
+    assert seen == ["second"]
+    assert "exception calling callback" in caplog.text
+
+
+def test_result_waits_for_another_thread_and_times_out_when_nothing_comes() -> None:
+    outcome = BatchOutcome("t", 0)
+    future = RecordFuture(outcome, 0, 0)
+    with pytest.raises(TimeoutError):
+        future.result(timeout=0.01)
+    with pytest.raises(TimeoutError):
+        future.exception(timeout=0.01)
+    completer = threading.Thread(target=outcome.succeed, args=(5, -1))
+    completer.start()
+    assert future.result(timeout=30).offset == 5
+    completer.join()
+
+
+def test_a_record_cannot_be_cancelled() -> None:
+    future = RecordFuture(BatchOutcome("t", 0), 0, 0)
+    assert future.cancel() is False
+    assert future.cancelled() is False
+    assert not future.done()
+
+
+def test_an_already_failed_future() -> None:
+    future = RecordFuture.failed("t", -1, ValueError("too big"))
+    assert future.done()
+    assert isinstance(future.exception(), ValueError)
+    assert "failed" in repr(future)
