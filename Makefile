@@ -80,6 +80,7 @@ chaos-tools:
 ## Benchmarks print JSON to stdout and write bench/results/*.json.
 bench: $(STAMP)
 	$(BIN)/python bench/single_node.py
+	$(BIN)/python bench/client_paths.py
 
 ## Re-pin every installed package after changing pyproject.toml.
 lock: $(STAMP)

@@ -3,9 +3,10 @@
 How it works, as in Kafka's Java producer:
 
 * ``send`` picks the partition (murmur2 of the key, the sticky partition for unkeyed records,
-  or the one given), appends the record to that partition's open batch
-  (a ``RecordBatchBuilder``) and returns a ``RecordFuture``: ``concurrent.futures.Future``'s
-  interface, but one outcome shared by the records of a batch, so a future is three slots.
+  or the one given), appends the record, as given, to that partition's open batch (the
+  sender encodes a batch's records in one go when it ships it) and returns a
+  ``RecordFuture``: ``concurrent.futures.Future``'s interface, but one outcome shared by the
+  records of a batch, so a future is three slots.
 * A sender thread ships a batch once it reaches ``batch.size`` bytes or has waited
   ``linger.ms``. One Produce request per leader carries batches of many partitions (up to
   ``max.request.size`` bytes); up to ``max.in.flight.requests.per.connection`` requests are in

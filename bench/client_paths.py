@@ -1,0 +1,183 @@
+"""The paths users feel (issue 15): per-record send, synchronous latency, end to end, idle cost.
+
+Starts three local nodes (``lograft cluster up``, combined roles) and measures, each as a
+separate client process and ``--runs`` times (the report gives every run and the median):
+
+* ``send_acks1_rf1``: ``Producer.send`` of 100-byte records, one call per record, ``acks=1``,
+  a six-partition topic with one replica; records/s from the first send to ``flush()``.
+* ``send_acksall_rf3``: the same with ``acks=all`` on a three-replica topic
+  (``min.insync.replicas=2``).
+* ``sync_send``: ``send().result()`` one record at a time, ``linger.ms=0``, ``acks=all``,
+  RF 3: p50 and p99 in ms.
+* ``e2e_1000``: ``lograft perf e2e --throughput 1000``, ``acks=all``, RF 3: p50 and p99.
+* ``idle``: CPU (% of one core) and RSS of each node over ``--idle-s`` seconds with nothing
+  running, after the runs above (their topics exist).
+
+Prints one JSON document and writes it to bench/results/client_paths.json.
+
+Usage: python bench/client_paths.py [--runs 3] [--records 200000] [--idle-s 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import LOGRAFT, ROOT, local_cluster, run_json, write_report
+
+# One client run, in its own process so that its interpreter starts clean.
+_SEND = """
+import json, sys, time
+from cluster.client import Producer
+boot, topic, acks, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+payload = b"x" * 100
+with Producer(bootstrap_servers=boot, acks=acks) as producer:
+    producer.partitions_for(topic)
+    for _ in range(2000):
+        producer.send(topic, payload)
+    producer.flush()
+    start = time.perf_counter()
+    send = producer.send
+    for _ in range(count):
+        send(topic, payload)
+    sent = time.perf_counter()
+    producer.flush()
+    done = time.perf_counter()
+print(json.dumps({"records_per_s": round(count / (done - start)),
+                  "send_calls_s": round(sent - start, 3), "flush_s": round(done - sent, 3)}))
+"""
+
+_SYNC = """
+import json, sys, time
+from cluster.client import Producer
+boot, topic, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+latencies = []
+with Producer(bootstrap_servers=boot, acks="all", linger_ms=0) as producer:
+    for _ in range(20):
+        producer.send(topic, b"x" * 100).result()
+    for _ in range(count):
+        start = time.perf_counter()
+        producer.send(topic, b"x" * 100).result()
+        latencies.append((time.perf_counter() - start) * 1000.0)
+latencies.sort()
+print(json.dumps({"p50_ms": round(latencies[len(latencies) // 2], 3),
+                  "p99_ms": round(latencies[int(len(latencies) * 0.99)], 3)}))
+"""
+
+
+def _create(bootstrap: str, topic: str, partitions: int, replicas: int) -> None:
+    from cluster.client import AdminClient, NewTopic
+
+    configs = {"min.insync.replicas": str(min(replicas, 2))}
+    with AdminClient(bootstrap_servers=bootstrap) as admin:
+        admin.create_topics([NewTopic(topic, partitions, replicas, configs=configs)])[topic].result(
+            timeout=60
+        )
+
+
+def _client(code: str, *args: str) -> dict[str, Any]:
+    return run_json([sys.executable, "-c", code, *args])
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def _idle(data: str, seconds: float) -> dict[str, Any]:
+    pids = [node["pid"] for node in json.loads(Path(data, "cluster.json").read_text())["nodes"]]
+    hz = os.sysconf("SC_CLK_TCK")
+    before = {pid: _cpu_ticks(pid) for pid in pids}
+    time.sleep(seconds)  # measuring idle cost over a fixed window
+    per_node = {
+        str(pid): {
+            "cpu_percent": round((_cpu_ticks(pid) - before[pid]) / hz / seconds * 100, 2),
+            "rss_mib": _rss_mib(pid),
+        }
+        for pid in pids
+    }
+    total = round(sum(n["cpu_percent"] for n in per_node.values()), 2)
+    return {"seconds": seconds, "total_cpu_percent_of_one_core": total, "nodes": per_node}
+
+
+def _median(runs: list[dict[str, Any]], field: str) -> float:
+    return round(float(statistics.median(run[field] for run in runs)), 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--sync-records", type=int, default=500)
+    parser.add_argument("--e2e-records", type=int, default=5_000)
+    parser.add_argument("--idle-s", type=float, default=30.0)
+    args = parser.parse_args()
+    report: dict[str, Any] = {
+        "hardware": f"{os.cpu_count()} cores, {platform.machine()}, {platform.platform()}",
+        "setup": "three local nodes (combined roles), min.insync.replicas=2 where RF 3",
+        "runs": args.runs,
+    }
+    with tempfile.TemporaryDirectory() as data, local_cluster(data) as bootstrap:
+        _create(bootstrap, "send-rf1", 6, 1)
+        _create(bootstrap, "send-rf3", 6, 3)
+        _create(bootstrap, "sync-rf3", 1, 3)
+        _create(bootstrap, "e2e-rf3", 1, 3)
+        cases: dict[str, list[dict[str, Any]]] = {
+            "send_acks1_rf1": [],
+            "send_acksall_rf3": [],
+            "sync_send": [],
+            "e2e_1000": [],
+        }
+        for _ in range(args.runs):
+            n = str(args.records)
+            cases["send_acks1_rf1"].append(_client(_SEND, bootstrap, "send-rf1", "1", n))
+            cases["send_acksall_rf3"].append(_client(_SEND, bootstrap, "send-rf3", "all", n))
+            cases["sync_send"].append(_client(_SYNC, bootstrap, "sync-rf3", str(args.sync_records)))
+            e2e = [*LOGRAFT, "--bootstrap", bootstrap, "perf", "e2e", "--topic", "e2e-rf3"]
+            e2e += ["--num-records", str(args.e2e_records), "--throughput", "1000"]
+            e2e += ["--acks", "all", "--json"]
+            result = run_json(e2e)
+            cases["e2e_1000"].append(
+                {"p50_ms": result["latency_ms_p50"], "p99_ms": result["latency_ms_p99"]}
+            )
+        report["cases"] = {
+            "send_acks1_rf1": {
+                "median_records_per_s": _median(cases["send_acks1_rf1"], "records_per_s"),
+                "runs": cases["send_acks1_rf1"],
+            },
+            "send_acksall_rf3": {
+                "median_records_per_s": _median(cases["send_acksall_rf3"], "records_per_s"),
+                "runs": cases["send_acksall_rf3"],
+            },
+            "sync_send": {
+                "median_p50_ms": _median(cases["sync_send"], "p50_ms"),
+                "median_p99_ms": _median(cases["sync_send"], "p99_ms"),
+                "runs": cases["sync_send"],
+            },
+            "e2e_1000": {
+                "median_p50_ms": _median(cases["e2e_1000"], "p50_ms"),
+                "median_p99_ms": _median(cases["e2e_1000"], "p99_ms"),
+                "runs": cases["e2e_1000"],
+            },
+        }
+        report["idle"] = _idle(data, args.idle_s)
+    write_report(report, ROOT / "bench" / "results" / "client_paths.json")
+
+
+if __name__ == "__main__":
+    main()
