@@ -93,6 +93,13 @@ class ProducerMetadata:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partitions")
         return count
 
+    def refresh_if_stale(self) -> None:
+        """Refresh the known topics on a background thread once the metadata is older than
+        ``metadata.max.age.ms`` (the sender asks each turn, as Kafka's sender does, so that
+        ``send`` need not look at the clock for it)."""
+        if self.topics and self._conn.metadata_is_stale():
+            self._refresh_in_background()
+
     def _refresh_in_background(self) -> None:
         with self._lock:
             if self._background_refresh or self._closed:
@@ -109,6 +116,10 @@ class ProducerMetadata:
             self._conn.refresh_metadata(topics)
         except LograftError as exc:
             log.info("periodic metadata refresh failed error=%s", exc.error_name)
+        except ValueError:
+            # gRPC's "closed channel": the producer closed while this refresh was under way.
+            if not self._closed:
+                raise
         finally:
             with self._lock:
                 self._background_refresh = False

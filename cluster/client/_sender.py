@@ -145,6 +145,7 @@ class Sender:
         try:
             while True:
                 self._handle_completions()
+                self._metadata.refresh_if_stale()
                 if self._metadata.update_wanted:
                     self._metadata.refresh(acc.queued_topics_locked)
                 if self._transactions is not None:

@@ -94,6 +94,7 @@ from ._connection import (
     resolve_config,
 )
 from ._coordinator import TRANSACTION_KEY, CoordinatorCalls
+from ._metadata import ClusterMetadata
 from ._producer_metadata import ProducerMetadata
 from ._record_future import RecordFuture, RecordMetadata
 from ._sender import Sender
@@ -141,7 +142,9 @@ PRODUCER_CONFIGS: tuple[ConfigDef, ...] = (
     *COMMON_CONFIGS,
     ConfigDef("acks", -1, _acks, "0: no acknowledgement, 1: leader, all (-1): every ISR"),
     ConfigDef("linger.ms", 5, int_at_least(0), "wait this long for a batch to fill"),
-    ConfigDef("batch.size", 16384, int_at_least(0), "bytes per partition batch"),
+    # Kafka's default is 16 KiB; a lograft broker's cost per batch is higher, and 256 KiB
+    # batches nearly double what one producer's send() moves to three replicas (issue 15).
+    ConfigDef("batch.size", 262144, int_at_least(0), "bytes per partition batch"),
     ConfigDef("compression.type", 0, _compression, "none, gzip, snappy, lz4 or zstd"),
     ConfigDef("max.request.size", 1048576, int_at_least(1), "largest request (record bytes)"),
     ConfigDef(
@@ -377,8 +380,10 @@ class Producer:
             cfg, max_send_bytes=self._max_request_size + 1024 * 1024
         )
         self._partitioner = Partitioner(random.Random())
-        self._topic_partitions: dict[str, list[TopicPartition]] = {}
-        """Each topic's ``TopicPartition`` objects, made once rather than per record."""
+        self._topic_partitions: dict[str, tuple[ClusterMetadata, list[TopicPartition]]] = {}
+        """Each topic's ``TopicPartition`` objects, made once per metadata snapshot rather
+        than per record (the snapshot they were made from comes first)."""
+        self._wall_clock = clock.time
         self._accumulator = RecordAccumulator(
             clock=clock,
             linger_s=self._int("linger.ms") / 1000.0,
@@ -482,13 +487,27 @@ class Producer:
             encoded_headers = encode_headers(headers)
             size += len(encoded_headers)
         if timestamp_ms is None:
-            ts = int(self._clock.time() * 1000)
+            ts = int(self._wall_clock() * 1000)
         elif 0 <= timestamp_ms <= INT64_MAX:
             ts = timestamp_ms
         else:
             # Kafka's ProducerRecord refuses negative timestamps too.
             raise ValueError(f"timestamp {timestamp_ms} must be a non-negative 64-bit integer")
-        num_partitions = self._metadata.partition_count(topic, partition)
+        snapshot = self._conn.metadata
+        known = self._topic_partitions.get(topic)
+        if (
+            known is not None
+            and known[0] is snapshot
+            and (partition is None or partition < len(known[1]))
+        ):
+            tps = known[1]  # the metadata has not changed since this topic's last send
+        else:
+            # Keyed by the snapshot from before the lookup: if the lookup refreshed the
+            # metadata, the next send looks again rather than keep a count from before.
+            count = self._metadata.partition_count(topic, partition)
+            tps = [TopicPartition(topic, p) for p in range(count)]
+            self._topic_partitions[topic] = (snapshot, tps)
+        num_partitions = len(tps)
         if size + BATCH_OVERHEAD > self._max_request_size:
             return RecordFuture.failed(
                 topic,
@@ -498,10 +517,6 @@ class Producer:
                     f"{self._max_request_size}"
                 ),
             )
-        tps = self._topic_partitions.get(topic)
-        if tps is None or len(tps) != num_partitions:
-            tps = [TopicPartition(topic, p) for p in range(num_partitions)]
-            self._topic_partitions[topic] = tps
         if partition is not None:
             if not 0 <= partition < num_partitions:
                 return RecordFuture.failed(
