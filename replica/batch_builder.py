@@ -392,6 +392,60 @@ def encode_records(
     if count > INT32_MAX:
         raise ValueError("a batch holds at most 2**31 - 1 records")
     base_timestamp = timestamps[0]
+    if headers is None and keys.count(None) == count and None not in values:
+        parts = _unkeyed_timed_parts(cast("Sequence[bytes]", values), timestamps, base_timestamp)
+    else:
+        parts = _any_record_parts(values, keys, timestamps, headers, base_timestamp)
+    return _frame(
+        b"".join(parts),
+        count=count,
+        compression=_check_codec(compression),
+        attributes=0,
+        base_offset=0,
+        partition_leader_epoch=-1,
+        base_timestamp=base_timestamp,
+        max_timestamp=max(timestamps),
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+    )
+
+
+def _unkeyed_timed_parts(
+    values: Sequence[bytes], timestamps: Sequence[int], base_timestamp: int
+) -> list[bytes]:
+    """Record parts of the commonest open batch: no keys, no headers, no null values."""
+    parts: list[bytes] = []
+    extend = parts.extend
+    table = VARINT_TABLE
+    table_size = TABLE_SIZE
+    value_length_table = _NULL_KEY_VALUE_LENGTH
+    zero = b"\x00"  # the attributes byte, and the header count
+    for offset_delta, (value, timestamp) in enumerate(zip(values, timestamps, strict=True)):
+        size = len(value)
+        delta = timestamp - base_timestamp
+        timestamp_varint = table[delta] if 0 <= delta < table_size else zigzag_varint(delta)
+        offset_varint = (
+            table[offset_delta] if offset_delta < table_size else encode_varint(offset_delta)
+        )
+        value_length = (
+            value_length_table[size] if size < table_size else b"\x01" + encode_varint(size)
+        )
+        body = 2 + len(timestamp_varint) + len(offset_varint) + len(value_length) + size
+        length = table[body] if body < table_size else encode_varint(body)
+        extend((length, zero, timestamp_varint, offset_varint, value_length, value, zero))
+    return parts
+
+
+def _any_record_parts(
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None],
+    timestamps: Sequence[int],
+    headers: Sequence[bytes] | None,
+    base_timestamp: int,
+) -> list[bytes]:
+    """Record parts for any mix of keys, null values and headers."""
+    count = len(values)
     parts: list[bytes] = []
     extend = parts.extend
     table = VARINT_TABLE
@@ -430,16 +484,4 @@ def encode_records(
         extend((table[body] if body < table_size else encode_varint(body), zero))
         extend((timestamp_varint, offset_varint, key_length, key, value_length, value))
         parts.append(header_bytes)
-    return _frame(
-        b"".join(parts),
-        count=count,
-        compression=_check_codec(compression),
-        attributes=0,
-        base_offset=0,
-        partition_leader_epoch=-1,
-        base_timestamp=base_timestamp,
-        max_timestamp=max(timestamps),
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-    )
+    return parts

@@ -183,7 +183,9 @@ class RecordAccumulator:
     ) -> None:
         self.clock = clock
         self.linger_s = linger_s
-        self.batch_size = batch_size
+        # A batch must fit one request: batch.size above max.request.size would build
+        # batches no broker takes (Kafka users meet that as RECORD_LIST_TOO_LARGE).
+        self.batch_size = max(1, min(batch_size, max_request_size - REQUEST_OVERHEAD))
         self.compression = compression
         self.max_request_size = max_request_size
         self.delivery_timeout_s = delivery_timeout_s

@@ -66,3 +66,13 @@ def test_bad_records_are_refused_by_send_itself(fake: FakeLeader) -> None:
             producer.send("t", b"v", timestamp_ms=-1)
         # Nothing refused reached the batch: the next record is the partition's first.
         assert producer.send("t", b"ok", partition=0).result(timeout=TIMEOUT_S).offset == 0
+
+
+def test_a_batch_size_above_max_request_size_still_makes_batches_a_request_can_carry(
+    fake: FakeLeader,
+) -> None:
+    with _producer(fake, linger_ms=60_000, batch_size=1 << 24, max_request_size=4096) as producer:
+        futures = [producer.send("t", bytes(100), partition=0) for _ in range(200)]
+        producer.flush(timeout=TIMEOUT_S)
+        assert [f.result(timeout=0).offset for f in futures] == list(range(200))
+    assert len([r for r in fake.received if r.partition == 0]) > 1

@@ -690,3 +690,21 @@ def test_encode_headers_refuses_what_is_not_a_header() -> None:
         encode_headers([(b"k", b"v")])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="header value"):
         encode_headers([("k", "v")])  # type: ignore[list-item]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    values=st.lists(st.binary(max_size=300), min_size=1, max_size=60),
+    start=st.integers(min_value=0, max_value=INT64_MAX - 2**40),
+    steps=st.lists(st.integers(min_value=-5, max_value=2**33), min_size=60, max_size=60),
+)
+def test_encode_records_without_keys_equals_the_builder(
+    values: list[bytes], start: int, steps: list[int]
+) -> None:
+    """The unkeyed fast path (no keys, headers or null values) gives the builder's bytes."""
+    timestamps = [max(0, start + step) for step in steps[: len(values)]]
+    builder = RecordBatchBuilder()
+    for value, ts in zip(values, timestamps, strict=True):
+        builder.append(value, timestamp_ms=ts)
+    encoded = encode_records(values, [None] * len(values), timestamps, None)
+    assert encoded == builder.build()
