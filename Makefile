@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 DATA ?= data/cluster
 
-.PHONY: spark-demo sim lock install run test lint format typecheck unit integration docker-test image chaos chaos-tools proto proto-check bench clean docs
+.PHONY: spark-demo sim lock install run test lint format typecheck unit integration docker-test image chaos chaos-tools proto proto-check bench bench-compare clean docs
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +82,19 @@ chaos-tools:
 bench: $(STAMP)
 	$(BIN)/python bench/single_node.py
 	$(BIN)/python bench/client_paths.py
+
+# nats-py (pyproject's bench extra), added to the venv that make install built.
+$(BENCH_STAMP): $(STAMP) pyproject.toml constraints.txt
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+## lograft against a three-node NATS JetStream cluster (Debian's nats-server, installed when
+## missing): the same workloads, alternating; prints the ratio per workload as JSON and writes
+## bench/results/compare_nats.json. Options through COMPARE_ARGS="--runs 5 --messages 200000".
+COMPARE_ARGS ?=
+bench-compare: $(BENCH_STAMP)
+	bench/install-nats.sh
+	$(BIN)/python bench/compare_nats.py $(COMPARE_ARGS)
 
 ## Re-pin every installed package after changing pyproject.toml.
 lock: $(STAMP)
