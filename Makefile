@@ -98,7 +98,7 @@ bench-compare: $(BENCH_STAMP)
 
 ## Re-pin every installed package after changing pyproject.toml.
 lock: $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	$(BIN)/pip install --quiet -e '.[dev,spark,bench]'
 	{ echo '# Exact versions of every package in .venv (direct and transitive). Regenerate: make lock'; \
 	  $(BIN)/pip freeze --exclude-editable; } > constraints.txt
 
