@@ -304,12 +304,19 @@ class Node:
         if snapshot is not None:
             machine.restore(snapshot)
         tick_ms = RAFT_TICK_MS
+        election_timeout_ticks = max(2, config.election_timeout_ms // tick_ms)
         driver = RaftDriver(
             RaftConfig(
                 node_id=config.node_id,
                 cluster_id=self.cluster_id,
                 voters=frozenset(config.quorum_voters),
-                election_timeout_ticks=max(2, config.election_timeout_ms // tick_ms),
+                election_timeout_ticks=election_timeout_ticks,
+                # Long-poll the leader instead of fetching every tick: an idle quorum then
+                # exchanges a fetch per follower every max wait, not every 50 ms. A follower
+                # hears from its leader only through fetch answers, so the wait is half the
+                # election timeout (250 ms by default; Kafka waits 500 ms with a 2 s fetch
+                # timeout).
+                fetch_max_wait_ticks=election_timeout_ticks // 2,
             ),
             storage,
             RaftTransport(config.node_id, config.quorum_voters),

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\nraft.proto\x12\x0flograft.raft.v1\"\xda\x04\n\x0cRaftEnvelope\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0b\n\x03src\x18\x02 \x01(\x05\x12\x0b\n\x03\x64st\x18\x03 \x01(\x05\x12\r\n\x05\x65poch\x18\x04 \x01(\x05\x12\x34\n\x0cvote_request\x18\n \x01(\x0b\x32\x1c.lograft.raft.v1.VoteRequestH\x00\x12\x36\n\rvote_response\x18\x0b \x01(\x0b\x32\x1d.lograft.raft.v1.VoteResponseH\x00\x12?\n\x12\x62\x65gin_quorum_epoch\x18\x0c \x01(\x0b\x32!.lograft.raft.v1.BeginQuorumEpochH\x00\x12P\n\x1b\x62\x65gin_quorum_epoch_response\x18\r \x01(\x0b\x32).lograft.raft.v1.BeginQuorumEpochResponseH\x00\x12\x36\n\rfetch_request\x18\x0e \x01(\x0b\x32\x1d.lograft.raft.v1.FetchRequestH\x00\x12\x38\n\x0e\x66\x65tch_response\x18\x0f \x01(\x0b\x32\x1e.lograft.raft.v1.FetchResponseH\x00\x12G\n\x16\x66\x65tch_snapshot_request\x18\x10 \x01(\x0b\x32%.lograft.raft.v1.FetchSnapshotRequestH\x00\x12I\n\x17\x66\x65tch_snapshot_response\x18\x11 \x01(\x0b\x32&.lograft.raft.v1.FetchSnapshotResponseH\x00\x42\x06\n\x04\x62ody\"N\n\tRaftReply\x12/\n\x08messages\x18\x01 \x03(\x0b\x32\x1d.lograft.raft.v1.RaftEnvelope\x12\x10\n\x08rejected\x18\x02 \x01(\t\"K\n\x0bVoteRequest\x12\x12\n\nlast_epoch\x18\x01 \x01(\x05\x12\x16\n\x0elog_end_offset\x18\x02 \x01(\x03\x12\x10\n\x08pre_vote\x18\x03 \x01(\x08\"1\n\x0cVoteResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x10\n\x08pre_vote\x18\x02 \x01(\x08\"\x12\n\x10\x42\x65ginQuorumEpoch\"A\n\x18\x42\x65ginQuorumEpochResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x11\n\tleader_id\x18\x02 \x01(\x05\"@\n\x0c\x46\x65tchRequest\x12\x14\n\x0c\x66\x65tch_offset\x18\x01 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x02 \x01(\x05\"B\n\x05\x45ntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0c\n\x04kind\x18\x04 \x01(\x05\"/\n\nSnapshotId\x12\x12\n\nend_offset\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\"\xde\x02\n\rFetchResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x03 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x04 \x01(\x05\x12\'\n\x07\x65ntries\x18\x05 \x03(\x0b\x32\x16.lograft.raft.v1.Entry\x12\x16\n\x0ehigh_watermark\x18\x06 \x01(\x03\x12\x1c\n\x0f\x64iverging_epoch\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12!\n\x14\x64iverging_end_offset\x18\x08 \x01(\x03H\x01\x88\x01\x01\x12\x35\n\x0bsnapshot_id\x18\t \x01(\x0b\x32\x1b.lograft.raft.v1.SnapshotIdH\x02\x88\x01\x01\x42\x12\n\x10_diverging_epochB\x17\n\x15_diverging_end_offsetB\x0e\n\x0c_snapshot_id\"H\n\x14\x46\x65tchSnapshotRequest\x12\x30\n\x0bsnapshot_id\x18\x01 \x01(\x0b\x32\x1b.lograft.raft.v1.SnapshotId\"}\n\x15\x46\x65tchSnapshotResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x30\n\x08snapshot\x18\x03 \x01(\x0b\x32\x19.lograft.raft.v1.SnapshotH\x00\x88\x01\x01\x42\x0b\n\t_snapshot\"<\n\x08Snapshot\x12\x12\n\nend_offset\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\r\n\x05image\x18\x03 \x01(\x0c\x32I\n\x04Raft\x12\x41\n\x04Step\x12\x1d.lograft.raft.v1.RaftEnvelope\x1a\x1a.lograft.raft.v1.RaftReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\nraft.proto\x12\x0flograft.raft.v1\"\xda\x04\n\x0cRaftEnvelope\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0b\n\x03src\x18\x02 \x01(\x05\x12\x0b\n\x03\x64st\x18\x03 \x01(\x05\x12\r\n\x05\x65poch\x18\x04 \x01(\x05\x12\x34\n\x0cvote_request\x18\n \x01(\x0b\x32\x1c.lograft.raft.v1.VoteRequestH\x00\x12\x36\n\rvote_response\x18\x0b \x01(\x0b\x32\x1d.lograft.raft.v1.VoteResponseH\x00\x12?\n\x12\x62\x65gin_quorum_epoch\x18\x0c \x01(\x0b\x32!.lograft.raft.v1.BeginQuorumEpochH\x00\x12P\n\x1b\x62\x65gin_quorum_epoch_response\x18\r \x01(\x0b\x32).lograft.raft.v1.BeginQuorumEpochResponseH\x00\x12\x36\n\rfetch_request\x18\x0e \x01(\x0b\x32\x1d.lograft.raft.v1.FetchRequestH\x00\x12\x38\n\x0e\x66\x65tch_response\x18\x0f \x01(\x0b\x32\x1e.lograft.raft.v1.FetchResponseH\x00\x12G\n\x16\x66\x65tch_snapshot_request\x18\x10 \x01(\x0b\x32%.lograft.raft.v1.FetchSnapshotRequestH\x00\x12I\n\x17\x66\x65tch_snapshot_response\x18\x11 \x01(\x0b\x32&.lograft.raft.v1.FetchSnapshotResponseH\x00\x42\x06\n\x04\x62ody\"N\n\tRaftReply\x12/\n\x08messages\x18\x01 \x03(\x0b\x32\x1d.lograft.raft.v1.RaftEnvelope\x12\x10\n\x08rejected\x18\x02 \x01(\t\"K\n\x0bVoteRequest\x12\x12\n\nlast_epoch\x18\x01 \x01(\x05\x12\x16\n\x0elog_end_offset\x18\x02 \x01(\x03\x12\x10\n\x08pre_vote\x18\x03 \x01(\x08\"1\n\x0cVoteResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x10\n\x08pre_vote\x18\x02 \x01(\x08\"\x12\n\x10\x42\x65ginQuorumEpoch\"A\n\x18\x42\x65ginQuorumEpochResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x11\n\tleader_id\x18\x02 \x01(\x05\"p\n\x0c\x46\x65tchRequest\x12\x14\n\x0c\x66\x65tch_offset\x18\x01 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x02 \x01(\x05\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12\x16\n\x0emax_wait_ticks\x18\x04 \x01(\x05\"B\n\x05\x45ntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0c\n\x04kind\x18\x04 \x01(\x05\"/\n\nSnapshotId\x12\x12\n\nend_offset\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\"\xde\x02\n\rFetchResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x03 \x01(\x03\x12\x1a\n\x12last_fetched_epoch\x18\x04 \x01(\x05\x12\'\n\x07\x65ntries\x18\x05 \x03(\x0b\x32\x16.lograft.raft.v1.Entry\x12\x16\n\x0ehigh_watermark\x18\x06 \x01(\x03\x12\x1c\n\x0f\x64iverging_epoch\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12!\n\x14\x64iverging_end_offset\x18\x08 \x01(\x03H\x01\x88\x01\x01\x12\x35\n\x0bsnapshot_id\x18\t \x01(\x0b\x32\x1b.lograft.raft.v1.SnapshotIdH\x02\x88\x01\x01\x42\x12\n\x10_diverging_epochB\x17\n\x15_diverging_end_offsetB\x0e\n\x0c_snapshot_id\"H\n\x14\x46\x65tchSnapshotRequest\x12\x30\n\x0bsnapshot_id\x18\x01 \x01(\x0b\x32\x1b.lograft.raft.v1.SnapshotId\"}\n\x15\x46\x65tchSnapshotResponse\x12\x12\n\nerror_code\x18\x01 \x01(\x05\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x30\n\x08snapshot\x18\x03 \x01(\x0b\x32\x19.lograft.raft.v1.SnapshotH\x00\x88\x01\x01\x42\x0b\n\t_snapshot\"<\n\x08Snapshot\x12\x12\n\nend_offset\x18\x01 \x01(\x03\x12\r\n\x05\x65poch\x18\x02 \x01(\x05\x12\r\n\x05image\x18\x03 \x01(\x0c\x32I\n\x04Raft\x12\x41\n\x04Step\x12\x1d.lograft.raft.v1.RaftEnvelope\x1a\x1a.lograft.raft.v1.RaftReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,19 +44,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BEGINQUORUMEPOCHRESPONSE']._serialized_start=864
   _globals['_BEGINQUORUMEPOCHRESPONSE']._serialized_end=929
   _globals['_FETCHREQUEST']._serialized_start=931
-  _globals['_FETCHREQUEST']._serialized_end=995
-  _globals['_ENTRY']._serialized_start=997
-  _globals['_ENTRY']._serialized_end=1063
-  _globals['_SNAPSHOTID']._serialized_start=1065
-  _globals['_SNAPSHOTID']._serialized_end=1112
-  _globals['_FETCHRESPONSE']._serialized_start=1115
-  _globals['_FETCHRESPONSE']._serialized_end=1465
-  _globals['_FETCHSNAPSHOTREQUEST']._serialized_start=1467
-  _globals['_FETCHSNAPSHOTREQUEST']._serialized_end=1539
-  _globals['_FETCHSNAPSHOTRESPONSE']._serialized_start=1541
-  _globals['_FETCHSNAPSHOTRESPONSE']._serialized_end=1666
-  _globals['_SNAPSHOT']._serialized_start=1668
-  _globals['_SNAPSHOT']._serialized_end=1728
-  _globals['_RAFT']._serialized_start=1730
-  _globals['_RAFT']._serialized_end=1803
+  _globals['_FETCHREQUEST']._serialized_end=1043
+  _globals['_ENTRY']._serialized_start=1045
+  _globals['_ENTRY']._serialized_end=1111
+  _globals['_SNAPSHOTID']._serialized_start=1113
+  _globals['_SNAPSHOTID']._serialized_end=1160
+  _globals['_FETCHRESPONSE']._serialized_start=1163
+  _globals['_FETCHRESPONSE']._serialized_end=1513
+  _globals['_FETCHSNAPSHOTREQUEST']._serialized_start=1515
+  _globals['_FETCHSNAPSHOTREQUEST']._serialized_end=1587
+  _globals['_FETCHSNAPSHOTRESPONSE']._serialized_start=1589
+  _globals['_FETCHSNAPSHOTRESPONSE']._serialized_end=1714
+  _globals['_SNAPSHOT']._serialized_start=1716
+  _globals['_SNAPSHOT']._serialized_end=1776
+  _globals['_RAFT']._serialized_start=1778
+  _globals['_RAFT']._serialized_end=1851
 # @@protoc_insertion_point(module_scope)

@@ -73,12 +73,16 @@ class BeginQuorumEpochResponse(_message.Message):
     def __init__(self, error_code: _Optional[int] = ..., leader_id: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("fetch_offset", "last_fetched_epoch")
+    __slots__ = ("fetch_offset", "last_fetched_epoch", "high_watermark", "max_wait_ticks")
     FETCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_FETCHED_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_TICKS_FIELD_NUMBER: _ClassVar[int]
     fetch_offset: int
     last_fetched_epoch: int
-    def __init__(self, fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ...) -> None: ...
+    high_watermark: int
+    max_wait_ticks: int
+    def __init__(self, fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., high_watermark: _Optional[int] = ..., max_wait_ticks: _Optional[int] = ...) -> None: ...
 
 class Entry(_message.Message):
     __slots__ = ("offset", "epoch", "data", "kind")

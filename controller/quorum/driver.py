@@ -6,7 +6,10 @@ caller, from the event loop. Each cycle follows the core's contract (``controlle
 1. step every message received since the last cycle and every elapsed tick;
 2. take the ``Ready``; persist it with ``storage.write`` on a worker thread (it fsyncs);
 3. only then send its messages — those for a peer whose ``Step`` call is waiting for an
-   answer go back in that call's reply, the rest go out as new ``Step`` calls;
+   answer go back in that call's reply, the rest go out as new ``Step`` calls. A call whose
+   ``FetchRequest`` the core holds (long poll) stays open across cycles until the core
+   answers it, up to ``STEP_TIMEOUT_S`` (well above any max wait), and a newer call from
+   the same peer releases it (empty): a peer waits on one call at most;
 4. apply committed entries (or a snapshot) to the state machine; complete proposals;
 5. ``advance``.
 
@@ -31,6 +34,7 @@ from controller.quorum.wire import MalformedRaftMessageError, from_envelope, to_
 from controller.raft import (
     Entry,
     EntryKind,
+    FetchRequest,
     NotLeaderError,
     RaftConfig,
     RaftMessage,
@@ -46,6 +50,7 @@ __all__ = ["RaftDriver", "RaftStorage", "RaftTransport", "StateMachine"]
 
 log = logging.getLogger(__name__)
 
+#: How long a Step call waits for the core's answer; above the longest fetch max wait.
 STEP_TIMEOUT_S = 2.0
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
@@ -117,6 +122,8 @@ class _Inbound:
     message: RaftMessage
     reply: asyncio.Future[list[RaftMessage]] | None
     rejected: str = ""
+    #: What the core produced for the sender while this call waited.
+    answers: list[RaftMessage] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -148,6 +155,8 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
         self._tick_s = tick_ms / 1000
         self._on_ready = on_ready
         self._inbound: list[_Inbound] = []
+        #: The Step call each peer waits on, by peer: its answers go back in its reply.
+        self._calls: dict[int, _Inbound] = {}
         self._ticks = 0
         self._wakeup = asyncio.Event()
         self._proposals: dict[int, _Proposal] = {}
@@ -245,7 +254,6 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
 
     async def _cycle(self) -> None:
         inbound, self._inbound = self._inbound, []
-        waiting: dict[int, list[_Inbound]] = {}
         for item in inbound:
             rejection = self._node.step(item.message)
             if rejection is not None:
@@ -259,29 +267,41 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
                 )
                 item.rejected = f"{rejection.error.name}: {rejection.detail}"
             if item.reply is not None:
-                waiting.setdefault(item.message.src, []).append(item)
+                older = self._calls.get(item.message.src)
+                if older is not None:
+                    self._finish_call(older)
+                self._calls[item.message.src] = item
         ticks, self._ticks = self._ticks, 0
         for _ in range(ticks):
             self._node.tick()
-        answers: dict[int, list[RaftMessage]] = {src: [] for src in waiting}
         while self._node.has_ready():
             ready = self._node.ready()
             if ready.must_sync:
                 await asyncio.get_running_loop().run_in_executor(None, self._storage.write, ready)
             for message in ready.messages:
-                if message.dst in answers:
-                    answers[message.dst].append(message)
+                call = self._calls.get(message.dst)
+                if call is not None and call.reply is not None and not call.reply.done():
+                    call.answers.append(message)
                 else:
                     self._send(message)
             self._apply(ready)
             self._node.advance(ready)
             self._after_ready(ready)
-        for src, items in waiting.items():
-            for item in items:
-                assert item.reply is not None
-                if not item.reply.done():
-                    item.reply.set_result(answers[src])
-                    answers[src] = []  # each message goes back once
+        for src, call in list(self._calls.items()):
+            # A fetch the core holds (nothing answered, nothing refused) waits for a later
+            # cycle; every other call is answered now, with what the core produced for it.
+            held = isinstance(call.message, FetchRequest) and not call.answers
+            if not held or call.rejected or call.reply is None or call.reply.done():
+                del self._calls[src]
+                self._finish_call(call)
+
+    def _finish_call(self, call: _Inbound) -> None:
+        """Answer a waiting Step call; if its caller gave up, send its answers anew."""
+        if call.reply is not None and not call.reply.done():
+            call.reply.set_result(call.answers)
+            return
+        for message in call.answers:
+            self._send(message)
 
     def _apply(self, ready: Ready) -> None:
         if ready.apply_snapshot and ready.snapshot is not None:

@@ -105,6 +105,8 @@ def to_envelope(message: RaftMessage) -> pb.RaftEnvelope:
                 pb.FetchRequest(
                     fetch_offset=message.fetch_offset,
                     last_fetched_epoch=message.last_fetched_epoch,
+                    high_watermark=message.high_watermark,
+                    max_wait_ticks=message.max_wait_ticks,
                 )
             )
         case FetchResponse():
@@ -186,6 +188,8 @@ def from_envelope(envelope: pb.RaftEnvelope) -> RaftMessage:
             *head,
             _non_negative("fetch_offset", fetch.fetch_offset),
             _non_negative("last_fetched_epoch", fetch.last_fetched_epoch),
+            _non_negative("high_watermark", fetch.high_watermark),
+            _non_negative("max_wait_ticks", fetch.max_wait_ticks),
         )
     if kind == "fetch_response":
         response = envelope.fetch_response

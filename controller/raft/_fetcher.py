@@ -1,11 +1,15 @@
 """The fetcher side of replication: followers and observers pulling from the leader.
 
 A follower (voter) or observer (non-voter) sends ``FetchRequest(fetch_offset = log end
-offset, last_fetched_epoch)`` each tick while none is outstanding, and again after
-``fetch_timeout_ticks``; it is built at ``ready()`` time so that its offset describes the
-log that Ready persists. The answer brings entries and the high watermark, a diverging
-epoch to truncate at (KIP-320), or a snapshot id to fetch instead (KIP-630). An observer
-that does not know the leader asks a voter chosen with the injected random generator.
+offset, last_fetched_epoch, high_watermark, max_wait_ticks)``, one at a time; it is built at
+``ready()`` time so that its offset describes the log that Ready persists. The answer brings
+entries and the high watermark, a diverging epoch to truncate at (KIP-320), or a snapshot id
+to fetch instead (KIP-630). After an answer that brought something the next fetch goes at
+once; after one that brought nothing (the leader held it ``max_wait_ticks``, or does not
+hold fetches) or an error, on the next tick -- so a leader that answers at once is fetched
+from once a tick, never in a loop. A fetch unanswered ``fetch_timeout_ticks`` after its
+wait is sent again. An observer that does not know the leader asks a voter chosen with the
+injected random generator.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ class Fetcher(NodeState):
 
     def _tick_fetch(self) -> None:
         self._fetch_age += 1
-        if self._fetch_pending and self._fetch_age < self._cfg.fetch_timeout_ticks:
+        patience = self._cfg.fetch_max_wait_ticks + self._cfg.fetch_timeout_ticks
+        if self._fetch_pending and self._fetch_age < patience:
             return
         if self._fetch_pending and self.leader_id is None:
             self._observer_target = None  # that voter did not answer: an observer asks another
@@ -72,8 +77,13 @@ class Fetcher(NodeState):
         if self._want_snapshot is not None:
             self._send(FetchSnapshotRequest(cid, me, target, epoch, self._want_snapshot))
         else:
-            leo = self._log.log_end_offset
-            self._send(FetchRequest(cid, me, target, epoch, leo, self._log.last_epoch))
+            leo, last_epoch, hw = (
+                self._log.log_end_offset,
+                self._log.last_epoch,
+                self._high_watermark,
+            )
+            wait = self._cfg.fetch_max_wait_ticks
+            self._send(FetchRequest(cid, me, target, epoch, leo, last_epoch, hw, wait))
         self._want_fetch = False
         self._fetch_pending = True
         self._fetch_age = 0
@@ -118,7 +128,10 @@ class Fetcher(NodeState):
             log.append(m.entries)
             self._want_fetch = True  # there may be more: keep pulling
         matched_end = m.fetch_offset + len(m.entries)
-        self._high_watermark = max(self._high_watermark, min(m.high_watermark, matched_end))
+        high_watermark = max(self._high_watermark, min(m.high_watermark, matched_end))
+        if high_watermark > self._high_watermark:
+            self._high_watermark = high_watermark
+            self._want_fetch = True  # the next fetch waits for news past this one
         return None
 
     def _truncate_diverging(self, epoch: int, end_offset: int) -> None:

@@ -6,6 +6,12 @@ entry of the leader's epoch (Raft section 5.4.2). A fetch that does not match th
 answered with the diverging epoch (KIP-320) or, below the log start, with the snapshot id
 (KIP-630). The leader repeats ``BeginQuorumEpoch`` to silent voters and resigns when a
 majority stops fetching (check-quorum). :class:`LeaderState` lives only for one epoch.
+
+Long poll (KRaft's fetch purgatory): a fetch that finds nothing new -- no entry past its
+offset, no high watermark above the fetcher's -- is held for up to its ``max_wait_ticks``
+(capped by ours) and answered, at ``ready()`` time, as soon as the log or the high
+watermark moves, when the wait runs out, or with an error when leadership is lost. A held
+fetch is a fetcher waiting on us: it counts as heard from every tick it is held.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from controller.raft.messages import (
 from controller.raft.quorum_state import Role
 from controller.raft.ready import Rejection
 
-__all__ = ["Leader", "LeaderState", "Progress"]
+__all__ = ["HeldFetch", "Leader", "LeaderState", "Progress"]
 
 
 @dataclass(slots=True)
@@ -32,7 +38,17 @@ class Progress:
     """The leader's knowledge of one fetcher in the current epoch."""
 
     end_offset: int = 0
+    #: The last tick the fetcher was heard from: it fetched, or a fetch of it was held.
     last_fetch_tick: int = -1
+
+
+@dataclass(slots=True)
+class HeldFetch:
+    """A fetch the leader holds until there is something new for it (long poll)."""
+
+    request: FetchRequest
+    #: Ticks left before it is answered anyway (empty).
+    ticks_left: int
 
 
 @dataclass(slots=True)
@@ -53,6 +69,10 @@ class Leader(NodeState):
         if leader is None:
             raise RaftInvariantError(f"node={self.node_id} is Leader without leader state")
         leader.ticks += 1
+        for src, held in self._held_fetches.items():
+            held.ticks_left -= 1
+            if held.request.epoch == self.epoch:
+                leader.progress.setdefault(src, Progress()).last_fetch_tick = leader.ticks
         if leader.ticks % self._cfg.fetch_timeout_ticks == 0:
             # Voters that have not fetched lately may not know us (lost BeginQuorumEpoch,
             # restarted): tell them again. Cheap, and it is what lets them stop campaigning.
@@ -103,6 +123,8 @@ class Leader(NodeState):
         leader = self._leader
         if leader is None:
             raise RaftInvariantError(f"node={self.node_id} is Leader without leader state")
+        # A newer fetch supersedes a held one: its sender stopped waiting for that answer.
+        self._held_fetches.pop(m.src, None)
         progress = leader.progress.setdefault(m.src, Progress())
         progress.last_fetch_tick = leader.ticks
         log = self._log
@@ -127,14 +149,54 @@ class Leader(NodeState):
         # The fetcher's log matches ours up to ``offset``: that is its acknowledgement.
         progress.end_offset = max(progress.end_offset, offset)
         self._maybe_advance_high_watermark()
-        entries = tuple(log.entries(offset, offset + self._cfg.max_fetch_entries))
-        self._send(
-            FetchResponse(
-                cid, me, m.src, epoch, ErrorCode.NONE, me, offset, last_epoch, entries,
-                self._high_watermark, None, None, None,
-            )
-        )  # fmt: skip
+        wait = min(m.max_wait_ticks, self._cfg.fetch_max_wait_ticks)
+        if wait > 0 and not self._has_news_for(m):
+            self._held_fetches[m.src] = HeldFetch(m, wait)
+            return None
+        self._send(self._entries_answer(m))
         return None
+
+    def _has_news_for(self, m: FetchRequest) -> bool:
+        """Whether a (validated) fetch has entries or a higher high watermark to get."""
+        return m.fetch_offset < self._log.log_end_offset or m.high_watermark < self._high_watermark
+
+    def _entries_answer(self, m: FetchRequest) -> FetchResponse:
+        """The answer to a fetch validated against our log: entries from its offset."""
+        offset = m.fetch_offset
+        entries = tuple(self._log.entries(offset, offset + self._cfg.max_fetch_entries))
+        return FetchResponse(
+            self._cfg.cluster_id, self.node_id, m.src, self.epoch, ErrorCode.NONE, self.node_id,
+            offset, m.last_fetched_epoch, entries, self._high_watermark, None, None, None,
+        )  # fmt: skip
+
+    def _held_fetch_due(self) -> bool:
+        """Whether a held fetch is to be answered now (see :meth:`_answer_held_fetches`)."""
+        return any(self._held_fetch_is_due(held) for held in self._held_fetches.values())
+
+    def _held_fetch_is_due(self, held: HeldFetch) -> bool:
+        return (
+            self.role is not Role.LEADER
+            or held.request.epoch != self.epoch
+            or held.ticks_left <= 0
+            or self._has_news_for(held.request)
+        )
+
+    def _answer_held_fetches(self) -> None:
+        """Answer the held fetches that are due: at ``ready()`` time, like fetches are sent.
+
+        Entries appended since (ours, not yet durable) go out only after this Ready persists
+        them. A fetch held in an epoch we no longer lead is answered with the error a fetch
+        to a non-leader gets, which names the new leader when we know it.
+        """
+        for src in sorted(self._held_fetches):
+            held = self._held_fetches[src]
+            if not self._held_fetch_is_due(held):
+                continue
+            del self._held_fetches[src]
+            if self.role is Role.LEADER and held.request.epoch == self.epoch:
+                self._send(self._entries_answer(held.request))
+            else:
+                self._send(self._fetch_error(held.request, ErrorCode.NOT_LEADER_OR_FOLLOWER))
 
     def _snapshot_pointer(self, m: FetchRequest) -> FetchResponse:
         snapshot_id = self._log.snapshot_id()

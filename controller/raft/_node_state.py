@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     # Only the type: the generator itself is injected, never the global one.
     from random import Random
 
-    from controller.raft._leader import LeaderState
+    from controller.raft._leader import HeldFetch, LeaderState
     from controller.raft.config import RaftConfig
     from controller.raft.storage import Storage
 
@@ -52,6 +52,9 @@ class NodeState:
         self._randomized_election_timeout = self._draw_election_timeout()
         self._votes: set[int] = set()
         self._leader: LeaderState | None = None
+        #: Fetches the leader holds (long poll), by fetcher. Kept outside ``LeaderState`` so
+        #: that losing leadership still answers them (with the new leader, if known).
+        self._held_fetches: dict[int, HeldFetch] = {}
         self._want_fetch = False
         self._fetch_pending = False
         self._fetch_age = 0

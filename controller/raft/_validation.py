@@ -50,8 +50,15 @@ def malformed(m: Message, node_id: int) -> str | None:
         if type(m.granted) is not bool or type(m.pre_vote) is not bool:
             return "bad VoteResponse fields"
     elif isinstance(m, FetchRequest):
-        if not (_is_int(m.fetch_offset) and _is_int(m.last_fetched_epoch)):
+        if not (
+            _is_int(m.fetch_offset)
+            and _is_int(m.last_fetched_epoch)
+            and _is_int(m.high_watermark)
+            and _is_int(m.max_wait_ticks)
+        ):
             return "bad FetchRequest fields"
+        if m.high_watermark > m.fetch_offset:
+            return "high watermark is above the fetcher's log end offset"
         if m.last_fetched_epoch > m.epoch:
             return "last fetched epoch is above the fetcher's epoch"
     elif isinstance(m, FetchResponse):

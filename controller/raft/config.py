@@ -21,8 +21,15 @@ class RaftConfig:
     #: Kafka's ``controller.quorum.voters`` ids. A node not in it is an observer.
     voters: frozenset[int]
     election_timeout_ticks: int = 10
-    #: A fetch not answered within this many ticks is sent again.
+    #: A fetch not answered within this many ticks (after its ``fetch_max_wait_ticks``) is
+    #: sent again.
     fetch_timeout_ticks: int = 2
+    #: Long poll: how long a fetch that finds nothing new may be held by the leader (the
+    #: ``max_wait_ticks`` this node asks for as a fetcher, and the most it grants as leader).
+    #: ``0`` answers every fetch at once and fetches every tick. A follower hears from its
+    #: leader only through fetch answers, so it must stay well below the election timeout:
+    #: at most half of it.
+    fetch_max_wait_ticks: int = 0
     pre_vote: bool = True
     check_quorum: bool = True
     max_fetch_entries: int = 256
@@ -35,5 +42,7 @@ class RaftConfig:
             raise ValueError("node ids must be >= 0")
         if self.election_timeout_ticks < 2 or self.fetch_timeout_ticks < 1:
             raise ValueError("election_timeout_ticks must be >= 2, fetch_timeout_ticks >= 1")
+        if not 0 <= 2 * self.fetch_max_wait_ticks <= self.election_timeout_ticks:
+            raise ValueError("fetch_max_wait_ticks must be in [0, election_timeout_ticks / 2]")
         if self.max_fetch_entries < 1 or self.max_committed_entries < 1:
             raise ValueError("max_fetch_entries and max_committed_entries must be >= 1")

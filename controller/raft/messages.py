@@ -12,7 +12,9 @@ KRaft (KIP-595) rather than etcd's push model:
   append responses); without it a voter stuck in a later epoch could never rejoin.
 * ``FetchRequest`` / ``FetchResponse`` -- followers and observers *pull* the log from the
   leader: ``fetch_offset`` is the fetcher's log end offset and ``last_fetched_epoch`` the
-  epoch of its last entry. The leader answers with entries and its high watermark, or with
+  epoch of its last entry. A fetch that finds nothing new is held (long poll) until the
+  log or the high watermark moves or its ``max_wait_ticks`` pass. The leader answers with
+  entries and its high watermark, or with
   a diverging epoch and end offset (the fetcher truncates, KIP-101/KIP-320), or with the id
   of the snapshot to fetch when ``fetch_offset`` is below the leader's log start offset.
   A voter's validated ``fetch_offset`` is its acknowledgement for the high watermark.
@@ -170,10 +172,19 @@ class BeginQuorumEpochResponse(Message):
 
 @dataclass(frozen=True, slots=True)
 class FetchRequest(Message):
-    """Pull entries from ``fetch_offset``; ``last_fetched_epoch`` is the epoch before it."""
+    """Pull entries from ``fetch_offset``; ``last_fetched_epoch`` is the epoch before it.
+
+    ``high_watermark`` is the fetcher's own and ``max_wait_ticks`` how long the leader may
+    hold the fetch when it has nothing new for it (KRaft's ``MaxWaitMs``; Kafka 4.1's
+    KIP-1166 sends the fetcher's high watermark for the same reason): no entry past
+    ``fetch_offset`` and no high watermark above the fetcher's. ``0`` asks for an answer at
+    once.
+    """
 
     fetch_offset: int
     last_fetched_epoch: int
+    high_watermark: int = 0
+    max_wait_ticks: int = 0
 
 
 @dataclass(frozen=True, slots=True)

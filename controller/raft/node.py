@@ -6,10 +6,14 @@ Protocol (KIP-595 with pre-vote from KIP-996 and check-quorum)::
     pre-votes from a majority    -> Candidate: epoch + 1, vote for self, VoteRequest to voters
     votes from a majority        -> Leader: append a LEADER_CHANGE entry (the no-op),
                                     BeginQuorumEpoch to voters (repeated to silent ones)
-    follower / observer, each tick -> FetchRequest(fetch_offset = log end offset,
-                                    last_fetched_epoch) to the leader
+    follower / observer          -> FetchRequest(fetch_offset = log end offset,
+                                    last_fetched_epoch, high_watermark, max_wait_ticks)
+                                    to the leader: again at once after an answer that
+                                    brought something, else on the next tick
     leader answers               -> entries + high watermark | diverging epoch (truncate)
-                                    | snapshot id (then FetchSnapshotRequest)
+                                    | snapshot id (then FetchSnapshotRequest); with nothing
+                                    new, it holds the fetch (long poll) until the log or
+                                    the high watermark moves or max_wait_ticks pass
     leader, each election timeout -> resign (Unattached, same epoch) unless a majority of
                                     voters fetched during it (check-quorum)
 
@@ -260,12 +264,14 @@ class RaftNode(Election, Leader, Fetcher, SnapshotTransfer):
             or self._high_watermark > self._applied_end
             or log.truncate_from_offset() is not None
             or self._fetch_due()
+            or self._held_fetch_due()
         )
 
     def ready(self) -> Ready:
         """Collect what to persist, send and apply; call :meth:`advance` with it when done."""
         if self._outstanding is not None:
             raise RaftUsageError("ready() called again before advance()")
+        self._answer_held_fetches()
         self._emit_fetch()
         log = self._log
         hard_state = self._quorum.hard_state

@@ -71,7 +71,13 @@ class Cluster:
         for index, node_id in enumerate(voters + observers):
             machine = RecordingMachine()
             driver = RaftDriver(
-                RaftConfig(node_id, CLUSTER_ID, frozenset(voters), election_timeout_ticks=6),
+                RaftConfig(
+                    node_id,
+                    CLUSTER_ID,
+                    frozenset(voters),
+                    election_timeout_ticks=6,
+                    fetch_max_wait_ticks=3,  # long poll, as nodes do: held calls included
+                ),
                 SyncedMemoryStorage(),
                 RaftTransport(node_id, addresses),
                 machine,

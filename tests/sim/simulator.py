@@ -83,6 +83,7 @@ class SwarmConfig:
     tick_ms: int
     election_timeout_ticks: int
     max_fetch_entries: int
+    fetch_max_wait_ticks: int
     drop: float
     duplicate: float
     delay_max_ms: int
@@ -119,6 +120,9 @@ class SwarmConfig:
             link_weight=rng.choice((0, 1, 2)),
             propose_interval_ms=rng.choice((8, 25, 80)),
             snapshot_probability=rng.choice((0.0, 0.05, 0.3)),
+            # Drawn last, so the draws above stay what they were for every seed. Fetching
+            # every tick, a short long poll, or the node's default (half the election timeout).
+            fetch_max_wait_ticks=rng.choice((0, 1, election_timeout_ticks // 2)),
             faulty_ms=faulty_ms,
             # Generous: many election timeouts (each up to 2x the base) with no faults left.
             liveness_ms=30 * election_timeout_ticks * tick_ms,
@@ -251,6 +255,7 @@ class SimNode:
             voters=voters,
             election_timeout_ticks=cfg.election_timeout_ticks,
             max_fetch_entries=cfg.max_fetch_entries,
+            fetch_max_wait_ticks=cfg.fetch_max_wait_ticks,
         )
         self.rng = random.Random(sim.derive_seed())
         self.disk = SimDisk(random.Random(sim.derive_seed()), cfg.partial_disk_loss)

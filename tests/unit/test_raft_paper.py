@@ -88,15 +88,18 @@ def drain(
 class Net:
     """Nodes wired together by a perfect network that tests can cut."""
 
-    def __init__(self, voters: Iterable[int] = (1, 2, 3), observers: Iterable[int] = ()) -> None:
+    def __init__(
+        self, voters: Iterable[int] = (1, 2, 3), observers: Iterable[int] = (), **overrides: int
+    ) -> None:
         self.voters = tuple(voters)
         ids = self.voters + tuple(observers)
         self.nodes: dict[int, RaftNode] = {}
         self.stores: dict[int, MemoryStorage] = {}
         self.applied: dict[int, list[Entry]] = {i: [] for i in ids}
         self.readies: dict[int, list[Ready]] = {i: [] for i in ids}
+        self.sent: list[RaftMessage] = []
         for i in ids:
-            self.nodes[i], self.stores[i] = make_node(i, self.voters)
+            self.nodes[i], self.stores[i] = make_node(i, self.voters, **overrides)
         self.cut: set[int] = set()
         self.pending: list[RaftMessage] = []
 
@@ -108,6 +111,7 @@ class Net:
             if not self.pending:
                 return
             batch, self.pending = self.pending, []
+            self.sent.extend(batch)
             for m in batch:
                 if m.src in self.cut or m.dst in self.cut or drop(m):
                     continue
@@ -487,6 +491,138 @@ def test_observer_follows_the_log_without_counting_for_quorum() -> None:
     net.cut = set()
     net.tick(5)
     assert b"obs" in [e.data for e in net.applied[4]]
+
+
+# --- Long poll (KRaft's fetch MaxWaitMs) ---------------------------------------------------
+
+WAIT = TIMEOUT // 2
+
+
+def fetches(messages: Iterable[RaftMessage], src: int) -> list[FetchRequest]:
+    """The fetch requests ``src`` sent among ``messages``."""
+    return [m for m in messages if isinstance(m, FetchRequest) and m.src == src]
+
+
+def caught_up_leader() -> tuple[Net, RaftNode]:
+    """A long-polling quorum led by node 1, every follower caught up and holding a fetch."""
+    net = Net(fetch_max_wait_ticks=WAIT)
+    leader = net.elect(1)
+    net.tick(2)
+    assert all(n.high_watermark == leader.log_end_offset for n in net.nodes.values())
+    # Tick until both followers fetched during the same tick: their fetches were just held.
+    for _ in range(3 * WAIT):
+        net.sent.clear()
+        net.tick(1)
+        if fetches(net.sent, 2) and fetches(net.sent, 3):
+            net.sent.clear()
+            return net, leader
+    raise AssertionError("the followers never fetched on the same tick")
+
+
+def test_leader_holds_a_fetch_with_nothing_new_until_the_max_wait() -> None:
+    """KRaft: a fetch that finds no entry and no higher high watermark waits up to its max
+    wait, then gets an empty answer; the follower fetches again on its next tick."""
+    net, leader = caught_up_leader()
+    net.tick(WAIT - 1)
+    assert not [m for m in net.sent if isinstance(m, FetchResponse)], "answered before max wait"
+    net.tick(1)
+    answers = [m for m in net.sent if isinstance(m, FetchResponse)]
+    assert {m.dst for m in answers} == {2, 3} and not any(m.entries for m in answers)
+    assert not fetches(net.sent, 2), "re-fetched in a loop instead of on the next tick"
+    net.tick(1)
+    assert len(fetches(net.sent, 2)) == 1 and len(fetches(net.sent, 3)) == 1
+    assert leader.role is Role.LEADER
+
+
+def test_a_held_fetch_is_answered_as_soon_as_the_log_grows() -> None:
+    """Long poll: a new entry goes to the waiting followers without waiting for a tick, and
+    the high watermark that their next fetches produce goes back without one either."""
+    net, leader = caught_up_leader()
+    offset = leader.propose(b"now")
+    net.flush()  # no tick
+    assert all(b"now" in [e.data for e in net.applied[i]] for i in (1, 2, 3))
+    assert leader.high_watermark == offset + 1
+    assert all(n.high_watermark == offset + 1 for n in net.nodes.values())
+
+
+def test_a_follower_behind_the_high_watermark_is_answered_at_once() -> None:
+    """A fetch is held only when the fetcher knows the leader's high watermark already."""
+    net, leader = caught_up_leader()
+    hw, epoch = leader.high_watermark, leader.epoch
+    leo, last_epoch = leader.log_end_offset, leader.last_epoch
+    leader.step(FetchRequest(CLUSTER, 2, 1, epoch, leo, last_epoch, hw - 1, WAIT))
+    answers = [m for m in drain(leader, net.stores[1]) if isinstance(m, FetchResponse)]
+    assert [(m.dst, m.high_watermark) for m in answers] == [(2, hw)]
+    leader.step(FetchRequest(CLUSTER, 2, 1, epoch, leo, last_epoch, hw, WAIT))
+    assert not drain(leader, net.stores[1]), "a fetch with nothing new was not held"
+
+
+def test_the_leader_holds_no_longer_than_its_own_max_wait() -> None:
+    """A fetcher asking for a longer wait gets the leader's: a held fetch counts as the
+    follower being alive, which must not outlast half an election timeout."""
+    net, leader = caught_up_leader()
+    hw, epoch = leader.high_watermark, leader.epoch
+    leo, last_epoch = leader.log_end_offset, leader.last_epoch
+    net.cut = {2, 3}
+    leader.step(FetchRequest(CLUSTER, 2, 1, epoch, leo, last_epoch, hw, 100 * TIMEOUT))
+    for _ in range(WAIT - 1):
+        leader.tick()
+    assert not drain(leader, net.stores[1])
+    leader.tick()
+    assert [m.dst for m in drain(leader, net.stores[1])] == [2, 3]  # 3's was held as long
+
+
+def test_an_idle_quorum_fetches_once_per_max_wait_and_keeps_its_leader() -> None:
+    """Idle cost: followers fetch about once per max wait (not every tick), and held fetches
+    keep check-quorum and the followers' election timers satisfied: no election happens."""
+    net, leader = caught_up_leader()
+    epoch = leader.epoch
+    ticks = 20 * TIMEOUT
+    net.tick(ticks)
+    assert leader.role is Role.LEADER and {n.epoch for n in net.nodes.values()} == {epoch}
+    assert not [m for m in net.sent if isinstance(m, (VoteRequest, BeginQuorumEpoch))]
+    for follower in (2, 3):
+        assert len(fetches(net.sent, follower)) <= ticks // WAIT
+
+
+def test_check_quorum_still_deposes_a_leader_whose_followers_are_gone() -> None:
+    """Thesis 6.2 with long poll: fetches held when the followers vanished expire; the
+    leader steps down within an election timeout plus the max wait."""
+    net, leader = caught_up_leader()
+    epoch = leader.epoch
+    net.cut = {2, 3}
+    net.tick(TIMEOUT + WAIT, only=[1])
+    assert (leader.role, leader.epoch) == (Role.UNATTACHED, epoch)
+
+
+def test_a_follower_elects_a_new_leader_when_the_long_polled_one_dies() -> None:
+    """Section 5.2: held fetches do not hide a dead leader: the followers time out and elect."""
+    net, leader = caught_up_leader()
+    epoch = leader.epoch
+    net.cut = {1}
+    net.tick(6 * TIMEOUT, only=[2, 3])
+    new_leaders = [i for i in (2, 3) if net.nodes[i].role is Role.LEADER]
+    assert len(new_leaders) == 1 and net.nodes[new_leaders[0]].epoch > epoch
+
+
+def test_losing_leadership_answers_held_fetches_with_the_new_epoch() -> None:
+    """A fetch held when the leader learns a later epoch is answered at once, not dropped:
+    the fetcher hears of the epoch instead of waiting out its fetch timeout."""
+    net, leader = caught_up_leader()
+    epoch = leader.epoch
+    leader.step(BeginQuorumEpoch(CLUSTER, 3, 1, epoch + 1))  # 3 won a later epoch
+    held = [m for m in drain(leader, net.stores[1]) if isinstance(m, FetchResponse)]
+    assert {m.dst for m in held} == {2, 3}
+    assert {(m.error, m.epoch, m.leader_id) for m in held} == {
+        (ErrorCode.NOT_LEADER_OR_FOLLOWER, epoch + 1, 3)
+    }
+
+
+def test_max_wait_must_stay_within_half_the_election_timeout() -> None:
+    """A follower hears from its leader only through fetch answers: a longer wait would
+    let its election timer fire under a live leader."""
+    with pytest.raises(ValueError, match="fetch_max_wait_ticks"):
+        make_node(1, fetch_max_wait_ticks=TIMEOUT // 2 + 1)
 
 
 # --- Rejections: wrong cluster, malformed, stale ------------------------------------------
