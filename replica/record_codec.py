@@ -391,7 +391,8 @@ def decode_columns(buf: bytes | bytearray | memoryview, header: BatchHeader) -> 
 # its match holds after it, and the offset deltas must be 0, 1, 2, ... (what producers
 # write). Anything else goes to the general decoder, which also raises the
 # errors, so the fast path never has to.
-_VARINT = rb"[\x80-\xff]?[\x00-\x7f]"  # one or two bytes: lengths and deltas under 8 K
+_VARINT = rb"[\x80-\xff]?[\x00-\x7f]"  # one or two bytes: record lengths under 8 K
+_OFFSET_VARINT = rb"[\x80-\xff]{0,2}[\x00-\x7f]"  # up to three: bulk batches of 16 K records
 _LONG_VARINT = rb"[\x80-\xff]{0,9}[\x00-\x7f]"  # timestamp deltas: any varlong
 
 
@@ -436,7 +437,7 @@ def _uniform_pattern(key_length: int, value_length: int) -> re.Pattern[bytes]:
             key = re.escape(encode_varint(key_length)) + b"(.{%d})" % key_length
         value = re.escape(encode_varint(value_length)) + b"(.{%d})" % value_length
         pattern = re.compile(
-            b"(%s)\x00(%s)(%s)%s%s\x00" % (_VARINT, _LONG_VARINT, _VARINT, key, value),
+            b"(%s)\x00(%s)(%s)%s%s\x00" % (_VARINT, _LONG_VARINT, _OFFSET_VARINT, key, value),
             re.DOTALL,
         )
         if len(_PATTERNS) >= _MAX_PATTERNS:

@@ -24,7 +24,7 @@ from cluster.errors import CorruptMessageError
 from replica.batch_header import HEADER_SIZE, iter_headers, parse_header
 from replica.compression import CompressionType
 from replica.control_records import AbortedBatchFilter, EndTxnMarker, encode_marker_batch
-from replica.record_codec import BatchSkip, decode_columns
+from replica.record_codec import BatchSkip, _batch_records_data, _decode_uniform, decode_columns
 from replica.records import (
     LOG_APPEND_TIME,
     RecordBatchBuilder,
@@ -292,3 +292,25 @@ def test_consumer_record_compares_as_the_dataclass_did() -> None:
     )
     with pytest.raises(AttributeError):
         record.value = b"w"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("count", [1, 64, 8192, 8193, 16384])
+@pytest.mark.parametrize("keyed", [False, True])
+def test_producer_batches_take_the_fast_path(count: int, keyed: bool) -> None:
+    # A batch that silently misses the fast path decodes right but several times slower
+    # (bulk batches of 9000+ records once did, their offset deltas being three bytes).
+    keys = [b"key-%08d" % i for i in range(count)] if keyed else None
+    batch = encode_batch([b"%0100d" % i for i in range(count)], keys, timestamp_ms=3)
+    header = parse_header(batch)
+    data = _batch_records_data(batch, header)
+    assert _decode_uniform(data, count, 0, 3, None) is not None
+    builder = RecordBatchBuilder()
+    for i in range(min(count, 300)):
+        builder.append(b"v" * 100, keys[i] if keys else None, 1_000 + i)
+    built = builder.build()
+    header = parse_header(built)
+    columns = _decode_uniform(
+        _batch_records_data(built, header), header.records_count, 0, 1_000, None
+    )
+    assert columns is not None
+    assert list(columns.timestamps) == [1_000 + i for i in range(header.records_count)]
