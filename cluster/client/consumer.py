@@ -34,9 +34,12 @@
   leader): a partition without a leader, or whose leader does not answer, holds up no
   other (it is retried after ``retry.backoff.ms`` with fresh metadata). While the caller
   works through the records of one fetch, the next is already requested (a single
-  fetch-ahead per partition), and records are decoded lazily, only as ``poll`` hands them
-  out. ``pause`` stops returning and fetching a partition until ``resume``; ``lag`` is the
-  high watermark minus the position.
+  fetch-ahead per partition), and records are decoded lazily, a batch at a time, only as
+  ``poll`` hands them out. ``pause`` stops returning and fetching a partition until
+  ``resume``; ``lag`` is the high watermark minus the position.
+* ``poll_batches`` returns whole record batches as bytes instead of records
+  (``ConsumerBatch``: topic, partition, offsets, the batch as stored), for callers that
+  decode, store or forward the bytes themselves.
 * ``OFFSET_OUT_OF_RANGE`` applies ``auto.offset.reset``; with ``none`` it raises
   ``OffsetOutOfRangeError``. Retriable errors (not the leader, unknown partition, network)
   refresh the metadata and retry after ``retry.backoff.ms``; other errors raise from
@@ -56,9 +59,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, overload
+from typing import Any, Literal, NamedTuple, TypeVar, overload
 
 from cluster.errors import IllegalStateError, UnknownTopicOrPartitionError
+from replica.batch_header import parse_header
+from replica.record_codec import decode_columns
 from replica.topic_partition import validate_topic_name
 
 from ._clock import SYSTEM_CLOCK, Clock, ClockQueue
@@ -74,6 +79,7 @@ from ._subscription import EARLIEST, LATEST, SubscriptionState
 __all__ = [
     "CONSUMER_CONFIGS",
     "Consumer",
+    "ConsumerBatch",
     "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
@@ -123,9 +129,18 @@ class ConsumerRebalanceListener:
         self.on_partitions_revoked(lost)
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
-    """A record read from ``topic``/``partition`` at ``offset``."""
+class ConsumerRecord(NamedTuple):
+    """A record read from ``topic``/``partition`` at ``offset``.
+
+    Fields: ``topic`` (str), ``partition`` (int), ``offset`` (int), ``timestamp`` (int,
+    milliseconds), ``key`` and ``value`` (bytes or ``None``), ``headers`` (a tuple of
+    ``(str, bytes | None)`` pairs, ``()`` by default).
+
+    An immutable named tuple, as kafka-python's ``ConsumerRecord``: ``poll`` builds a
+    whole batch of them in C, which a class with an ``__init__`` would not allow. It equals
+    only another ``ConsumerRecord`` with the same fields (not a plain tuple), and hashes
+    as the tuple of its fields.
+    """
 
     topic: str
     partition: int
@@ -135,9 +150,56 @@ class ConsumerRecord:
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
+    # Not equal to a plain tuple, as the dataclass this used to be: a tuple's own __eq__
+    # would answer for it (tuples compare item by item) if these returned NotImplemented.
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return False if isinstance(other, tuple) else NotImplemented
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return True if isinstance(other, tuple) else NotImplemented
+        return tuple.__ne__(self, other)
+
+
+class ConsumerBatch(NamedTuple):
+    """One fetched record batch, as bytes: what ``Consumer.poll_batches`` returns.
+
+    ``data`` is one whole RecordBatch v2 exactly as it is stored (Kafka's format: the
+    61-byte header, then the records, compressed as the producer sent them), its CRC
+    checked; ``replica.records.iter_records(data, start_offset)`` decodes it. Its offsets
+    run from ``base_offset`` to ``next_offset - 1`` (a compacted batch may lack some);
+    records before ``start_offset`` are not the consumer's to return (the batch straddles
+    a seek, or ``poll`` returned them): skip them, or call ``records()``.
+    """
+
+    topic: str
+    partition: int
+    base_offset: int
+    next_offset: int
+    start_offset: int
+    data: bytes
+
+    def records(self) -> list[ConsumerRecord]:
+        """The batch's records from ``start_offset`` on, as ``poll`` would return them."""
+        header = parse_header(self.data)
+        if header.is_control:
+            return []
+        topic, partition = self.topic, self.partition
+        return [
+            ConsumerRecord(topic, partition, offset, timestamp, key, value, headers)
+            for offset, timestamp, key, value, headers in zip(
+                *decode_columns(self.data, header), strict=True
+            )
+            if offset >= self.start_offset
+        ]
+
 
 _Response = tuple[FetchCall, Any] | Lookup | None
 """A fetch outcome, a finished lookup, or ``None``: a wake-up."""
+
+_T = TypeVar("_T")
 
 
 class Consumer:
@@ -215,6 +277,7 @@ class Consumer:
             respond=self._responses.put,
             want_metadata=self._lookups.want_metadata,
             record_type=ConsumerRecord,
+            batch_type=ConsumerBatch,
             fetch_min_bytes=self._int("fetch.min.bytes"),
             fetch_max_wait_ms=self._int("fetch.max.wait.ms"),
             fetch_max_bytes=self._int("fetch.max.bytes"),
@@ -541,12 +604,33 @@ class Consumer:
         """
         return self._poll(timeout_ms, None)
 
+    def poll_batches(self, timeout_ms: int = 1000) -> list[ConsumerBatch]:
+        """Whole record batches, as bytes, instead of records: for callers that decode
+        (or only store or forward) the bytes themselves.
+
+        Like ``poll`` in everything else (rebalances, auto-commits, errors, positions,
+        ``read_committed``: aborted transactions' batches and control batches are left
+        out), returning whole batches until they hold ``max.poll.records`` records or more.
+        Each batch moves its partition's position to its ``next_offset``. See
+        ``ConsumerBatch`` for the bytes and ``start_offset``.
+        """
+        return self._poll_with(timeout_ms, None, self._fetcher.drain_batches)
+
     def _poll(self, timeout_ms: int, interrupt: threading.Event | None) -> list[ConsumerRecord]:
         """``poll``; returns early with nothing once ``interrupt`` is set.
 
         Whoever sets ``interrupt`` from another thread calls ``_wakeup`` after it, so a
         blocked wait ends at once (``AsyncConsumer`` does, to run its other calls).
         """
+        return self._poll_with(timeout_ms, interrupt, self._fetcher.drain)
+
+    def _poll_with(
+        self,
+        timeout_ms: int,
+        interrupt: threading.Event | None,
+        drain: Callable[[int], list[_T]],
+    ) -> list[_T]:
+        """``_poll``, handing out what ``drain(max.poll.records)`` takes from the fetches."""
         self._check_open()
         clock = self._clock
         deadline = clock.monotonic() + max(timeout_ms, 0) / 1000.0
@@ -562,7 +646,9 @@ class Consumer:
             if lookups.metadata_wanted:
                 lookups.refresh_metadata()
             lookups.start()
-            records = fetcher.drain(self._max_poll_records)
+            records = drain(self._max_poll_records)
+            # Sent before the records are returned: the next fetch is on its way while the
+            # caller works through these (one fetch ahead per partition, FETCH_AHEAD).
             fetcher.send()
             if records:
                 return records

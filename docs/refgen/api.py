@@ -15,6 +15,7 @@ import logging
 import pkgutil
 import textwrap
 import types
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,6 +40,9 @@ class _Raw(str):
 def _annotation(annotation: object) -> _Raw:
     if isinstance(annotation, str):
         return _Raw(annotation)
+    if isinstance(annotation, typing.ForwardRef):
+        # A NamedTuple's fields, under ``from __future__ import annotations``.
+        return _Raw(annotation.__forward_arg__)
     return _Raw(sanitize(inspect.formatannotation(annotation)))
 
 
