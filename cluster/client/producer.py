@@ -537,9 +537,8 @@ class Producer:
         with acc.lock:
             acc.reserve_locked(size)
             tp = tps[chosen]
-            batch = acc.open.get(tp)
-            if batch is None or batch.size + size > acc.batch_size:
-                batch = None
+            batch = acc.open_batch_locked(tp, size)
+            if batch is None:
                 if sticky:
                     # KIP-480: a new batch on the sticky partition moves unkeyed records on.
                     chosen = self._partitioner.sticky.on_new_batch(
