@@ -30,6 +30,8 @@ class Election(NodeState):
 
     def _start_election(self) -> None:
         if self._cfg.pre_vote:
+            if self.role is Role.FOLLOWER and self.leader_id is not None:
+                self._prospective_leader = (self.epoch, self.leader_id)
             self._quorum.transition_to_pre_candidate()
             self._reset_election_timer()
             self._votes = {self.node_id}

@@ -1,7 +1,8 @@
 """The fetcher side of replication: followers and observers pulling from the leader.
 
 A follower (voter) or observer (non-voter) sends ``FetchRequest(fetch_offset = log end
-offset, last_fetched_epoch, high_watermark, max_wait_ticks)``, one at a time; it is built at
+offset, last_fetched_epoch, high_watermark, max_wait_ticks)``, one at a time (and so does
+a pre-candidate, to the leader it followed: KIP-996); it is built at
 ``ready()`` time so that its offset describes the log that Ready persists. The answer brings
 entries and the high watermark, a diverging epoch to truncate at (KIP-320), or a snapshot id
 to fetch instead (KIP-630). After an answer that brought something the next fetch goes at
@@ -53,15 +54,28 @@ class Fetcher(NodeState):
         self._fetch_pending = False
         self._want_fetch = True
 
+    def _fetches_as_prospective(self) -> bool:
+        """KIP-996: a pre-candidate that timed out under a leader keeps fetching from it.
+
+        Otherwise one slow answer would cost that leader a voter, and with one voter down
+        its quorum (check-quorum), while a majority still follows it.
+        """
+        return (
+            self.role is Role.PRE_CANDIDATE
+            and self._prospective_leader is not None
+            and self._prospective_leader[0] == self.epoch
+        )
+
     def _fetch_due(self) -> bool:
-        return self._want_fetch and self.role in (
-            Role.FOLLOWER,
-            Role.OBSERVER,
+        return self._want_fetch and (
+            self.role in (Role.FOLLOWER, Role.OBSERVER) or self._fetches_as_prospective()
         )
 
     def _fetch_target(self) -> int:
         if self.leader_id is not None:
             return self.leader_id
+        if self._prospective_leader is not None and self._fetches_as_prospective():
+            return self._prospective_leader[1]
         if self._observer_target is None:
             self._observer_target = self._rng.choice(sorted(self._cfg.voters))
         return self._observer_target

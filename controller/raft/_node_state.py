@@ -60,6 +60,10 @@ class NodeState:
         self._fetch_age = 0
         self._want_snapshot: SnapshotId | None = None
         self._observer_target: int | None = None
+        #: KIP-996: the (epoch, leader) a voter followed when its election timer fired. As a
+        #: pre-candidate it keeps fetching from that leader, and an answer makes it a
+        #: follower again; only the epoch it was taken in counts.
+        self._prospective_leader: tuple[int, int] | None = None
         #: Messages refused by ``step``, by error (wrong cluster, stale epoch, malformed...).
         self.rejections: Counter[ErrorCode] = Counter()
         if not self._quorum.is_voter:

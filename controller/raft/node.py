@@ -172,7 +172,7 @@ class RaftNode(Election, Leader, Fetcher, SnapshotTransfer):
             self._tick_observer()
         else:
             self._election_elapsed += 1
-            if role is Role.FOLLOWER:
+            if role is Role.FOLLOWER or self._fetches_as_prospective():
                 self._tick_fetch()
             if self._election_elapsed >= self._randomized_election_timeout:
                 self._start_election()

@@ -742,3 +742,33 @@ def test_each_transition_is_logged_once_with_the_node_id(caplog: pytest.LogCaptu
         "raft transition node=1 from=PreCandidate to=Candidate epoch=1 leader=None voted_for=1",
         "raft transition node=1 from=Candidate to=Leader epoch=1 leader=1 voted_for=1",
     ]
+
+
+def test_a_follower_that_times_out_under_a_live_leader_keeps_fetching_and_rejoins() -> None:
+    """KIP-996 (found by an integration test on a loaded machine): a follower whose fetch
+    answers are lost times out while its leader lives. As a pre-candidate it keeps
+    fetching from that leader, so the leader keeps its quorum; the first answer makes it a
+    follower again. With one voter down, a pre-candidate that stopped fetching cost the
+    leader its quorum (check-quorum), and the new epoch reset every broker session."""
+    net, leader = caught_up_leader()
+    epoch = leader.epoch
+    net.cut = {3}  # one voter down: the leader's quorum is itself and node 2
+    follower = net.nodes[2]
+
+    def tick_losing_answers_to_2() -> None:
+        for i in (1, 2):
+            net.nodes[i].tick()
+        net.flush(drop=lambda m: m.src == 1 and m.dst == 2)
+
+    for _ in range(3 * TIMEOUT):
+        tick_losing_answers_to_2()
+        if follower.role is Role.PRE_CANDIDATE:
+            break
+    assert follower.role is Role.PRE_CANDIDATE
+    net.sent.clear()
+    for _ in range(WAIT + 2):  # every fetch held from before is answered, and lost
+        tick_losing_answers_to_2()
+    assert fetches(net.sent, 2), "the pre-candidate stopped fetching from its leader"
+    net.tick(3 * TIMEOUT, only=[1, 2])  # answers get through again
+    assert (leader.role, leader.epoch) == (Role.LEADER, epoch)
+    assert (follower.role, follower.epoch, follower.leader_id) == (Role.FOLLOWER, epoch, 1)
