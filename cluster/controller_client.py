@@ -23,6 +23,12 @@ log = logging.getLogger(__name__)
 
 CONTROLLER_CALL_TIMEOUT_S = 60.0
 RETRY_BACKOFF_S = 0.2
+#: How often a call that may move checks whether the node it waits on still leads.
+LEADER_CHECK_S = 0.05
+
+
+class _Deposed(Exception):
+    """The node a movable call waits on is no longer the Raft leader."""
 
 
 class ControllerClient:
@@ -47,13 +53,21 @@ class ControllerClient:
         return order + [n for n in sorted(self._voters) if n not in order]
 
     async def call(
-        self, method: str, request: Any, timeout_s: float = CONTROLLER_CALL_TIMEOUT_S
+        self,
+        method: str,
+        request: Any,
+        timeout_s: float = CONTROLLER_CALL_TIMEOUT_S,
+        *,
+        movable: bool = False,
     ) -> Any:
         """Call ``method`` on the active controller; retry others until ``timeout_s``.
 
         Returns the first response that is not NOT_CONTROLLER (for responses that carry a
         top-level ``error_code``) or an error-free one; raises ``NotControllerError`` when no
-        controller answered as active in time.
+        controller answered as active in time. A ``movable`` call (one that is harmless to
+        repeat, such as a heartbeat) is abandoned and sent to the new leader as soon as the
+        node it waits on is known to lead no more: a stalled old controller would otherwise
+        hold it until the deadline, and the new one fence the broker meanwhile.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
@@ -61,9 +75,13 @@ class ControllerClient:
         while loop.time() < deadline:
             for node_id in self._candidates():
                 try:
-                    response = await getattr(self._stub(node_id), method)(
+                    rpc = getattr(self._stub(node_id), method)(
                         request, timeout=max(0.1, deadline - loop.time())
                     )
+                    response = await (self._unless_deposed(rpc, node_id) if movable else rpc)
+                except _Deposed:
+                    last_error = f"controller {node_id} lost the leadership"
+                    continue
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                         # The controller may have acted on it: retrying could repeat it.
@@ -82,6 +100,20 @@ class ControllerClient:
                 return response
             await asyncio.sleep(RETRY_BACKOFF_S)
         raise NotControllerError(last_error)
+
+    async def _unless_deposed(self, rpc: Any, node_id: int) -> Any:
+        """Await ``rpc``; cancel it and raise ``_Deposed`` once another node leads."""
+        task = asyncio.ensure_future(rpc)
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=LEADER_CHECK_S)
+            if done:
+                return task.result()
+            leader = self._driver.status().leader_id
+            if leader is not None and leader != node_id:
+                rpc.cancel()
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                raise _Deposed(node_id)
 
     async def close(self) -> None:
         for channel in self._channels.values():

@@ -259,6 +259,7 @@ class KRaftBroker(BrokerFrontend):
                 current_metadata_offset=self._machine.applied_end_offset,
             ),
             timeout_s=HEARTBEAT_CALL_TIMEOUT_S,
+            movable=True,  # a repeated heartbeat only renews the session again
         )
         if response.error_code:
             raise error_for_code(response.error_code, response.error_message)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +221,33 @@ def test_cluster_status_reports_quorum_brokers_and_partitions(cluster: QuorumClu
     assert rows[("watched", 0)]["high_watermark"] == 3
     assert rows[("watched", 1)]["high_watermark"] == 0
     assert rows[("watched", 0)]["leader"] == leaders[0]
+
+
+def test_pausing_the_active_controller_fences_only_it(cluster: QuorumCluster) -> None:
+    """A paused controller holds the heartbeats sent to it; the brokers must move them to
+    the new controller as soon as it is elected, or it fences live brokers along with the
+    paused one (their sessions start afresh with it, and last one session timeout)."""
+    first = cluster.active_controller()
+    assert first in cluster.nodes
+    paused = cluster.nodes[first]
+    assert paused.process is not None
+    paused.process.send_signal(signal.SIGSTOP)
+    try:
+        wait_until(
+            lambda: cluster.active_controller() not in (-1, first),
+            CLUSTER_TIMEOUT_S,
+            "a new active controller",
+        )
+        successor = cluster.nodes[cluster.active_controller()]
+        fenced = re.compile(r"brokers fenced after session timeout broker_ids=\[([\d, ]*)\]")
+        wait_until(
+            lambda: fenced.search(successor.read_log()) is not None,
+            CLUSTER_TIMEOUT_S,
+            "the paused broker to be fenced",
+        )
+        fenced_ids = {
+            int(n) for m in fenced.finditer(successor.read_log()) for n in m.group(1).split(",")
+        }
+        assert fenced_ids == {first}
+    finally:
+        paused.process.send_signal(signal.SIGCONT)

@@ -94,7 +94,9 @@ class ScriptedController:
     calls: list[tuple[str, Any]] = field(default_factory=list)
     alter_partition_called: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def call(self, method: str, request: Any, timeout_s: float = 0.0) -> Any:
+    async def call(
+        self, method: str, request: Any, timeout_s: float = 0.0, *, movable: bool = False
+    ) -> Any:
         self.calls.append((method, request))
         if method == "RegisterBroker":
             await self.register_allowed.wait()
