@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,37 @@ import pytest
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from tests.integration.nodes import NodeProcess
 from tests.integration.quorum import OFFSETS_PARTITIONS, QuorumCluster
+
+#: The node log lines a failed cluster test shows: what explains a stalled failover.
+_TELLING_LINE = re.compile(
+    r" (WARNING|ERROR|CRITICAL) |raft transition|controller active|broker (un)?fenced|"
+    r"partition (leader start|isr committed)"
+)
+_TELLING_LINES_PER_NODE = 60
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """On a failed test against a cluster, show each node's telling log lines.
+
+    A failure that only happens on a loaded CI machine leaves nothing else to read: the
+    nodes' logs live in a temporary directory that is gone with the run.
+    """
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when != "call" or not report.failed:
+        return
+    funcargs = getattr(item, "funcargs", {})
+    for running in funcargs.values():
+        if isinstance(running, QuorumCluster):
+            for node_id, process in sorted(running.nodes.items()):
+                lines = [x for x in process.read_log().splitlines() if _TELLING_LINE.search(x)]
+                report.sections.append(
+                    (
+                        f"node-{node_id} log, telling lines",
+                        "\n".join(lines[-_TELLING_LINES_PER_NODE:]),
+                    )
+                )
 
 
 @pytest.fixture
