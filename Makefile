@@ -78,10 +78,14 @@ chaos: $(STAMP) chaos-tools image
 chaos-tools:
 	chaos/install-tools.sh
 
-## Benchmarks print JSON to stdout and write bench/results/*.json.
+## Benchmarks print JSON to stdout and write bench/results/*.json; the matrix (acks x sizes x
+## send/send_bulk x compression, end to end at 10/50/90 % of the peak, consume, scaling) also
+## writes bench/results/matrix.html. MATRIX_ARGS="--quick" runs a one-run smoke version.
+MATRIX_ARGS ?=
 bench: $(STAMP)
 	$(BIN)/python bench/single_node.py
 	$(BIN)/python bench/client_paths.py
+	$(BIN)/python bench/matrix.py $(MATRIX_ARGS)
 
 # nats-py (pyproject's bench extra), added to the venv that make install built.
 $(BENCH_STAMP): $(STAMP) pyproject.toml constraints.txt

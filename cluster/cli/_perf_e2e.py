@@ -156,18 +156,19 @@ def run_e2e(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             else:
                 _paced_sends(producer, receiver, sent_at, payload, args, lambda: bar.update(1))
             elapsed = time.perf_counter() - start
-    latencies_ms = [
-        (received - sent) * 1000.0
+    arrived = [
+        (sent, received)
         for sent, received in zip(sent_at, receiver.received_at, strict=True)
         if received is not None
     ]
     summary = e2e_summary(
-        latencies_ms,
+        [(received - sent) * 1000.0 for sent, received in arrived],
         elapsed,
         record_size=args.record_size,
         acks=producer_cfg["acks"],
         partition=args.partition,
         target_records_per_sec=args.throughput,
+        sent_s=[sent - start for sent, _ in arrived],
     )
     if args.json:
         print(json.dumps(summary), file=out)

@@ -400,6 +400,24 @@ def test_e2e_summary() -> None:
     assert (summary["latency_ms_max"], summary["records_per_sec"]) == (100.0, 50.0)
     assert summary["mode"] == "one-at-a-time"
     assert percentile([], 0.5) == 0.0
+    assert "timeline" not in summary
+    histogram = dict((bound, count) for bound, count in summary["histogram"])
+    assert sum(histogram.values()) == 100
+    assert (histogram[1], histogram[5], histogram[100], histogram[None]) == (1, 2, 25, 0)
+
+
+def test_e2e_summary_timeline_groups_records_by_the_second_they_were_sent() -> None:
+    summary = e2e_summary(
+        [4.0, 2.0, 9.0, 30.0],
+        3.0,
+        record_size=10,
+        acks="all",
+        partition=0,
+        target_records_per_sec=2,
+        sent_s=[0.1, 0.6, 1.2, 2.9],
+    )
+    assert summary["timeline"] == [[0, 2, 4.0, 4.0], [1, 1, 9.0, 9.0], [2, 1, 30.0, 30.0]]
+    assert summary["histogram"][-1] == [None, 0]
 
 
 # ---- help ------------------------------------------------------------------------------------
