@@ -46,7 +46,6 @@ __all__ = [
     "LOG_APPEND_TIME",
     "RecordBatchBuilder",
     "encode_batch",
-    "encode_headers",
     "encode_records",
 ]
 
@@ -345,30 +344,6 @@ def _keyed_parts(
     return parts
 
 
-def encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
-    """A record's headers as they sit in it: their count, then each key and value.
-
-    Raises ``TypeError`` for a key that is not ``str`` or a value that is not bytes or None.
-    """
-    parts = [encode_varint(len(headers))]
-    for header_key, header_value in headers:
-        if not isinstance(header_key, str):
-            raise TypeError(f"header key must be str, got {type(header_key).__name__}")
-        encoded_key = header_key.encode("utf-8")
-        parts.append(encode_varint(len(encoded_key)))
-        parts.append(encoded_key)
-        if header_value is None:
-            parts.append(b"\x01")
-        elif isinstance(header_value, (bytes, bytearray, memoryview)):
-            parts.append(encode_varint(len(header_value)))
-            parts.append(bytes(header_value))
-        else:
-            raise TypeError(
-                f"header value must be bytes or None, got {type(header_value).__name__}"
-            )
-    return b"".join(parts)
-
-
 def encode_records(
     values: Sequence[bytes | None],
     keys: Sequence[bytes | None],
@@ -380,11 +355,11 @@ def encode_records(
     """One batch of records sent one at a time: the producer's open batch, encoded at once.
 
     ``keys`` and ``timestamps`` run alongside ``values``; ``headers`` holds each record's
-    :func:`encode_headers` bytes, or is None when no record has any. The first timestamp is
-    the batch's base, the largest its maximum; timestamps must be non-negative 64-bit
-    integers (``Producer.send`` checks), so every delta fits a varlong. The same bytes as
-    :class:`RecordBatchBuilder` gives for the same records, several times faster: the
-    varints come from tables, in one loop without a call per record.
+    :func:`replica.record_codec.encode_headers` bytes, or is None when no record has any.
+    The first timestamp is the batch's base, the largest its maximum; timestamps must be
+    non-negative 64-bit integers (``Producer.send`` checks), so every delta fits a varlong.
+    The same bytes as :class:`RecordBatchBuilder` gives for the same records, several times
+    faster: the varints come from tables, in one loop without a call per record.
     """
     count = len(values)
     if not count:

@@ -55,8 +55,10 @@ __all__ = [
     "check_compressed_records",
     "decode_columns",
     "decode_records",
+    "encode_headers",
     "encode_record",
     "iter_records",
+    "next_readable_batch",
 ]
 
 log = logging.getLogger(__name__)
@@ -86,6 +88,32 @@ def _nullable_bytes(value: bytes | None) -> bytes:
     return encode_varint(len(value)) + bytes(value)
 
 
+def encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    """A record's headers as they sit in it: their count, then each key and value.
+
+    Raises ``TypeError`` for a key that is not ``str`` or a value that is not bytes or None.
+    """
+    if not headers:
+        return b"\x00"  # no headers: a zero count
+    parts = [encode_varint(len(headers))]
+    for header_key, header_value in headers:
+        if not isinstance(header_key, str):
+            raise TypeError(f"header key must be str, got {type(header_key).__name__}")
+        encoded_key = header_key.encode("utf-8")
+        parts.append(encode_varint(len(encoded_key)))
+        parts.append(encoded_key)
+        if header_value is None:
+            parts.append(b"\x01")
+        elif isinstance(header_value, (bytes, bytearray, memoryview)):
+            parts.append(encode_varint(len(header_value)))
+            parts.append(bytes(header_value))
+        else:
+            raise TypeError(
+                f"header value must be bytes or None, got {type(header_value).__name__}"
+            )
+    return b"".join(parts)
+
+
 def encode_record(
     offset_delta: int,
     timestamp_delta: int,
@@ -103,13 +131,8 @@ def encode_record(
         encode_varint(offset_delta),
         _nullable_bytes(key),
         _nullable_bytes(value),
-        encode_varint(len(headers)),
+        encode_headers(headers),
     ]
-    for header_key, header_value in headers:
-        encoded_key = header_key.encode("utf-8")
-        parts.append(encode_varint(len(encoded_key)))
-        parts.append(encoded_key)
-        parts.append(_nullable_bytes(header_value))
     body = b"".join(parts)
     return encode_varint(len(body)) + body
 
@@ -561,30 +584,31 @@ BatchSkip = Callable[[bytes | bytearray | memoryview, BatchHeader], bool]
 """Called for every whole batch in order, control batches included: True skips it."""
 
 
-def iter_records(
-    buf: bytes | bytearray | memoryview, start_offset: int = 0, skip: BatchSkip | None = None
-) -> Iterator[Record]:
-    """Records of concatenated batches, as a Fetch returns them, from ``start_offset`` on.
+def next_readable_batch(
+    buf: bytes | bytearray | memoryview,
+    position: int,
+    start_offset: int = 0,
+    skip: BatchSkip | None = None,
+) -> tuple[BatchHeader | None, int]:
+    """The next batch of concatenated batches (as a Fetch returns them) at or after
+    ``position`` that holds records to read from ``start_offset`` on, CRC-checked, and the
+    position just past it; ``(None, position)`` at the end.
 
-    Batches are CRC-checked before decoding; control batches (transaction markers) are
-    skipped, and so is every batch ``skip`` says to (the batches of aborted transactions,
-    for a ``read_committed`` reader); a partial batch at the end, which a size-limited fetch
-    may return, ends the iteration silently; empty batches (left by log compaction) are
-    skipped. Raises ``CorruptMessageError`` for a CRC mismatch or a malformed batch.
+    Batches that end before ``start_offset`` are passed over, then every batch ``skip`` says
+    to (the batches of aborted transactions, for a ``read_committed`` reader), then control
+    batches (transaction markers) and empty ones (left by log compaction); a partial batch
+    at the end, which a size-limited fetch may return, ends the walk silently (its position
+    is the end). Raises ``CorruptMessageError`` for a CRC mismatch or a malformed batch.
     """
-    position = 0
     size = len(buf)
-    while size - position >= LOG_OVERHEAD:
-        header_end = position + HEADER_SIZE
-        if header_end > size:
-            return
+    while size - position >= HEADER_SIZE:
         header = parse_header(buf, position)
         if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
             raise CorruptMessageError(
                 f"batch length {header.batch_length} at {position} is shorter than a header"
             )
         if position + header.size > size:
-            return
+            break
         position += header.size
         if header.next_offset <= start_offset:
             continue
@@ -593,6 +617,20 @@ def iter_records(
             continue
         if header.is_control or not header.records_count:
             continue  # a compacted batch may be empty: kept only for its producer's state
+        return header, position
+    return None, size
+
+
+def iter_records(
+    buf: bytes | bytearray | memoryview, start_offset: int = 0, skip: BatchSkip | None = None
+) -> Iterator[Record]:
+    """Records of concatenated batches, as a Fetch returns them, from ``start_offset`` on:
+    those of each batch :func:`next_readable_batch` finds (its rules, its errors)."""
+    position = 0
+    while True:
+        header, position = next_readable_batch(buf, position, start_offset, skip)
+        if header is None:
+            return
         for record in decode_records(buf, header):
             if record.offset >= start_offset:
                 yield record

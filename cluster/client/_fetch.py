@@ -39,16 +39,9 @@ from cluster.errors import (
     error_for_code,
 )
 from cluster.wire import broker_pb2 as pb
-from replica.batch_header import (
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    BatchHeader,
-    check_stored_batch,
-    iter_headers,
-    parse_header,
-)
+from replica.batch_header import BatchHeader, iter_headers
 from replica.control_records import AbortedBatchFilter
-from replica.record_codec import RecordColumns, decode_columns
+from replica.record_codec import RecordColumns, decode_columns, next_readable_batch
 
 from ._clock import Clock
 from ._connection import Connections, TopicPartition, map_rpc_error
@@ -400,38 +393,12 @@ class Fetcher:
 
 def _next_batch(completed: CompletedFetch) -> BatchHeader | None:
     """The header of the next batch of ``completed`` to hand out, CRC-checked; ``None`` at
-    the end. Moves its cursor past the batch.
-
-    As ``replica.record_codec.iter_records``: batches that end before the fetch offset are
-    passed over, then ``skip`` drops aborted batches, then control and empty (compacted)
-    batches are passed over; a partial batch at the end ends the fetch. Raises
-    ``CorruptMessageError`` for a CRC mismatch or a malformed batch.
-    """
-    data = completed.data
-    size = len(data)
-    position = completed.cursor
-    skip = completed.skip
-    start_offset = completed.fetch_offset
-    while size - position >= HEADER_SIZE:
-        header = parse_header(data, position)
-        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
-            raise CorruptMessageError(
-                f"batch length {header.batch_length} at {position} is shorter than a header"
-            )
-        if position + header.size > size:
-            break
-        position += header.size
-        completed.cursor = position
-        if header.next_offset <= start_offset:
-            continue
-        check_stored_batch(data, header)
-        if skip is not None and skip(data, header):
-            continue
-        if header.is_control or not header.records_count:
-            continue  # a compacted batch may be empty: kept only for its producer's state
-        return header
-    completed.cursor = size
-    return None
+    the end. Moves its cursor past the batch (``replica.record_codec.next_readable_batch``
+    says which batches are passed over, and raises ``CorruptMessageError``)."""
+    header, completed.cursor = next_readable_batch(
+        completed.data, completed.cursor, completed.fetch_offset, completed.skip
+    )
+    return header
 
 
 _new_tuple = tuple.__new__

@@ -70,8 +70,8 @@ from cluster.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
-from replica.batch_builder import encode_headers
 from replica.compression import CompressionType
+from replica.record_codec import encode_headers
 from replica.varints import INT64_MAX
 
 from ._accumulator import (

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import replica.varints as varints
 from cluster.errors import CorruptMessageError, UnsupportedCompressionTypeError
-from replica.batch_builder import encode_headers, encode_records
+from replica.batch_builder import encode_records
 from replica.batch_header import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
@@ -25,6 +25,7 @@ from replica.batch_header import (
     validate_batches,
 )
 from replica.compression import CompressionType
+from replica.record_codec import encode_headers
 from replica.records import (
     LOG_APPEND_TIME,
     Record,
