@@ -25,7 +25,7 @@ from ._aio_buffer import RecordBuffer
 from ._aio_rebalance import IN_CALLBACK
 from ._aio_worker import Worker
 from ._connection import TopicPartition
-from .consumer import Consumer, ConsumerRecord
+from .consumer import Consumer, ConsumerBatch, ConsumerRecord
 
 __all__ = ["ConsumerDriver"]
 
@@ -141,6 +141,43 @@ class ConsumerDriver:
         finally:
             if self._interrupt is interrupt:
                 self._interrupt = None
+
+    def _poll_batches_job(self, timeout_ms: int, interrupt: threading.Event) -> list[ConsumerBatch]:
+        """(worker) A batch poll, after giving buffered records back (the batches then
+        start at them); a poll cut short gives its batches back too."""
+        if self._worker.nested:
+            raise IllegalStateError("a rebalance callback must not poll its consumer")
+        self._reclaim()
+        batches = self._consumer._poll_batches(timeout_ms, interrupt)
+        if interrupt.is_set() and batches:
+            # Its caller was cancelled and will not see these: the next poll starts at them.
+            starts: dict[TopicPartition, int] = {}
+            for batch in batches:
+                starts.setdefault(TopicPartition(batch.topic, batch.partition), batch.start_offset)
+            for tp, offset in starts.items():
+                try:
+                    self._consumer.seek(tp, offset)
+                except IllegalStateError:
+                    continue  # no longer assigned: nothing to give back
+            return []
+        return batches
+
+    async def _get_batches(self, timeout_ms: int) -> list[ConsumerBatch]:
+        self._check_pollable()
+        async with self._poll_lock:
+            self._check_open()
+            interrupt = threading.Event()
+            self._interrupt = interrupt
+            future = self._worker.submit(self._job, self._poll_batches_job, (timeout_ms, interrupt))
+            try:
+                return await asyncio.wrap_future(future)
+            except asyncio.CancelledError:
+                interrupt.set()
+                self._consumer._wakeup()
+                raise
+            finally:
+                if self._interrupt is interrupt:
+                    self._interrupt = None
 
     async def _get(self, timeout_ms: int, limit: int) -> list[ConsumerRecord]:
         self._check_pollable()

@@ -78,6 +78,7 @@ from ._aio_worker import Worker, observe
 from ._connection import TopicPartition
 from .consumer import (
     Consumer,
+    ConsumerBatch,
     ConsumerGroupMetadata,
     ConsumerRebalanceListener,
     ConsumerRecord,
@@ -364,6 +365,15 @@ class AsyncConsumer(ConsumerDriver):
     async def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
         """``Consumer.poll``: up to ``max.poll.records`` records, as a list."""
         return await self._get(timeout_ms, self._max_records)
+
+    async def poll_batches(self, timeout_ms: int = 1000) -> list[ConsumerBatch]:
+        """``Consumer.poll_batches``: whole record batches as bytes instead of records.
+
+        Records an earlier ``poll``/``getone`` fetched and has not handed out are given back
+        first (the batches start at them); a cancelled call loses no batch (the next poll
+        starts where it would have).
+        """
+        return await self._get_batches(timeout_ms)
 
     async def getone(self) -> ConsumerRecord:
         """The next record, waiting as long as it takes."""

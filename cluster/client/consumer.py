@@ -614,7 +614,14 @@ class Consumer:
         Each batch moves its partition's position to its ``next_offset``. See
         ``ConsumerBatch`` for the bytes and ``start_offset``.
         """
-        return self._poll_with(timeout_ms, None, self._fetcher.drain_batches)
+        return self._poll_batches(timeout_ms, None)
+
+    def _poll_batches(
+        self, timeout_ms: int, interrupt: threading.Event | None
+    ) -> list[ConsumerBatch]:
+        """``poll_batches``; returns early with nothing once ``interrupt`` is set (as
+        ``_poll``)."""
+        return self._poll_with(timeout_ms, interrupt, self._fetcher.drain_batches)
 
     def _poll(self, timeout_ms: int, interrupt: threading.Event | None) -> list[ConsumerRecord]:
         """``poll``; returns early with nothing once ``interrupt`` is set.

@@ -3,12 +3,14 @@ handed out whole after ``poll`` returned part of one, and the same records ``pol
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
 from cluster.client import (
     AdminClient,
+    AsyncConsumer,
     Consumer,
     ConsumerBatch,
     ConsumerRecord,
@@ -80,3 +82,37 @@ def test_poll_batches_returns_the_stored_batches_and_poll_s_records(node: NodePr
     # The bytes are Kafka's format: any RecordBatch v2 reader decodes them.
     raw = b"".join(batch.data for batch in batches)
     assert [r.value for r in iter_records(raw, len(first))] == [r.value for r in got]
+
+
+async def test_async_poll_batches_starts_at_the_first_record_not_handed_out(
+    node: NodeProcess,
+) -> None:
+    with AdminClient(bootstrap_servers=node.address) as admin:
+        admin.create_topics([NewTopic(TP.topic, 1, 1)])[TP.topic].result(timeout=WAIT_S)
+    with Producer(bootstrap_servers=node.address) as producer:
+        end = (
+            producer.send_bulk(TP.topic, [b"a%d" % n for n in range(200)], partition=0)
+            .result(timeout=WAIT_S)
+            .offset_of(199)[1]
+            + 1
+        )
+    config = {"bootstrap.servers": node.address, "auto.offset.reset": "earliest"}
+    async with AsyncConsumer(config) as consumer:
+        await consumer.assign([TP])
+        first = [await consumer.getone() for _ in range(5)]  # the rest of that poll is buffered
+        # A batch poll cancelled once under way (on the worker) gives back what it took.
+        waiting = asyncio.ensure_future(consumer.poll_batches(200))
+        await asyncio.sleep(0)  # one turn of the loop: the call reaches the worker
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        batches: list[ConsumerBatch] = []
+        deadline = time.monotonic() + WAIT_S
+        while not batches or batches[-1].next_offset < end:
+            assert time.monotonic() < deadline, f"batches up to {batches[-1:]}"
+            batches += await consumer.poll_batches(200)
+    assert [r.offset for r in first] == list(range(5))
+    assert batches[0].start_offset == 5
+    got = [record for batch in batches for record in batch.records()]
+    assert [r.offset for r in got] == list(range(5, end))
+    assert [r.value for r in first + got] == [b"a%d" % n for n in range(200)]
