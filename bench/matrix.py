@@ -45,16 +45,20 @@ ACKS = ("0", "1", "all")
 COMPRESSIONS = ("none", "lz4", "zstd")
 E2E_FRACTIONS = (0.1, 0.5, 0.9)
 
-# One member of a consumer group, in its own process: it reads until the topic is quiet.
+# One member of a consumer group, in its own process: once it has records, it reads until
+# the topic is quiet (a member may get none if the others took every partition).
 _GROUP_MEMBER = """
 import json, sys, time
 from cluster.client import Consumer
 boot, topic, group, quiet_ms = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 records, first, last = 0, None, None
+give_up = time.perf_counter() + 120  # the group forms and hands out partitions first
 with Consumer(bootstrap_servers=boot, group_id=group, auto_offset_reset="earliest") as consumer:
     consumer.subscribe([topic])
-    idle_since = time.perf_counter()
-    while time.perf_counter() - idle_since < quiet_ms / 1000:
+    idle_since = None
+    while time.perf_counter() < give_up:
+        if idle_since is not None and time.perf_counter() - idle_since > quiet_ms / 1000:
+            break
         batch = consumer.poll(100)
         now = time.time()
         if batch:
