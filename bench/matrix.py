@@ -350,24 +350,16 @@ def render_html(report: dict[str, Any]) -> str:
     ]
     produce = report.get("produce", [])
     for api in ("send", "send_bulk"):
-        rows = [
-            (
-                f"acks={p['acks']} {p['record_size']} B {p['compression']}",
-                p["median_records_per_sec"],
-            )
-            for p in produce
-            if p["api"] == api
-        ]
-        sections.append(_bars(f"{api}: records/s ({settings})", rows, "rec/s"))
-        latency = [
-            (
-                f"acks={p['acks']} {p['record_size']} B {p['compression']} p99",
-                p["median_latency_ms_p99"],
-            )
-            for p in produce
-            if p["api"] == api
-        ]
-        sections.append(_bars(f"{api}: acknowledgement latency p99", latency, "ms"))
+        cells = [p for p in produce if p["api"] == api]
+        for field, title, unit in (
+            ("median_records_per_sec", f"{api}: records/s ({settings})", "rec/s"),
+            ("median_latency_ms_p99", f"{api}: acknowledgement latency p99", "ms"),
+        ):
+            rows = [
+                (f"acks={p['acks']} {p['record_size']} B {p['compression']}", p[field])
+                for p in cells
+            ]
+            sections.append(_bars(title, rows, unit))
     e2e = report.get("e2e", {})
     if e2e:
         sections.append("<h2>End to end</h2>")

@@ -101,7 +101,11 @@ class ConsumerDriver:
 
     def _reclaim(self, partitions: Collection[TopicPartition] | None = None) -> None:
         """(worker) Give buffered records back: each partition seeks to its first one."""
-        for tp, offset in self._buffer.remove(partitions).items():
+        self._seek_back(self._buffer.remove(partitions))
+
+    def _seek_back(self, starts: dict[TopicPartition, int]) -> None:
+        """(worker) Seek each partition back to where what was not handed out starts."""
+        for tp, offset in starts.items():
             try:
                 self._consumer.seek(tp, offset)
             except IllegalStateError:
@@ -127,14 +131,21 @@ class ConsumerDriver:
 
     async def _fill(self, timeout_ms: int) -> None:
         """One poll of the sync consumer on the worker; its records go to the buffer."""
+        await self._on_worker(self._poll_job, timeout_ms)
+
+    async def _on_worker(self, job: Callable[[int, threading.Event], _T], timeout_ms: int) -> _T:
+        """Run a poll ``job(timeout_ms, interrupt)`` on the worker and await it.
+
+        If the caller is cancelled: a job not started yet never runs (``wrap_future``
+        cancels it); one under way is cut short through ``interrupt``, and keeps or gives
+        back what it took (each job says which).
+        """
         interrupt = threading.Event()
         self._interrupt = interrupt
-        future = self._worker.submit(self._job, self._poll_job, (timeout_ms, interrupt))
+        future = self._worker.submit(self._job, job, (timeout_ms, interrupt))
         try:
-            await asyncio.wrap_future(future)
+            return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
-            # Not started: wrap_future cancelled it. Under way: cut it short; what it
-            # returns waits in the buffer for the next call.
             interrupt.set()
             self._consumer._wakeup()
             raise
@@ -154,11 +165,7 @@ class ConsumerDriver:
             starts: dict[TopicPartition, int] = {}
             for batch in batches:
                 starts.setdefault(TopicPartition(batch.topic, batch.partition), batch.start_offset)
-            for tp, offset in starts.items():
-                try:
-                    self._consumer.seek(tp, offset)
-                except IllegalStateError:
-                    continue  # no longer assigned: nothing to give back
+            self._seek_back(starts)
             return []
         return batches
 
@@ -166,18 +173,7 @@ class ConsumerDriver:
         self._check_pollable()
         async with self._poll_lock:
             self._check_open()
-            interrupt = threading.Event()
-            self._interrupt = interrupt
-            future = self._worker.submit(self._job, self._poll_batches_job, (timeout_ms, interrupt))
-            try:
-                return await asyncio.wrap_future(future)
-            except asyncio.CancelledError:
-                interrupt.set()
-                self._consumer._wakeup()
-                raise
-            finally:
-                if self._interrupt is interrupt:
-                    self._interrupt = None
+            return await self._on_worker(self._poll_batches_job, timeout_ms)
 
     async def _get(self, timeout_ms: int, limit: int) -> list[ConsumerRecord]:
         self._check_pollable()
