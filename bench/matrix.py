@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from _common import LOGRAFT, ROOT, local_cluster, run_json, write_report
+from _common import LOGRAFT, ROOT, create_topic, local_cluster, run_json, write_report
 
 SIZES = (100, 1024, 10 * 1024)
 ACKS = ("0", "1", "all")
@@ -68,16 +68,6 @@ with Consumer(bootstrap_servers=boot, group_id=group, auto_offset_reset="earlies
             idle_since = time.perf_counter()
 print(json.dumps({"records": records, "first": first, "last": last}))
 """
-
-
-def _create(bootstrap: str, topic: str, partitions: int) -> None:
-    from cluster.client import AdminClient, NewTopic
-
-    configs = {"min.insync.replicas": "2"}
-    with AdminClient(bootstrap_servers=bootstrap) as admin:
-        admin.create_topics([NewTopic(topic, partitions, 3, configs=configs)])[topic].result(
-            timeout=60
-        )
 
 
 def _median(runs: Sequence[dict[str, Any]], field: str) -> float:
@@ -175,7 +165,7 @@ def main() -> None:
         produce: list[dict[str, Any]] = []
         for size in sizes:
             topic = f"produce-{size}"
-            _create(bootstrap, topic, 6)
+            create_topic(bootstrap, topic, 6)
             for acks in ACKS:
                 for bulk in (False, True):
                     for codec in codecs:
@@ -203,7 +193,7 @@ def main() -> None:
             == ("all", 100, "send", "none")
         )
         e2e: list[dict[str, Any]] = []
-        _create(bootstrap, "e2e", 1)
+        create_topic(bootstrap, "e2e", 1)
         for fraction in E2E_FRACTIONS:
             rate = max(1, int(peak * fraction))
             count = max(100, int(rate * args.e2e_seconds))
@@ -225,7 +215,7 @@ def main() -> None:
                 }
             )
         report["e2e"] = {"peak_records_per_sec": peak, "levels": e2e}
-        _create(bootstrap, "consume", 6)
+        create_topic(bootstrap, "consume", 6)
         fill = ["produce", "--topic", "consume", "--num-records", str(args.consume_records)]
         _perf(bootstrap, *fill, "--record-size", "100", "--acks", "all", "--bulk")
         one = _repeat(
@@ -262,7 +252,7 @@ def main() -> None:
         by_partitions = []
         for partitions in (1, 6, 12):
             topic = f"scale-{partitions}"
-            _create(bootstrap, topic, partitions)
+            create_topic(bootstrap, topic, partitions)
             measured = _repeat(
                 runs, _produce(bootstrap, topic, "all", 100, False, "none", args.produce_mib // 4)
             )
@@ -407,26 +397,13 @@ def render_html(report: dict[str, Any]) -> str:
     scaling = report.get("scaling")
     if scaling:
         sections.append("<h2>Scaling</h2>")
-        sections.append(
-            _bars(
-                f"per-record acks=all 100 B, producers at once ({settings})",
-                [
-                    (f"{s['producers']} producer(s)", s["median_records_per_sec"])
-                    for s in scaling["producers"]
-                ],
-                "rec/s",
-            )
-        )
-        sections.append(
-            _bars(
-                f"per-record acks=all 100 B, one producer, partitions ({settings})",
-                [
-                    (f"{s['partitions']} partition(s)", s["median_records_per_sec"])
-                    for s in scaling["partitions"]
-                ],
-                "rec/s",
-            )
-        )
+        for key, label, what in (
+            ("producers", "producer(s)", "producers at once"),
+            ("partitions", "partition(s)", "one producer, partitions"),
+        ):
+            rows = [(f"{s[key]} {label}", s["median_records_per_sec"]) for s in scaling[key]]
+            title = f"per-record acks=all 100 B, {what} ({settings})"
+            sections.append(_bars(title, rows, "rec/s"))
     sections.append("</body>")
     return "\n".join(sections)
 

@@ -54,17 +54,22 @@ class Fetcher(NodeState):
         self._fetch_pending = False
         self._want_fetch = True
 
-    def _fetches_as_prospective(self) -> bool:
-        """KIP-996: a pre-candidate that timed out under a leader keeps fetching from it.
+    def _prospective_target(self) -> int | None:
+        """KIP-996: the leader a pre-candidate that timed out under it keeps fetching from.
 
         Otherwise one slow answer would cost that leader a voter, and with one voter down
-        its quorum (check-quorum), while a majority still follows it.
+        its quorum (check-quorum), while a majority still follows it. ``None`` unless this
+        node is a pre-candidate in the epoch it followed that leader in.
         """
-        return (
-            self.role is Role.PRE_CANDIDATE
-            and self._prospective_leader is not None
-            and self._prospective_leader[0] == self.epoch
-        )
+        prospective = self._prospective_leader
+        if self.role is Role.PRE_CANDIDATE and prospective is not None:
+            epoch, leader = prospective
+            if epoch == self.epoch:
+                return leader
+        return None
+
+    def _fetches_as_prospective(self) -> bool:
+        return self._prospective_target() is not None
 
     def _fetch_due(self) -> bool:
         return self._want_fetch and (
@@ -74,8 +79,9 @@ class Fetcher(NodeState):
     def _fetch_target(self) -> int:
         if self.leader_id is not None:
             return self.leader_id
-        if self._prospective_leader is not None and self._fetches_as_prospective():
-            return self._prospective_leader[1]
+        prospective = self._prospective_target()
+        if prospective is not None:
+            return prospective
         if self._observer_target is None:
             self._observer_target = self._rng.choice(sorted(self._cfg.voters))
         return self._observer_target
