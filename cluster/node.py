@@ -37,6 +37,7 @@ from cluster.errors import (
     KafkaStorageError,
     LograftError,
 )
+from cluster.framed.server import FramedListener, Handler
 from cluster.kraft_broker import ControllerClient, KRaftBroker
 from cluster.node_config import NodeConfig, NodeListener
 from cluster.node_health import NodeHealthService, health_main
@@ -147,6 +148,7 @@ class Node:
         )
         self.logs = LogManager(config.data_dir, config.log_defaults, wall_clock_ms)
         self._servers: list[grpc.aio.Server] = []
+        self._framed: list[FramedListener] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._starters: list[Callable[[], Awaitable[None]]] = []
         self._stoppables: list[Callable[[], Awaitable[None]]] = []
@@ -175,15 +177,29 @@ class Node:
             interceptors=[halt.HaltOnInvariantInterceptor()] if self._halt_on_invariant else None,
         )
 
-    def _bind(self, server: grpc.aio.Server, listener: NodeListener) -> int:
+    def _bind_grpc(self, server: grpc.aio.Server, listener: NodeListener) -> int:
+        """Bind the listener's gRPC server to a loopback port; its framed listener relays
+        every gRPC connection there (:mod:`cluster.framed.server`)."""
+        try:
+            port = int(server.add_insecure_port("127.0.0.1:0"))
+        except RuntimeError as exc:
+            port = 0
+            reason = str(exc)
+        else:
+            reason = "no loopback port"
+        if port == 0:
+            raise InvalidConfigError(
+                f"listeners: cannot serve {listener.name} over gRPC on 127.0.0.1: {reason}"
+            )
+        return port
+
+    async def _start_framed(self, framed: FramedListener, listener: NodeListener) -> int:
         where = f"{listener.name}://{listener.bind_address}"
         try:
-            port = int(server.add_insecure_port(listener.bind_address))
-        except RuntimeError as exc:
+            await framed.bind()
+        except OSError as exc:
             raise InvalidConfigError(f"listeners: cannot listen on {where}: {exc}") from None
-        if port == 0:
-            raise InvalidConfigError(f"listeners: cannot listen on {where}")
-        return port
+        return framed.port
 
     async def start(self) -> None:
         """Recover the logs (and the metadata log in a quorum), then start serving."""
@@ -195,8 +211,23 @@ class Node:
         # In a quorum the metadata image says which partitions exist; standalone, topics.json.
         await loop.run_in_executor(None, self.logs.open, not config.in_quorum)
         servers = {x.name: self._new_server() for x in config.listeners}
+        grpc_ports = {x.name: self._bind_grpc(servers[x.name], x) for x in config.listeners}
+        handlers: dict[str, dict[str, Handler]] = {x.name: {} for x in config.listeners}
+        framed = {
+            x.name: FramedListener(
+                x.host or "0.0.0.0",
+                x.port,
+                grpc_port=grpc_ports[x.name],
+                handlers=handlers[x.name],
+                max_request_bytes=config.socket_request_max_bytes,
+            )
+            for x in config.listeners
+        }
         for listener in config.listeners:
-            self.bound_ports[listener.name] = self._bind(servers[listener.name], listener)
+            self.bound_ports[listener.name] = await self._start_framed(
+                framed[listener.name], listener
+            )
+            self._framed.append(framed[listener.name])
         endpoints = {
             x.name: BrokerEndpoint(
                 config.node_id,
@@ -232,10 +263,13 @@ class Node:
                     transactions=(self._broker.transactions if self._broker is not None else None),
                 )
                 pb_grpc.add_BrokerServicer_to_server(service, server)
+                handlers[name].update(Produce=service.Produce, Fetch=service.Fetch)
             npb_grpc.add_NodeServicer_to_server(NodeHealthService(self.health, name), server)
         for server in servers.values():
             await server.start()
             self._servers.append(server)
+        for listener_framed in self._framed:
+            await listener_framed.serve()
         for starter in self._starters:
             await starter()
         self._tasks = [
@@ -371,7 +405,10 @@ class Node:
             await self._cleaner.stop()  # before the logs close: its thread reads them
         for stop in self._stoppables:
             await stop()
-        await asyncio.gather(*(server.stop(SHUTDOWN_GRACE_S) for server in self._servers))
+        await asyncio.gather(
+            *(framed.stop(SHUTDOWN_GRACE_S) for framed in self._framed),
+            *(server.stop(SHUTDOWN_GRACE_S) for server in self._servers),
+        )
         await asyncio.get_running_loop().run_in_executor(None, self.logs.close)
         if self._storage is not None:
             self._storage.close()

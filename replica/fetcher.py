@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 import grpc
 
-from cluster.errors import InvariantError, LograftError, error_for_code
+from cluster.errors import InvariantError, LograftError, NetworkError, error_for_code
+from cluster.framed.client import FramedChannel
+from cluster.framed.protocol import NotFramedError
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from replica.batch_header import check_stored_batch, iter_headers
@@ -112,9 +114,16 @@ class ReplicaFetcher:
         # follower core is replaced (a new leader or epoch from the metadata image).
         self._delayed: dict[TopicPartition, tuple[FollowerState, float]] = {}
         self._changed = asyncio.Event()
-        self._channel = grpc.aio.insecure_channel(
-            address, options=[("grpc.max_receive_message_length", 2 * FETCH_MAX_BYTES)]
+        host, _, port = address.rpartition(":")
+        self._channel = FramedChannel(
+            host.strip("[]"),
+            int(port),
+            asyncio.get_running_loop(),
+            max_request_bytes=FETCH_MAX_BYTES,
+            max_response_bytes=2 * FETCH_MAX_BYTES,
+            connect_timeout_s=RPC_TIMEOUT_S,
         )
+        self._grpc: grpc.aio.Channel | None = None  # for a leader that speaks only gRPC
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -129,10 +138,11 @@ class ReplicaFetcher:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        await self._channel.close()
+        self._channel.close()
+        if self._grpc is not None:
+            await self._grpc.close()
 
     async def _run(self) -> None:
-        stub = pb_grpc.BrokerStub(self._channel)
         while True:
             self._changed.clear()
             request, sent = self._request()
@@ -140,9 +150,9 @@ class ReplicaFetcher:
                 await self._wait_for_work()
                 continue
             try:
-                response = await stub.Fetch(request, timeout=RPC_TIMEOUT_S)
-            except grpc.aio.AioRpcError as exc:
-                log.debug("replica fetch failed source=%d code=%s", self.source_id, exc.code().name)
+                response = await self._fetch(request)
+            except LograftError as exc:
+                log.debug("replica fetch failed source=%d error=%s", self.source_id, exc.error_name)
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             try:
@@ -153,6 +163,29 @@ class ReplicaFetcher:
                 # A bug must not silently end replication from this source: log, back off.
                 log.exception("replica fetch handling crashed source=%d", self.source_id)
                 await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def _fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+        """One Fetch to the leader: framed, or over gRPC to a leader that speaks only that
+        (an older lograft, during a rolling upgrade)."""
+        if self._channel.speaks_frames is not False:
+            try:
+                response: pb.FetchResponse = await self._channel.call(
+                    "Fetch", request, RPC_TIMEOUT_S
+                )
+                return response
+            except NotFramedError:
+                log.info("replica fetch falls back to grpc source=%d", self.source_id)
+        if self._grpc is None:
+            self._grpc = grpc.aio.insecure_channel(
+                self.address, options=[("grpc.max_receive_message_length", 2 * FETCH_MAX_BYTES)]
+            )
+        try:
+            answer: pb.FetchResponse = await pb_grpc.BrokerStub(self._grpc).Fetch(
+                request, timeout=RPC_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise NetworkError(f"{self.address}: {exc.code().name}") from None
+        return answer
 
     async def _wait_for_work(self) -> None:
         """Sleep until a delayed partition is due or the followed partitions change."""

@@ -31,6 +31,7 @@ own default is 120 s), so a restarted broker is found again within a second.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -46,6 +47,8 @@ from cluster.errors import (
     NetworkError,
     UnknownTopicOrPartitionError,
 )
+from cluster.framed.client import ClientLoop, FramedChannel
+from cluster.framed.protocol import NotFramedError
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from replica.topic_partition import TopicPartition
@@ -139,6 +142,19 @@ class _Unreachable(Exception):
         self.reason = reason
 
 
+def _chain(source: concurrent.futures.Future[Any], target: concurrent.futures.Future[Any]) -> None:
+    """Settle ``target`` as ``source`` settles."""
+
+    def copy(done: concurrent.futures.Future[Any]) -> None:
+        error = done.exception()
+        if error is not None:
+            target.set_exception(error)
+        else:
+            target.set_result(done.result())
+
+    source.add_done_callback(copy)
+
+
 class _Link:
     """One broker address: its channel and stub."""
 
@@ -183,6 +199,10 @@ class Connections:
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         self._links: dict[str, _Link] = {}
+        self._max_send_bytes = min(max_send_bytes, _GRPC_MAX_MESSAGE)
+        self._max_receive_bytes = min(max_receive_bytes, _GRPC_MAX_MESSAGE)
+        self._framed: dict[str, FramedChannel] = {}
+        self._io_loop: ClientLoop | None = None
         self._metadata = ClusterMetadata()
         self._metadata_at = 0.0
         self._closed = False
@@ -231,6 +251,71 @@ class Connections:
         broker = self._broker(node_id)
         return self.stub(broker.host, broker.port)
 
+    def submit(
+        self, node_id: int, method: str, request: Any, timeout_s: float
+    ) -> concurrent.futures.Future[Any]:
+        """Start ``method`` (Produce or Fetch) on broker ``node_id`` as a framed call; the
+        future ends with the response or raises a ``LograftError``. Callbacks run on this
+        client's I/O thread. A broker that speaks only gRPC (an older lograft) is called
+        over gRPC instead, from then on. Raises ``LeaderNotAvailableError`` at once if the
+        broker is unknown."""
+        broker = self._broker(node_id)
+        channel = self._framed_channel(broker)
+        if channel.speaks_frames:
+            return channel.submit(method, request, timeout_s)
+        if channel.speaks_frames is False:
+            return self._grpc_call(broker, method, request, timeout_s)
+        outcome: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def settle(framed: concurrent.futures.Future[Any]) -> None:
+            error = framed.exception()
+            if isinstance(error, NotFramedError):
+                _chain(self._grpc_call(broker, method, request, timeout_s), outcome)
+            else:
+                _chain(framed, outcome)
+
+        channel.submit(method, request, timeout_s).add_done_callback(settle)
+        return outcome
+
+    def _framed_channel(self, broker: BrokerInfo) -> FramedChannel:
+        target = _target(broker.host, broker.port)
+        with self._lock:
+            if self._closed:
+                raise errors.IllegalStateError("client is closed")
+            channel = self._framed.get(target)
+            if channel is None:
+                if self._io_loop is None:
+                    self._io_loop = ClientLoop(f"lograft-io-{self.client_id}")
+                channel = FramedChannel(
+                    broker.host,
+                    broker.port,
+                    self._io_loop.loop,
+                    max_request_bytes=self._max_send_bytes,
+                    max_response_bytes=self._max_receive_bytes,
+                    connect_timeout_s=self.connection_setup_timeout_ms / 1000.0,
+                )
+                self._framed[target] = channel
+            return channel
+
+    def _grpc_call(
+        self, broker: BrokerInfo, method: str, request: Any, timeout_s: float
+    ) -> concurrent.futures.Future[Any]:
+        outcome: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        call = getattr(self.stub(broker.host, broker.port), method).future(
+            request, timeout=timeout_s
+        )
+
+        def settle(done: Any) -> None:
+            try:
+                outcome.set_result(done.result())
+            except grpc.RpcError as exc:
+                outcome.set_exception(map_rpc_error(exc))
+            except Exception as exc:
+                outcome.set_exception(NetworkError(f"{broker.host}:{broker.port}: {exc}"))
+
+        call.add_done_callback(settle)
+        return outcome
+
     def _broker(self, node_id: int) -> BrokerInfo:
         broker = self._metadata.brokers.get(node_id)
         if broker is None:
@@ -243,8 +328,13 @@ class Connections:
             self._closed = True
             links = list(self._links.values())
             self._links.clear()
+            framed = list(self._framed.values())
+            self._framed.clear()
+            io_loop, self._io_loop = self._io_loop, None
         for link in links:
             link.channel.close()
+        if io_loop is not None:
+            io_loop.close(framed)
 
     # -- calls
 

@@ -25,6 +25,7 @@ Not thread-safe: the consumer's polling thread owns it.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from replica.control_records import AbortedBatchFilter
 from replica.record_codec import RecordColumns, decode_columns, next_readable_batch
 
 from ._clock import Clock
-from ._connection import Connections, TopicPartition, map_rpc_error
+from ._connection import Connections, TopicPartition
 from ._subscription import CompletedFetch, PartitionState, SubscriptionState
 
 if TYPE_CHECKING:
@@ -272,21 +273,26 @@ class Fetcher:
                 isolation_level=1 if self._read_committed else 0,
             )
             try:
-                stub = self._conn.stub_for_node(node)
-                future = stub.Fetch.future(
+                future = self._conn.submit(
+                    node,
+                    "Fetch",
                     request,
-                    timeout=(self._request_timeout_ms + self._fetch_max_wait_ms) / 1000.0,
+                    (self._request_timeout_ms + self._fetch_max_wait_ms) / 1000.0,
                 )
             except LograftError as exc:
                 self._respond((call, exc))
             else:
-                future.add_done_callback(lambda done, c=call: self._respond((c, done)))
+                future.add_done_callback(functools.partial(self._answered, call))
             self._nodes_in_flight.add(node)
             for _, state in entries:
                 state.in_flight = True
 
+    def _answered(self, call: FetchCall, outcome: Any) -> None:
+        self._respond((call, outcome))
+
     def handle_response(self, call: FetchCall, outcome: Any) -> None:
-        """Take in the outcome of ``call``: a finished grpc future or a ``LograftError``."""
+        """Take in the outcome of ``call``: a finished framed-call future or a
+        ``LograftError``."""
         states = self._subscriptions.states
         self._nodes_in_flight.discard(call.node)
         for tp in call.offsets:
@@ -300,8 +306,11 @@ class Fetcher:
             try:
                 response = outcome.result()
                 error = None
+            except LograftError as exc:
+                error = exc
+                response = None
             except Exception as exc:
-                error = map_rpc_error(exc) if hasattr(exc, "code") else NetworkError(str(exc))
+                error = NetworkError(str(exc))
                 response = None
         now = self._clock.monotonic()
         if error is not None:

@@ -47,7 +47,7 @@ from replica.topic_partition import TopicPartition
 
 from ._accumulator import REQUEST_OVERHEAD, ProducerBatch, RecordAccumulator
 from ._clock import Clock
-from ._connection import Connections, map_rpc_error
+from ._connection import Connections
 from ._producer_metadata import ProducerMetadata
 from ._rpc_errors import retried_in_background
 from ._sequencing import PartitionSequences, Sequencer
@@ -391,8 +391,7 @@ class Sender:
             ),
         )
         try:
-            stub = self._conn.stub_for_node(request.node)
-            call = stub.Produce.future(message, timeout=self._conn.timeout_s())
+            call = self._conn.submit(request.node, "Produce", message, self._conn.timeout_s())
         except LograftError as exc:
             self._completions.put((request, exc, now))
             return
@@ -403,7 +402,7 @@ class Sender:
                     self._complete(batch, -1, -1, now)
 
     def on_response(self, request: ProduceRequest, call: Any, sent_at: float) -> None:
-        """gRPC callback thread: hand the answer to the sender thread."""
+        """The client's I/O thread: hand the answer to the sender thread."""
         self._completions.put((request, call, sent_at))
         with self._acc.lock:
             self._acc.wake.notify()
@@ -427,8 +426,10 @@ class Sender:
             else:
                 try:
                     response = outcome.result()
+                except LograftError as exc:
+                    error = exc
                 except Exception as exc:
-                    error = map_rpc_error(exc) if hasattr(exc, "code") else NetworkError(str(exc))
+                    error = NetworkError(str(exc))
             if error is not None:
                 for batches in request.batches.values():
                     self._fail_or_retry(batches, error)

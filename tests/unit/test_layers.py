@@ -99,7 +99,9 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("replica/log_cleaner_loop.py", Layer.SHELL),
     ("replica/producer_ids.py", Layer.SHELL),  # producer-id blocks: controller RPC or a file
     ("controller/quorum/*", Layer.SHELL),
-    ("cluster/halt.py", Layer.SHELL),  # halt on a broken invariant; shells re-raise through it
+    ("cluster/halt.py", Layer.SHELL),
+    # Framed Produce and Fetch on the listener's port (gRPC relayed); the fetcher's client.
+    ("cluster/framed/*", Layer.SHELL),  # halt on a broken invariant; shells re-raise through it
     # -- 5. Node and tools: the process, and what users run.
     ("cluster/node.py", Layer.NODE),
     ("cluster/node_health.py", Layer.NODE),  # NodeHealth: the service and `lograft node health`
