@@ -84,6 +84,7 @@ chaos-tools:
 MATRIX_ARGS ?=
 bench: $(STAMP)
 	$(BIN)/python bench/single_node.py
+	$(BIN)/python bench/rpc_transport.py
 	$(BIN)/python bench/client_paths.py
 	$(BIN)/python bench/matrix.py $(MATRIX_ARGS)
 
