@@ -11,11 +11,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import grpc
-
-from cluster.errors import NotControllerError, RequestTimedOutError
+from cluster.errors import LograftError, NotControllerError, RequestTimedOutError
+from cluster.framed.peer import PeerChannel
 from cluster.wire import controller_pb2_grpc as cpb_grpc
-from controller.quorum.driver import CHANNEL_OPTIONS, RaftDriver
+from controller.quorum.driver import CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, RaftDriver
 
 __all__ = ["CONTROLLER_CALL_TIMEOUT_S", "ControllerClient"]
 
@@ -37,15 +36,21 @@ class ControllerClient:
     def __init__(self, voters: Mapping[int, str], driver: RaftDriver) -> None:
         self._voters = dict(voters)
         self._driver = driver
-        self._channels: dict[int, grpc.aio.Channel] = {}
+        self._channels: dict[int, PeerChannel] = {}
         self._hint: int | None = None
 
-    def _stub(self, node_id: int) -> cpb_grpc.ControllerStub:
+    def _channel(self, node_id: int) -> PeerChannel:
         channel = self._channels.get(node_id)
         if channel is None:
-            channel = grpc.aio.insecure_channel(self._voters[node_id], options=CHANNEL_OPTIONS)
+            channel = PeerChannel(
+                self._voters[node_id],
+                cpb_grpc.ControllerStub,
+                max_message_bytes=MAX_MESSAGE_BYTES,
+                connect_timeout_s=CONTROLLER_CALL_TIMEOUT_S,
+                grpc_options=CHANNEL_OPTIONS,
+            )
             self._channels[node_id] = channel
-        return cpb_grpc.ControllerStub(channel)
+        return channel
 
     def _candidates(self) -> list[int]:
         leader = self._driver.status().leader_id
@@ -75,20 +80,20 @@ class ControllerClient:
         while loop.time() < deadline:
             for node_id in self._candidates():
                 try:
-                    rpc = getattr(self._stub(node_id), method)(
-                        request, timeout=max(0.1, deadline - loop.time())
+                    rpc = self._channel(node_id).call(
+                        method, request, max(0.1, deadline - loop.time())
                     )
                     response = await (self._unless_deposed(rpc, node_id) if movable else rpc)
                 except _Deposed:
                     last_error = f"controller {node_id} lost the leadership"
                     continue
-                except grpc.aio.AioRpcError as exc:
-                    if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                        # The controller may have acted on it: retrying could repeat it.
-                        raise RequestTimedOutError(
-                            f"controller {node_id} did not answer {method} in time"
-                        ) from None
-                    last_error = f"controller {node_id}: {exc.code().name}"
+                except RequestTimedOutError:
+                    # The controller may have acted on it: retrying could repeat it.
+                    raise RequestTimedOutError(
+                        f"controller {node_id} did not answer {method} in time"
+                    ) from None
+                except LograftError as exc:
+                    last_error = f"controller {node_id}: {exc.message}"
                     continue
                 if _not_controller(response):
                     self._hint = (
@@ -110,7 +115,6 @@ class ControllerClient:
                 return task.result()
             leader = self._driver.status().leader_id
             if leader is not None and leader != node_id:
-                rpc.cancel()
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
                 raise _Deposed(node_id)

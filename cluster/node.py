@@ -247,10 +247,11 @@ class Node:
         for name, server in servers.items():
             if self._driver is not None:
                 raft_pb_grpc.add_RaftServicer_to_server(self._driver, server)
+                handlers[name]["Step"] = self._driver.Step
             if self._controller is not None:
-                controller_pb2_grpc.add_ControllerServicer_to_server(
-                    ControllerOnListener(self._controller, name), server
-                )
+                on_listener = ControllerOnListener(self._controller, name)
+                controller_pb2_grpc.add_ControllerServicer_to_server(on_listener, server)
+                handlers[name]["BrokerHeartbeat"] = on_listener.BrokerHeartbeat
             if "broker" in config.process_roles:
                 service = BrokerService(
                     self.logs,

@@ -22,11 +22,8 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import grpc
-
-from cluster.errors import InvariantError, LograftError, NetworkError, error_for_code
-from cluster.framed.client import FramedChannel
-from cluster.framed.protocol import NotFramedError
+from cluster.errors import InvariantError, LograftError, error_for_code
+from cluster.framed.peer import PeerChannel
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from replica.batch_header import check_stored_batch, iter_headers
@@ -114,16 +111,13 @@ class ReplicaFetcher:
         # follower core is replaced (a new leader or epoch from the metadata image).
         self._delayed: dict[TopicPartition, tuple[FollowerState, float]] = {}
         self._changed = asyncio.Event()
-        host, _, port = address.rpartition(":")
-        self._channel = FramedChannel(
-            host.strip("[]"),
-            int(port),
-            asyncio.get_running_loop(),
-            max_request_bytes=FETCH_MAX_BYTES,
-            max_response_bytes=2 * FETCH_MAX_BYTES,
+        self._channel = PeerChannel(
+            address,
+            pb_grpc.BrokerStub,
+            max_message_bytes=2 * FETCH_MAX_BYTES,
             connect_timeout_s=RPC_TIMEOUT_S,
+            grpc_options=[("grpc.max_receive_message_length", 2 * FETCH_MAX_BYTES)],
         )
-        self._grpc: grpc.aio.Channel | None = None  # for a leader that speaks only gRPC
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -138,9 +132,7 @@ class ReplicaFetcher:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self._channel.close()
-        if self._grpc is not None:
-            await self._grpc.close()
+        await self._channel.close()
 
     async def _run(self) -> None:
         while True:
@@ -150,7 +142,7 @@ class ReplicaFetcher:
                 await self._wait_for_work()
                 continue
             try:
-                response = await self._fetch(request)
+                response = await self._channel.call("Fetch", request, RPC_TIMEOUT_S)
             except LograftError as exc:
                 log.debug("replica fetch failed source=%d error=%s", self.source_id, exc.error_name)
                 await asyncio.sleep(RETRY_BACKOFF_S)
@@ -163,29 +155,6 @@ class ReplicaFetcher:
                 # A bug must not silently end replication from this source: log, back off.
                 log.exception("replica fetch handling crashed source=%d", self.source_id)
                 await asyncio.sleep(RETRY_BACKOFF_S)
-
-    async def _fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
-        """One Fetch to the leader: framed, or over gRPC to a leader that speaks only that
-        (an older lograft, during a rolling upgrade)."""
-        if self._channel.speaks_frames is not False:
-            try:
-                response: pb.FetchResponse = await self._channel.call(
-                    "Fetch", request, RPC_TIMEOUT_S
-                )
-                return response
-            except NotFramedError:
-                log.info("replica fetch falls back to grpc source=%d", self.source_id)
-        if self._grpc is None:
-            self._grpc = grpc.aio.insecure_channel(
-                self.address, options=[("grpc.max_receive_message_length", 2 * FETCH_MAX_BYTES)]
-            )
-        try:
-            answer: pb.FetchResponse = await pb_grpc.BrokerStub(self._grpc).Fetch(
-                request, timeout=RPC_TIMEOUT_S
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise NetworkError(f"{self.address}: {exc.code().name}") from None
-        return answer
 
     async def _wait_for_work(self) -> None:
         """Sleep until a delayed partition is due or the followed partitions change."""

@@ -19,6 +19,8 @@ from typing import Any
 from cluster import errors
 from cluster.errors import LograftError, UnknownServerError
 from cluster.wire import broker_pb2 as pb
+from cluster.wire import controller_pb2 as cpb
+from cluster.wire import raft_pb2 as rpb
 
 __all__ = [
     "HEADER",
@@ -59,6 +61,10 @@ class Method:
 METHODS: dict[int, Method] = {
     1: Method("Produce", pb.ProduceRequest, pb.ProduceResponse),
     2: Method("Fetch", pb.FetchRequest, pb.FetchResponse),
+    # Between nodes: the metadata quorum's messages and the brokers' session heartbeats,
+    # the calls an idle cluster keeps making.
+    3: Method("Step", rpb.RaftEnvelope, rpb.RaftReply),
+    4: Method("BrokerHeartbeat", cpb.BrokerHeartbeatRequest, cpb.BrokerHeartbeatResponse),
 }
 METHOD_IDS: dict[str, int] = {method.name: number for number, method in METHODS.items()}
 

@@ -27,7 +27,8 @@ from typing import Protocol
 
 import grpc
 
-from cluster.errors import NotControllerError
+from cluster.errors import LograftError, NetworkError, NotControllerError
+from cluster.framed.peer import PeerChannel
 from cluster.wire import raft_pb2 as pb
 from cluster.wire import raft_pb2_grpc as pb_grpc
 from controller.quorum.wire import MalformedRaftMessageError, from_envelope, to_envelope
@@ -89,7 +90,8 @@ class StateMachine(Protocol):
 
 
 class RaftTransport:
-    """Step calls to peers over gRPC, with fault injection for tests.
+    """Step calls to peers (framed, or gRPC to a peer that speaks only that), with fault
+    injection for tests.
 
     ``blocked`` holds node ids whose messages are dropped in both directions, as a cut
     network link would.
@@ -99,17 +101,24 @@ class RaftTransport:
         self.node_id = node_id
         self.addresses = dict(addresses)
         self.blocked: set[int] = set()
-        self._channels: dict[int, grpc.aio.Channel] = {}
+        self._channels: dict[int, PeerChannel] = {}
 
-    def stub(self, node_id: int) -> pb_grpc.RaftStub | None:
+    def channel(self, node_id: int) -> PeerChannel | None:
+        """The channel to ``node_id``, opened on first use; ``None`` without an address."""
         address = self.addresses.get(node_id)
         if address is None:
             return None
         channel = self._channels.get(node_id)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = PeerChannel(
+                address,
+                pb_grpc.RaftStub,
+                max_message_bytes=MAX_MESSAGE_BYTES,
+                connect_timeout_s=STEP_TIMEOUT_S,
+                grpc_options=CHANNEL_OPTIONS,
+            )
             self._channels[node_id] = channel
-        return pb_grpc.RaftStub(channel)
+        return channel
 
     async def close(self) -> None:
         for channel in self._channels.values():
@@ -217,16 +226,20 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
     # ---- gRPC service -------------------------------------------------------------------
 
     async def Step(
-        self, request: pb.RaftEnvelope, context: grpc.aio.ServicerContext
+        self, request: pb.RaftEnvelope, context: grpc.aio.ServicerContext | None
     ) -> pb.RaftReply:
-        """Step one message; answer with what the core produced for its sender."""
+        """Step one message; answer with what the core produced for its sender.
+
+        Served over gRPC (``context``) and as a framed call (no context)."""
         try:
             message = from_envelope(request)
         except MalformedRaftMessageError as exc:
             log.warning("rejected raft message src=%d reason=%s", request.src, exc)
             return pb.RaftReply(rejected=str(exc))
         if message.src in self._transport.blocked or self._stopped:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "link cut")
+            if context is not None:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "link cut")
+            raise NetworkError("link cut")
         reply: asyncio.Future[list[RaftMessage]] = asyncio.get_running_loop().create_future()
         item = _Inbound(message, reply)
         self._inbound.append(item)
@@ -346,22 +359,22 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
     def _send(self, message: RaftMessage) -> None:
         if message.dst in self._transport.blocked:
             return
-        stub = self._transport.stub(message.dst)
-        if stub is None:
+        channel = self._transport.channel(message.dst)
+        if channel is None:
             return  # an observer without an address: it fetches, so it gets replies
-        task = asyncio.create_task(self._deliver(stub, message))
+        task = asyncio.create_task(self._deliver(channel, message))
         self._sends.add(task)
         task.add_done_callback(self._sends.discard)
 
-    async def _deliver(self, stub: pb_grpc.RaftStub, message: RaftMessage) -> None:
+    async def _deliver(self, channel: PeerChannel, message: RaftMessage) -> None:
         try:
-            reply = await stub.Step(to_envelope(message), timeout=STEP_TIMEOUT_S + 1)
-        except grpc.aio.AioRpcError as exc:
+            reply = await channel.call("Step", to_envelope(message), STEP_TIMEOUT_S + 1)
+        except LograftError as exc:
             log.debug(
-                "raft send failed node_id=%d dst=%d code=%s",
+                "raft send failed node_id=%d dst=%d error=%s",
                 self.config.node_id,
                 message.dst,
-                exc.code().name,
+                exc.message,
             )
             return
         if reply.rejected:
