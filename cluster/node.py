@@ -410,6 +410,8 @@ class Node:
             *(framed.stop(SHUTDOWN_GRACE_S) for framed in self._framed),
             *(server.stop(SHUTDOWN_GRACE_S) for server in self._servers),
         )
+        for framed in self._framed:
+            framed.close_relays()
         await asyncio.get_running_loop().run_in_executor(None, self.logs.close)
         if self._storage is not None:
             self._storage.close()

@@ -95,8 +95,9 @@ class FramedListener:
         await self._server.start_serving()
 
     async def stop(self, grace_s: float) -> None:
-        """Stop accepting, give calls being served up to ``grace_s`` to answer, then close
-        every connection (relayed ones too)."""
+        """Stop accepting, give framed calls being served up to ``grace_s`` to answer, then
+        close the framed connections. Relayed ones end with the gRPC server's own stop, or
+        with :meth:`close_relays`."""
         if self._server is not None:
             self._server.close()
         if self._tasks:
@@ -104,9 +105,15 @@ class FramedListener:
         for task in list(self._tasks):
             task.cancel()
         for connection in list(self._connections):
-            connection.close()
+            if not connection.relayed:
+                connection.close()
         if self._server is not None:
             await self._server.wait_closed()
+
+    def close_relays(self) -> None:
+        """Close every connection still open (after the gRPC server stopped)."""
+        for connection in list(self._connections):
+            connection.close()
 
     # -- what connections ask of their listener
 
@@ -134,7 +141,7 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._framed = False
-        self._relayed = False
+        self.relayed = False
         self._upstream: asyncio.Transport | None = None
         self._in_flight = 0
         self._reading_paused = False
@@ -159,7 +166,7 @@ class _Connection(asyncio.Protocol):
         if self._framed:
             self._buffer += data
             self._read_frames()
-        elif self._relayed:
+        elif self.relayed:
             if self._upstream is not None:
                 self._upstream.write(data)
             else:
@@ -196,7 +203,7 @@ class _Connection(asyncio.Protocol):
                 self._transport.write(MAGIC)
             self._read_frames()
             return
-        self._relayed = True
+        self.relayed = True
         self._update_reading()  # off until the upstream is connected
         self._listener.track(asyncio.get_running_loop().create_task(self._connect_upstream()))
 
@@ -302,7 +309,7 @@ class _Connection(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self._framed:
             self._set_reading(self._in_flight < MAX_IN_FLIGHT and not self._writing_paused)
-        elif self._relayed:
+        elif self.relayed:
             self._set_reading(self._upstream is not None and not self._upstream_full)
 
     def _set_reading(self, reading: bool) -> None:
