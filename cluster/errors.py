@@ -86,6 +86,7 @@ __all__ = [
     "UnsupportedAssignorError",
     "UnsupportedCompressionTypeError",
     "error_for_code",
+    "error_type_named",
 ]
 
 
@@ -741,3 +742,15 @@ def error_for_code(code: int, message: str = "") -> LograftError:
     """Return the exception for a Kafka error code (``UnknownServerError`` for unknown codes)."""
     cls = _BY_CODE.get(code, UnknownServerError)
     return cls(message)
+
+
+def error_type_named(name: str) -> type[LograftError] | None:
+    """The exception class for a Kafka error name (``NOT_LEADER_OR_FOLLOWER``), if any."""
+    return _BY_NAME.get(name)
+
+
+_BY_NAME: dict[str, type[LograftError]] = {
+    cls.error_name: cls
+    for cls in (globals()[name] for name in __all__)
+    if isinstance(cls, type) and issubclass(cls, LograftError) and cls is not LograftError
+}

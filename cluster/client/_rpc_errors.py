@@ -22,7 +22,6 @@ from typing import Any
 
 import grpc
 
-from cluster import errors
 from cluster.errors import (
     InvalidRequestError,
     LograftError,
@@ -30,6 +29,7 @@ from cluster.errors import (
     RecordListTooLargeError,
     RequestTimedOutError,
     UnknownServerError,
+    error_type_named,
 )
 
 __all__ = [
@@ -42,12 +42,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_BY_NAME: dict[str, type[LograftError]] = {
-    cls.error_name: cls
-    for cls in (getattr(errors, name) for name in errors.__all__)
-    if isinstance(cls, type) and issubclass(cls, LograftError) and cls is not LograftError
-}
 
 _BY_STATUS: dict[Any, type[LograftError]] = {
     grpc.StatusCode.UNAVAILABLE: NetworkError,
@@ -120,7 +114,7 @@ def unreachable_reason(error: grpc.RpcError) -> str | None:
         return None
     details = (error.details() if hasattr(error, "details") else None) or ""
     name, sep, _rest = details.partition(":")
-    if sep and name.strip() in _BY_NAME:
+    if sep and error_type_named(name.strip()) is not None:
         return None
     return describe_unavailable(details)
 
@@ -158,8 +152,9 @@ def map_rpc_error(error: grpc.RpcError) -> LograftError:
     code = error.code() if hasattr(error, "code") else None
     details = (error.details() if hasattr(error, "details") else None) or ""
     name, sep, rest = details.partition(":")
-    if sep and name.strip() in _BY_NAME:
-        return _BY_NAME[name.strip()](rest.strip())
+    named = error_type_named(name.strip()) if sep else None
+    if named is not None:
+        return named(rest.strip())
     if code is grpc.StatusCode.UNAVAILABLE:
         return NetworkError(describe_unavailable(details))
     cls = _BY_STATUS.get(code, UnknownServerError)

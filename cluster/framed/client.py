@@ -32,7 +32,9 @@ from cluster.framed.protocol import (
     STATUS_OK,
     FrameTooLargeError,
     NotFramedError,
+    OversizedFrame,
     error_from_text,
+    take_frame,
 )
 
 __all__ = ["ClientLoop", "FramedChannel"]
@@ -272,24 +274,21 @@ class _ClientConnection(asyncio.Protocol):
                 buffer.clear()
                 return
             del buffer[: len(MAGIC)]
-        header_size = HEADER.size
         channel = self._channel
-        while len(buffer) >= header_size:
-            length, correlation_id, status = HEADER.unpack_from(buffer)
-            if length > channel.max_response_bytes:
+        while True:
+            try:
+                frame = take_frame(buffer, channel.max_response_bytes)
+            except OversizedFrame as oversized:
                 self.error = FrameTooLargeError(
-                    f"{channel.target}: answer of {length} bytes is larger than the client's "
-                    f"limit ({channel.max_response_bytes})"
+                    f"{channel.target}: answer of {oversized.length} bytes is larger than the "
+                    f"client's limit ({channel.max_response_bytes})"
                 )
                 buffer.clear()
                 self.close()
                 return
-            end = header_size + length
-            if len(buffer) < end:
+            if frame is None:
                 return
-            body = bytes(buffer[header_size:end])
-            del buffer[:end]
-            channel.answered(correlation_id, status, body)
+            channel.answered(*frame)
 
     def connection_lost(self, exc: Exception | None) -> None:
         reason = _reason(exc) if exc is not None else "connection closed"

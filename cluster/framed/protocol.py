@@ -32,8 +32,10 @@ __all__ = [
     "FrameTooLargeError",
     "Method",
     "NotFramedError",
+    "OversizedFrame",
     "error_from_text",
     "error_text",
+    "take_frame",
 ]
 
 MAGIC = b"LGRF\x01"
@@ -68,12 +70,6 @@ METHODS: dict[int, Method] = {
 }
 METHOD_IDS: dict[str, int] = {method.name: number for number, method in METHODS.items()}
 
-_BY_NAME: dict[str, type[LograftError]] = {
-    cls.error_name: cls
-    for cls in (getattr(errors, name) for name in errors.__all__)
-    if isinstance(cls, type) and issubclass(cls, LograftError) and cls is not LograftError
-}
-
 
 class NotFramedError(errors.NetworkError):
     """The server answered the handshake with something else (a broker that speaks only
@@ -86,6 +82,32 @@ class FrameTooLargeError(errors.RecordListTooLargeError):
     """A frame announced more bytes than its receiver accepts; the connection is closed."""
 
 
+class OversizedFrame(Exception):
+    """A frame header announced more bytes than the receiver's limit."""
+
+    def __init__(self, length: int, correlation_id: int) -> None:
+        super().__init__(length, correlation_id)
+        self.length = length
+        self.correlation_id = correlation_id
+
+
+def take_frame(buffer: bytearray, limit: int) -> tuple[int, int, bytes] | None:
+    """The next whole frame in ``buffer`` as ``(correlation_id, method or status, body)``,
+    removed from it; ``None`` until one is whole. Raises :class:`OversizedFrame` as soon as
+    a header announces a body longer than ``limit``, before any of it is kept."""
+    if len(buffer) < HEADER.size:
+        return None
+    length, correlation_id, kind = HEADER.unpack_from(buffer)
+    if length > limit:
+        raise OversizedFrame(length, correlation_id)
+    end = HEADER.size + length
+    if len(buffer) < end:
+        return None
+    body = bytes(buffer[HEADER.size : end])
+    del buffer[:end]
+    return correlation_id, kind, body
+
+
 def error_text(error: LograftError) -> bytes:
     """The body of an error answer for ``error``."""
     return f"{error.error_name}: {error.message}".encode()
@@ -95,7 +117,7 @@ def error_from_text(body: bytes) -> LograftError:
     """The typed error an error answer names (``UnknownServerError`` for a name not known)."""
     text = bytes(body).decode("utf-8", "replace")
     name, sep, message = text.partition(": ")
-    cls = _BY_NAME.get(name) if sep else None
+    cls = errors.error_type_named(name) if sep else None
     if cls is None:
         return UnknownServerError(text)
     return cls(message)

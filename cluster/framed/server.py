@@ -30,7 +30,9 @@ from cluster.framed.protocol import (
     STATUS_ERROR,
     STATUS_OK,
     FrameTooLargeError,
+    OversizedFrame,
     error_text,
+    take_frame,
 )
 
 __all__ = ["FramedListener", "Handler"]
@@ -240,25 +242,23 @@ class _Connection(asyncio.Protocol):
     # -- frames
 
     def _read_frames(self) -> None:
-        buffer = self._buffer
-        header_size = HEADER.size
-        while len(buffer) >= header_size:
-            length, correlation_id, method = HEADER.unpack_from(buffer)
-            if length > self._listener.max_request_bytes:
+        limit = self._listener.max_request_bytes
+        while True:
+            try:
+                frame = take_frame(self._buffer, limit)
+            except OversizedFrame as oversized:
                 error = FrameTooLargeError(
-                    f"request of {length} bytes is larger than socket.request.max.bytes "
-                    f"({self._listener.max_request_bytes})"
+                    f"request of {oversized.length} bytes is larger than "
+                    f"socket.request.max.bytes ({limit})"
                 )
                 log.warning("framed request refused error=%s", error.message)
-                self._answer(correlation_id, STATUS_ERROR, error_text(error))
-                buffer.clear()
+                self._answer(oversized.correlation_id, STATUS_ERROR, error_text(error))
+                self._buffer.clear()
                 self.close()
                 return
-            end = header_size + length
-            if len(buffer) < end:
+            if frame is None:
                 return
-            body = bytes(buffer[header_size:end])
-            del buffer[:end]
+            correlation_id, method, body = frame
             self._in_flight += 1
             task = asyncio.get_running_loop().create_task(self._serve(correlation_id, method, body))
             self._listener.track(task)
