@@ -86,6 +86,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/single_node.py
 	$(BIN)/python bench/rpc_transport.py
 	$(BIN)/python bench/client_paths.py
+	$(BIN)/python bench/ack_latency.py
 	$(BIN)/python bench/matrix.py $(MATRIX_ARGS)
 
 # nats-py (pyproject's bench extra), added to the venv that make install built.

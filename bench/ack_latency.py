@@ -1,0 +1,102 @@
+"""An ``acks=all`` record's acknowledgement at fixed rates, and what it costs each node.
+
+Starts three local nodes, creates a one-partition topic (RF 3, ``min.insync.replicas=2``
+unless ``--replicas`` says otherwise) and, for each rate in ``--rates``, runs one client
+process that calls ``Producer.send`` (``linger.ms=0``) at that pace for ``--seconds`` and
+times each record from ``send`` to its acknowledgement (a done callback). Each node's CPU
+over the run comes from ``/proc``. Reports p50/p99 per rate and run, the median of
+``--runs``, and writes bench/results/ack_latency.json.
+
+Usage: python bench/ack_latency.py [--rates 50,200,1000] [--seconds 5] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from _common import ROOT, local_cluster, run_json, write_report
+
+_CLIENT = """
+import json, sys, time
+from cluster.client import Producer
+boot, topic, rate, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+latencies = []
+with Producer(bootstrap_servers=boot, acks="all", linger_ms=0) as producer:
+    for _ in range(50):
+        producer.send(topic, b"w" * 100).result(timeout=30)
+    start = time.perf_counter()
+    for i in range(int(rate * seconds)):
+        due = start + i / rate
+        while (now := time.perf_counter()) < due:
+            time.sleep(min(due - now, 0.001))  # pacing the sends, not synchronising
+        sent = time.perf_counter()
+        producer.send(topic, b"x" * 100).add_done_callback(
+            lambda _, sent=sent: latencies.append(time.perf_counter() - sent)
+        )
+    producer.flush()
+latencies.sort()
+print(json.dumps({
+    "records": len(latencies),
+    "p50_ms": round(latencies[len(latencies) // 2] * 1e3, 3),
+    "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1e3, 3),
+}))
+"""
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _one_run(bootstrap: str, pids: list[int], rate: float, seconds: float) -> dict[str, Any]:
+    before = {pid: _cpu_s(pid) for pid in pids}
+    result = run_json([sys.executable, "-c", _CLIENT, bootstrap, "acks", str(rate), str(seconds)])
+    result["node_cpu_percent"] = sorted(
+        (round((_cpu_s(pid) - before[pid]) / seconds * 100, 1) for pid in pids), reverse=True
+    )
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", default="50,200,1000")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--replicas", type=int, default=3)
+    args = parser.parse_args()
+    rates = [float(rate) for rate in args.rates.split(",")]
+    report: dict[str, Any] = {
+        "setup": f"three local nodes, one partition, RF {args.replicas}, acks=all, "
+        f"linger.ms=0, 100 B, {args.seconds} s a run, {os.cpu_count()} cores; node CPU is "
+        "each node's share of one core over the run (the partition leader first)",
+        "runs": args.runs,
+        "rates": {},
+    }
+    with tempfile.TemporaryDirectory() as data, local_cluster(data) as bootstrap:
+        from cluster.client import AdminClient, NewTopic
+
+        configs = {"min.insync.replicas": str(min(args.replicas, 2))}
+        with AdminClient(bootstrap_servers=bootstrap) as admin:
+            admin.create_topics([NewTopic("acks", 1, args.replicas, configs=configs)])[
+                "acks"
+            ].result(timeout=60)
+        pids = [node["pid"] for node in json.loads(Path(data, "cluster.json").read_text())["nodes"]]
+        for rate in rates:
+            runs = [_one_run(bootstrap, pids, rate, args.seconds) for _ in range(args.runs)]
+            report["rates"][str(int(rate))] = {
+                "median_p50_ms": statistics.median(run["p50_ms"] for run in runs),
+                "median_p99_ms": statistics.median(run["p99_ms"] for run in runs),
+                "runs": runs,
+            }
+    write_report(report, ROOT / "bench" / "results" / "ack_latency.json")
+
+
+if __name__ == "__main__":
+    main()
