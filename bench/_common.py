@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -21,6 +22,12 @@ def run_json(args: list[str]) -> dict[str, Any]:
     done = subprocess.run(args, check=True, capture_output=True, text=True, cwd=ROOT)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) process ``pid`` has used so far, from ``/proc/PID/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def write_report(report: dict[str, Any], output: Path) -> None:

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, local_cluster, run_json, write_report
+from _common import ROOT, cpu_seconds, local_cluster, run_json, write_report
 
 _CLIENT = """
 import json, sys, time
@@ -50,16 +50,11 @@ print(json.dumps({
 """
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _one_run(bootstrap: str, pids: list[int], rate: float, seconds: float) -> dict[str, Any]:
-    before = {pid: _cpu_s(pid) for pid in pids}
+    before = {pid: cpu_seconds(pid) for pid in pids}
     result = run_json([sys.executable, "-c", _CLIENT, bootstrap, "acks", str(rate), str(seconds)])
     result["node_cpu_percent"] = sorted(
-        (round((_cpu_s(pid) - before[pid]) / seconds * 100, 1) for pid in pids), reverse=True
+        (round((cpu_seconds(pid) - before[pid]) / seconds * 100, 1) for pid in pids), reverse=True
     )
     return result
 

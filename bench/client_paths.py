@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import LOGRAFT, ROOT, local_cluster, run_json, write_report
+from _common import LOGRAFT, ROOT, cpu_seconds, local_cluster, run_json, write_report
 
 # One client run, in its own process so that its interpreter starts clean.
 _SEND = """
@@ -56,7 +56,7 @@ with Producer(bootstrap_servers=boot, acks=acks) as producer:
     producer.flush()
     done = time.perf_counter()
 # While it sends, the caller either runs (its thread's CPU time) or waits: for the GIL
-# (held by the sender and gRPC threads), for a core, or for buffer memory.
+# (held by the sender and I/O threads), for a core, or for buffer memory.
 print(json.dumps({"records_per_s": round(count / (done - start)),
                   "send_calls_s": round(sent - start, 3), "flush_s": round(done - sent, 3),
                   "caller_cpu_s": round(caller_cpu, 3),
@@ -95,11 +95,6 @@ def _client(code: str, *args: str) -> dict[str, Any]:
     return run_json([sys.executable, "-c", code, *args])
 
 
-def _cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
-
-
 def _rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -109,12 +104,11 @@ def _rss_mib(pid: int) -> float:
 
 def _idle(data: str, seconds: float) -> dict[str, Any]:
     pids = [node["pid"] for node in json.loads(Path(data, "cluster.json").read_text())["nodes"]]
-    hz = os.sysconf("SC_CLK_TCK")
-    before = {pid: _cpu_ticks(pid) for pid in pids}
+    before = {pid: cpu_seconds(pid) for pid in pids}
     time.sleep(seconds)  # measuring idle cost over a fixed window
     per_node = {
         str(pid): {
-            "cpu_percent": round((_cpu_ticks(pid) - before[pid]) / hz / seconds * 100, 2),
+            "cpu_percent": round((cpu_seconds(pid) - before[pid]) / seconds * 100, 2),
             "rss_mib": _rss_mib(pid),
         }
         for pid in pids

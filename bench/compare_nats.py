@@ -62,7 +62,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from _common import LOGRAFT, ROOT, create_topic, local_cluster, run_json, write_report
+from _common import (
+    LOGRAFT,
+    ROOT,
+    cpu_seconds,
+    create_topic,
+    local_cluster,
+    run_json,
+    write_report,
+)
 
 from cluster.launcher.processes import free_base_port
 
@@ -356,11 +364,7 @@ CLIENTS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 
 
 def _cpu_s(pids: list[int]) -> float:
-    ticks = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks += int(fields[11]) + int(fields[12])  # utime + stime
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return sum(cpu_seconds(pid) for pid in pids)
 
 
 def _status_mib(pids: list[int], key: str) -> float:

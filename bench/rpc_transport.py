@@ -16,11 +16,10 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import grpc
-from _common import ROOT, write_report
+from _common import ROOT, cpu_seconds, write_report
 
 from cluster.framed.client import ClientLoop, FramedChannel
 from cluster.launcher.processes import free_base_port
@@ -58,11 +57,6 @@ async def _serve(kind: str, port: int) -> None:
     await listener.bind()
     await listener.serve()
     await asyncio.Event().wait()
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _measure(kind: str, calls: int) -> dict[str, float]:
@@ -105,14 +99,16 @@ def _measure(kind: str, calls: int) -> dict[str, float]:
 
         for _ in range(500):
             call()
-        cpu_before = _cpu_s(server.pid)
+        cpu_before = cpu_seconds(server.pid)
         started = time.perf_counter()
         for _ in range(calls):
             call()
         elapsed = time.perf_counter() - started
         return {
             "round_trip_us": round(elapsed / calls * 1e6, 1),
-            "server_cpu_us_per_call": round((_cpu_s(server.pid) - cpu_before) / calls * 1e6, 1),
+            "server_cpu_us_per_call": round(
+                (cpu_seconds(server.pid) - cpu_before) / calls * 1e6, 1
+            ),
         }
     finally:
         if io_loop is not None:

@@ -246,11 +246,6 @@ class Connections:
         """The ``BrokerStub`` for an address, opening its channel the first time."""
         return self._link(host, port).stub
 
-    def stub_for_node(self, node_id: int) -> Any:
-        """The stub of broker ``node_id``; raises ``LeaderNotAvailableError`` if unknown."""
-        broker = self._broker(node_id)
-        return self.stub(broker.host, broker.port)
-
     def submit(
         self, node_id: int, method: str, request: Any, timeout_s: float
     ) -> concurrent.futures.Future[Any]:
