@@ -31,8 +31,9 @@ import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from operator import add
-from typing import NamedTuple, cast
+from typing import NamedTuple, TypeVar, cast
 
 from cluster.errors import CorruptMessageError
 from replica.batch_header import (
@@ -47,6 +48,11 @@ from replica.batch_header import (
 from replica.compression import CompressionType, decompress
 from replica.varints import TABLE_SIZE, VARINT_TABLE, encode_varint, read_raw_varint
 
+try:
+    from replica import _speedups
+except ImportError:  # built without a C compiler: the Python decoder below does it all
+    _speedups = None  # type: ignore[assignment]
+
 __all__ = [
     "BatchSkip",
     "Header",
@@ -55,6 +61,7 @@ __all__ = [
     "check_compressed_records",
     "decode_columns",
     "decode_records",
+    "decode_rows",
     "encode_headers",
     "encode_record",
     "iter_records",
@@ -389,7 +396,11 @@ def decode_columns(buf: bytes | bytearray | memoryview, header: BatchHeader) -> 
     null keys), the same value length and no headers, the batches producers commonly send;
     any other batch is decoded by :func:`decode_records`'s loop.
     """
-    data = _batch_records_data(buf, header)
+    return _columns(_batch_records_data(buf, header), header)
+
+
+def _columns(data: bytes, header: BatchHeader) -> RecordColumns:
+    """:func:`decode_columns` of a batch's (decompressed) records data."""
     fixed_timestamp = header.max_timestamp if header.is_log_append_time else None
     columns = _decode_uniform(
         data, header.records_count, header.base_offset, header.base_timestamp, fixed_timestamp
@@ -404,6 +415,67 @@ def decode_columns(buf: bytes | bytearray | memoryview, header: BatchHeader) -> 
         [r.value for r in records],
         [r.headers for r in records],
     )
+
+
+Row = TypeVar("Row", bound=tuple[object, ...])
+_new_tuple = tuple.__new__
+
+
+def decode_rows(
+    row_type: type[Row],
+    topic: str,
+    partition: int,
+    buf: bytes | bytearray | memoryview,
+    header: BatchHeader,
+    start_offset: int,
+) -> list[Row]:
+    """The records of the batch ``header`` describes from ``start_offset`` on, as
+    ``row_type`` tuples ``(topic, partition, offset, timestamp, key, value, headers)``: the
+    consumer's records, built without a Python call per record.
+
+    ``row_type`` is ``tuple`` or a named tuple of those seven fields. The same records,
+    checks and errors as :func:`decode_records`. The C decoder (``replica._speedups``)
+    decodes a batch whole when it is built; anything it declines (a malformed batch, to
+    raise the right error) goes through :func:`decode_columns`.
+    """
+    data = _batch_records_data(buf, header)
+    fixed_timestamp = header.max_timestamp if header.is_log_append_time else None
+    if _speedups is not None:
+        decoded = _speedups.decode_records(
+            row_type,
+            topic,
+            partition,
+            data,
+            header.records_count,
+            header.base_offset,
+            header.base_timestamp,
+            fixed_timestamp,
+            header.last_offset_delta,
+            start_offset,
+        )
+        if decoded is not None:
+            return cast("list[Row]", decoded)
+    offsets, timestamps, keys, values, headers = _columns(data, header)
+    if offsets and offsets[0] < start_offset:
+        # The first batch of a fetch may start before the fetch offset.
+        if isinstance(offsets, range):
+            first = start_offset - offsets[0]
+            offsets, timestamps, keys, values, headers = (
+                offsets[first:],
+                timestamps[first:],
+                keys[first:],
+                values[first:],
+                headers[first:],
+            )
+        else:
+            kept = [i for i, offset in enumerate(offsets) if offset >= start_offset]
+            offsets = [offsets[i] for i in kept]
+            timestamps = [timestamps[i] for i in kept]
+            keys = [keys[i] for i in kept]
+            values = [values[i] for i in kept]
+            headers = [headers[i] for i in kept]
+    rows = zip(repeat(topic), repeat(partition), offsets, timestamps, keys, values, headers)
+    return list(map(_new_tuple, repeat(row_type), rows))
 
 
 # The uniform fast path. Its regular expression describes a whole record of one key and

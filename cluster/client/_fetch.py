@@ -8,7 +8,7 @@
   (its epoch: a seek since makes it stale), notes the high watermark and buffers the
   batches; they are decoded lazily.
 * ``drain`` decodes buffered batches into ``ConsumerRecord`` objects up to a limit, a
-  whole batch at a time (``replica.record_codec.decode_columns``) and only when the
+  whole batch at a time (``replica.record_codec.decode_rows``) and only when the
   records before it are handed out, rotating the starting partition so that none starves,
   and moves the positions. ``drain_batches`` hands out the batches' bytes instead
   (``Consumer.poll_batches``).
@@ -29,7 +29,6 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from cluster.errors import (
@@ -42,7 +41,7 @@ from cluster.errors import (
 from cluster.wire import broker_pb2 as pb
 from replica.batch_header import BatchHeader, iter_headers
 from replica.control_records import AbortedBatchFilter
-from replica.record_codec import RecordColumns, decode_columns, next_readable_batch
+from replica.record_codec import decode_rows, next_readable_batch
 
 from ._clock import Clock
 from ._connection import Connections, TopicPartition
@@ -140,7 +139,8 @@ class Fetcher:
         """Up to ``limit`` buffered records of partitions not paused; moves their positions.
 
         A fetch's batches are decoded one at a time, when the records before them have been
-        handed out, each into ``ConsumerRecord`` objects at once (:func:`_batch_records`).
+        handed out, each into ``ConsumerRecord`` objects at once
+        (:func:`replica.record_codec.decode_rows`).
         """
         out: list[ConsumerRecord] = []
         for tp, state in self._fetchable():
@@ -156,11 +156,12 @@ class Fetcher:
                             if state.position is None or state.position < completed.next_offset:
                                 state.position = completed.next_offset
                             continue
-                        records = completed.records = _batch_records(
+                        records = completed.records = decode_rows(
                             self._record_type,
                             topic,
                             partition,
-                            decode_columns(completed.data, header),
+                            completed.data,
+                            header,
                             completed.fetch_offset,
                         )
                         completed.batch = header
@@ -408,41 +409,3 @@ def _next_batch(completed: CompletedFetch) -> BatchHeader | None:
         completed.data, completed.cursor, completed.fetch_offset, completed.skip
     )
     return header
-
-
-_new_tuple = tuple.__new__
-
-
-def _batch_records(
-    record_type: type[ConsumerRecord],
-    topic: str,
-    partition: int,
-    columns: RecordColumns,
-    start_offset: int,
-) -> list[ConsumerRecord]:
-    """``ConsumerRecord`` objects of a decoded batch, those from ``start_offset`` on.
-
-    ``ConsumerRecord`` is a tuple: ``map`` and ``zip`` build the whole batch's records in C
-    from the columns, without a Python call per record.
-    """
-    offsets, timestamps, keys, values, headers = columns
-    if offsets and offsets[0] < start_offset:
-        # The first batch of a fetch may start before the fetch offset.
-        if isinstance(offsets, range):
-            first = start_offset - offsets[0]
-            offsets, timestamps, keys, values, headers = (
-                offsets[first:],
-                timestamps[first:],
-                keys[first:],
-                values[first:],
-                headers[first:],
-            )
-        else:
-            kept = [i for i, offset in enumerate(offsets) if offset >= start_offset]
-            offsets = [offsets[i] for i in kept]
-            timestamps = [timestamps[i] for i in kept]
-            keys = [keys[i] for i in kept]
-            values = [values[i] for i in kept]
-            headers = [headers[i] for i in kept]
-    rows = zip(repeat(topic), repeat(partition), offsets, timestamps, keys, values, headers)
-    return list(map(_new_tuple, repeat(record_type), rows))

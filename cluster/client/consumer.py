@@ -63,7 +63,7 @@ from typing import Any, Literal, NamedTuple, TypeVar, overload
 
 from cluster.errors import IllegalStateError, UnknownTopicOrPartitionError
 from replica.batch_header import parse_header
-from replica.record_codec import decode_columns
+from replica.record_codec import decode_rows
 from replica.topic_partition import validate_topic_name
 
 from ._clock import SYSTEM_CLOCK, Clock, ClockQueue
@@ -186,14 +186,9 @@ class ConsumerBatch(NamedTuple):
         header = parse_header(self.data)
         if header.is_control:
             return []
-        topic, partition = self.topic, self.partition
-        return [
-            ConsumerRecord(topic, partition, offset, timestamp, key, value, headers)
-            for offset, timestamp, key, value, headers in zip(
-                *decode_columns(self.data, header), strict=True
-            )
-            if offset >= self.start_offset
-        ]
+        return decode_rows(
+            ConsumerRecord, self.topic, self.partition, self.data, header, self.start_offset
+        )
 
 
 _Response = tuple[FetchCall, Any] | Lookup | None
