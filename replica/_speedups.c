@@ -165,8 +165,10 @@ read_headers(const unsigned char *data, Py_ssize_t end, Py_ssize_t *pos, PyObjec
             Py_DECREF(tuple);
             return -2;
         }
+        PyObject_GC_UnTrack(pair);
         PyTuple_SET_ITEM(tuple, (Py_ssize_t)i, pair);
     }
+    PyObject_GC_UnTrack(tuple);
     *headers = tuple;
     return 0;
 }
@@ -314,6 +316,11 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyTuple_SET_ITEM(record, 4, key);
         PyTuple_SET_ITEM(record, 5, value);
         PyTuple_SET_ITEM(record, 6, headers);
+        /* A record holds no container that could lead back to it (its headers tuple holds
+         * str and bytes pairs only), so the cycle collector need never look at it: without
+         * this, decoding a 1 MiB batch spends two thirds of its time in collections that
+         * walk the records decoded so far. */
+        PyObject_GC_UnTrack(record);
         int appended = PyList_Append(records, record);
         Py_DECREF(record);
         if (appended < 0) {

@@ -648,9 +648,12 @@ class Consumer:
             if lookups.metadata_wanted:
                 lookups.refresh_metadata()
             lookups.start()
+            # The next fetch goes out before this one is decoded (a megabyte of records
+            # takes a few milliseconds), and again after the drain, which may have used up
+            # a fetch: one is always on its way while the caller works through these (one
+            # fetch ahead per partition, FETCH_AHEAD).
+            fetcher.send()
             records = drain(self._max_poll_records)
-            # Sent before the records are returned: the next fetch is on its way while the
-            # caller works through these (one fetch ahead per partition, FETCH_AHEAD).
             fetcher.send()
             if records:
                 return records

@@ -30,11 +30,11 @@ from cluster.framed.protocol import (
     METHOD_IDS,
     METHODS,
     STATUS_OK,
+    FrameReceiver,
     FrameTooLargeError,
     NotFramedError,
     OversizedFrame,
     error_from_text,
-    take_frame,
 )
 
 __all__ = ["ClientLoop", "FramedChannel"]
@@ -196,7 +196,7 @@ class FramedChannel:
         if entry is not None:
             entry[1](RequestTimedOutError(f"{self.target}: no answer in {timeout_s:.3f} s"))
 
-    def answered(self, correlation_id: int, status: int, body: bytes) -> None:
+    def answered(self, correlation_id: int, status: int, body: bytes | bytearray) -> None:
         entry = self._pending.pop(correlation_id, None)
         if entry is None:
             return  # timed out before it came
@@ -233,13 +233,13 @@ class FramedChannel:
             done(error)
 
 
-class _ClientConnection(asyncio.Protocol):
+class _ClientConnection(asyncio.BufferedProtocol):
     """The connection of one :class:`FramedChannel`: reads answer frames."""
 
     def __init__(self, channel: FramedChannel) -> None:
         self._channel = channel
         self._transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
+        self._receiver = FrameReceiver(channel.max_response_bytes)
         self.error: LograftError | None = None
         """Why this side closed the connection, if it did."""
         self.handshake: asyncio.Future[bool | None] = channel._loop.create_future()
@@ -262,32 +262,32 @@ class _ClientConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
-    def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._receiver.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        receiver = self._receiver
+        receiver.received(nbytes)
         if not self.handshake.done():
-            if len(buffer) < len(MAGIC):
+            preamble = receiver.take_preamble(len(MAGIC))
+            if preamble is None:
                 return
-            framed = buffer.startswith(MAGIC)
-            self.handshake.set_result(framed)
-            if not framed:
-                buffer.clear()
-                return
-            del buffer[: len(MAGIC)]
+            self.handshake.set_result(preamble == MAGIC)
+        if not self.handshake.result():
+            receiver.discard()  # a gRPC server's bytes: the caller closes the connection
+            return
         channel = self._channel
-        while True:
-            try:
-                frame = take_frame(buffer, channel.max_response_bytes)
-            except OversizedFrame as oversized:
-                self.error = FrameTooLargeError(
-                    f"{channel.target}: answer of {oversized.length} bytes is larger than the "
-                    f"client's limit ({channel.max_response_bytes})"
-                )
-                buffer.clear()
-                self.close()
-                return
-            if frame is None:
-                return
+        try:
+            frames = receiver.frames()
+        except OversizedFrame as oversized:
+            self.error = FrameTooLargeError(
+                f"{channel.target}: answer of {oversized.length} bytes is larger than the "
+                f"client's limit ({channel.max_response_bytes})"
+            )
+            receiver.discard()
+            self.close()
+            return
+        for frame in frames:
             channel.answered(*frame)
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from cluster.errors import NotLeaderOrFollowerError, UnknownServerError
 from cluster.framed.protocol import (
     HEADER,
+    FrameReceiver,
     OversizedFrame,
     error_from_text,
     error_text,
@@ -48,3 +49,39 @@ def test_an_error_answer_names_its_kafka_error() -> None:
     error = error_from_text(error_text(NotLeaderOrFollowerError("moved")))
     assert isinstance(error, NotLeaderOrFollowerError) and error.message == "moved"
     assert isinstance(error_from_text(b"no name here"), UnknownServerError)
+
+
+@given(
+    bodies=st.lists(
+        st.binary(max_size=64) | st.integers(70_000, 300_000).map(lambda n: bytes(n)), max_size=6
+    ),
+    reads=st.lists(st.integers(min_value=1, max_value=100_000), max_size=30),
+)
+def test_a_frame_receiver_gives_every_frame_whole_and_in_order_however_reads_split(
+    bodies: list[bytes], reads: list[int]
+) -> None:
+    # As asyncio's BufferedProtocol drives it: each read fills at most the buffer it is given.
+    stream = b"".join(HEADER.pack(len(b), n, 1) + b for n, b in enumerate(bodies))
+    receiver = FrameReceiver(limit=300_000)
+    taken: list[tuple[int, int, bytes]] = []
+    position = 0
+    read_sizes = iter(reads)
+    while position < len(stream):
+        buffer = receiver.buffer()
+        assert len(buffer) > 0
+        size = min(len(buffer), next(read_sizes, len(stream)), len(stream) - position)
+        buffer[:size] = stream[position : position + size]
+        position += size
+        receiver.received(size)
+        taken += [(n, kind, bytes(body)) for n, kind, body in receiver.frames()]
+    assert taken == [(n, 1, b) for n, b in enumerate(bodies)]
+
+
+def test_a_frame_receiver_refuses_a_header_over_its_limit_before_the_body() -> None:
+    receiver = FrameReceiver(limit=64)
+    header = HEADER.pack(65, 42, 2)
+    receiver.buffer()[: len(header)] = header
+    receiver.received(len(header))
+    with pytest.raises(OversizedFrame) as refused:
+        receiver.frames()
+    assert (refused.value.length, refused.value.correlation_id) == (65, 42)
