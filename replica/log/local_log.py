@@ -10,7 +10,11 @@ as in Kafka.
 
 This class also tracks what is durable, as Kafka's ``LocalLog`` keeps the recovery point:
 the flushed offset, and what a flush must sync (segments written since their last
-fdatasync, whether the directory changed). A flush takes that under the partition log's
+fdatasync, whether the directory changed). As in Kafka, a flush syncs the indexes of a
+segment only once it is no longer active (the flush after its roll) or at close: recovery
+after a crash rebuilds the indexes of the segment holding the recovery point and of every
+later one (:mod:`replica.log.log_loader`), and syncing them on each flush cost each
+acknowledged write two more fdatasyncs. A flush takes that under the partition log's
 lock (:meth:`LocalLog.start_flush`), syncs without it (:meth:`LocalLog.sync`) and publishes
 the result under it again (:meth:`LocalLog.finish_flush`); a truncation meanwhile caps what
 it may publish. Leader epochs, checkpoints, the flush lock and failure handling are
@@ -257,8 +261,10 @@ class LocalLog:
         previous = self.segments[-1]
         base_offset = max(base_offset, previous.next_offset)
         try:
-            if previous.seal():
-                self.dirty[previous.base_offset] = previous
+            previous.seal()
+            # Dirty even if the seal wrote nothing: its indexes were not synced while it
+            # was active, and the next flush syncs them whole.
+            self.dirty[previous.base_offset] = previous
             segment = LogSegment.create(self.directory, base_offset)
         except OSError as exc:
             raise KafkaStorageError(
@@ -321,10 +327,12 @@ class LocalLog:
         return removed_bytes, len(doomed)
 
     def seal_active(self) -> None:
-        """Give the active segment its final time-index entry (at close); raises ``OSError``."""
+        """Give the active segment its final time-index entry and mark it for a whole sync
+        (at close, whose flush syncs the active segment's indexes too); raises
+        ``OSError``."""
         active = self.segments[-1]
-        if active.seal():
-            self.dirty[active.base_offset] = active
+        active.seal()
+        self.dirty[active.base_offset] = active
 
     # ---- reading --------------------------------------------------------------------------
 
@@ -443,12 +451,12 @@ class LocalLog:
 
     # ---- flushing -------------------------------------------------------------------------
 
-    def start_flush(self) -> tuple[int, list[int], bool]:
+    def start_flush(self, *, active_indexes: bool = False) -> tuple[int, list[int], bool]:
         """``(target offset, descriptors, directory changed)`` for a flush starting now (see
         :meth:`take_unflushed`); what it may publish is capped from here on (see
         :meth:`finish_flush`). Raises ``OSError``; nothing is taken then."""
         target = self.log_end_offset
-        fds, directory_dirty = self.take_unflushed()
+        fds, directory_dirty = self.take_unflushed(active_indexes=active_indexes)
         self.flush_cap = target
         return target, fds, directory_dirty
 
@@ -477,16 +485,21 @@ class LocalLog:
             self.flushed_offset = flushed
         return self.flushed_offset
 
-    def take_unflushed(self) -> tuple[list[int], bool]:
+    def take_unflushed(self, *, active_indexes: bool = False) -> tuple[list[int], bool]:
         """Duplicated descriptors of every segment written since the last call (to
-        fdatasync and close), and whether the directory changed since then.
+        fdatasync and close), and whether the directory changed since then. Of the active
+        segment only the ``.log`` unless ``active_indexes`` (see the module).
 
         Raises ``OSError``; nothing is taken then.
         """
         fds: list[int] = []
+        active = self.segments[-1]
         try:
             for segment in self.dirty.values():
-                fds.extend(segment.dup_fds())
+                if segment is active and not active_indexes:
+                    fds.append(segment.dup_log_fd())
+                else:
+                    fds.extend(segment.dup_fds())
         except OSError:
             for fd in fds:
                 os.close(fd)

@@ -9,10 +9,12 @@ checkpoints are read.
 Recovery: after a clean shutdown (the ``.clean_shutdown`` marker, written by the close
 and removed here before anything new is written), indexes that pass their sanity checks
 are trusted. Otherwise every segment from the one holding the recovery point (at least
-the active one) is re-validated batch by batch; at the first torn or corrupt batch the
-file is truncated and every later segment dropped. A segment whose index is missing or
-corrupt is re-validated the same way, wherever it lies. Segments that overlap the one
-before them do not belong with it: they are dropped too, as after a torn write.
+the active one; also the one before it if the point is exactly its end, since a segment's
+indexes are synced only after its roll) is re-validated batch by batch; at the first torn
+or corrupt batch the file is truncated and every later segment dropped. A segment whose
+index is missing or corrupt is re-validated the same way, wherever it lies. Segments that
+overlap the one before them do not belong with it: they are dropped too, as after a torn
+write.
 
 Leader epochs: the ``leader-epoch-checkpoint`` is written lazily (at most once per flush,
 before any recovery point that must cover it), so after a crash only its entries below
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
-from bisect import bisect_right
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,7 +125,11 @@ def _load(directory: Path, config: LogConfig, now_ms: int, segments: list[LogSeg
     if clean:
         recover_from = len(segments)
     else:
-        recover_from = min(max(bisect_right(bases, recovery_point) - 1, 0), len(segments) - 1)
+        # The segment holding the recovery point, and the one before it when the point is
+        # exactly its end: a flush that began before that segment rolled synced its records
+        # but not its indexes (synced only once a segment is no longer active, see
+        # replica.log.local_log), and may have published its end as the recovery point.
+        recover_from = min(max(bisect_left(bases, recovery_point) - 1, 0), len(segments) - 1)
 
     kept: list[LogSegment] = []
     recovered: dict[int, LogSegment] = {}  # by base offset: these need an fdatasync

@@ -494,7 +494,8 @@ class PartitionLog:
     # ---- durability -----------------------------------------------------------------------
 
     def flush(self) -> int:
-        """fdatasync every segment and index written since the last flush; thread-safe.
+        """fdatasync every segment written since the last flush, and the indexes of those no
+        longer active (see :mod:`replica.log.local_log`); thread-safe.
 
         Returns the new :attr:`flushed_offset`. Persists the recovery point when it moves
         into another segment (recovery always re-checks the segment holding it, so a
@@ -505,14 +506,14 @@ class PartitionLog:
         with self._flush_lock:
             return self._flush_locked()
 
-    def _flush_locked(self) -> int:
+    def _flush_locked(self, *, active_indexes: bool = False) -> int:
         local = self._local
         with self._lock:
             if self._closed:
                 return local.flushed_offset
             self._check_writable()
             try:
-                target, fds, directory_dirty = local.start_flush()
+                target, fds, directory_dirty = local.start_flush(active_indexes=active_indexes)
             except OSError as exc:
                 raise KafkaStorageError(f"flush of dir={self._directory} failed: {exc}") from exc
         try:
@@ -554,7 +555,8 @@ class PartitionLog:
                         )
             try:
                 if not failed:
-                    self._flush_locked()
+                    # The clean-shutdown marker makes the next open trust every index.
+                    self._flush_locked(active_indexes=True)
                     self._checkpoints.persist_recovery_point(self._lock, self._local, force=True)
                     self.persist_cleaner_checkpoint()
                     write_file_atomically(self._directory / CLEAN_SHUTDOWN_FILE, b"")

@@ -9,6 +9,7 @@ skipped without it, unless ``LOGRAFT_REQUIRE_FUSE=1`` (then they fail).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import random
@@ -23,10 +24,14 @@ import pytest
 
 from chaos.lazyfs import LazyFS, LazyStore, fuse_available
 from chaos.lazyfs.store import PAGE_SIZE, RENAME_EXCHANGE, RENAME_NOREPLACE
+from cluster.errors import KafkaStorageError
 from cluster.wire import broker_pb2_grpc as pb_grpc
+from replica.log.partition_log import PartitionLog
 from replica.records import encode_batch
+from replica.topic_config import LogConfig
 from tests.integration.nodes import NodeProcess, wait_until
 from tests.integration.wire_helpers import create_topic, fetch_all, produce
+from tests.unit.log_fixtures import append_values, headers_of
 
 pytestmark = pytest.mark.integration
 
@@ -482,3 +487,48 @@ def test_a_slow_disk_holds_up_fsyncs_under_its_prefix_only_until_it_is_fast_agai
     assert (mnt / "slow" / "f").read_bytes() == b"s", "released, the fsync made f durable"
     assert (mnt / "fast" / "f").read_bytes() == b"f"
     assert not (mnt / "slow" / "g").exists(), "g was never made durable"
+
+
+@needs_fuse
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_power_loss_keeps_every_flushed_record_findable_by_offset_and_by_time(
+    lazyfs: LazyFS, seed: int
+) -> None:
+    # A flush syncs a segment's indexes only once it is no longer active (or at close):
+    # after a crash, every record below the flushed offset must still be found by its
+    # offset and its timestamp, through indexes that were synced or were rebuilt. The
+    # crash comes right after a roll, with the segment before it flushed while it was
+    # still active (its indexes never synced), or at a random point.
+    config = LogConfig(segment_bytes=700, index_interval_bytes=100, retention_ms=-1)
+    directory = lazyfs.mountpoint / "topic-0"
+    rng = random.Random(seed)
+    log = PartitionLog.open(directory, config, now_ms=0)
+    batches: list[tuple[int, int, int]] = []  # base offset, last offset, max timestamp
+    for step in range(rng.randint(30, 60)):
+        segments_before = len(list(directory.glob("*.log")))
+        values = [bytes([step % 251]) * rng.randint(1, 60) for _ in range(rng.randint(1, 3))]
+        result, _ = append_values(log, values, timestamp_ms=10_000 + step * 10)
+        batches.append((result.first_offset, result.last_offset, 10_000 + step * 10))
+        rolled = len(list(directory.glob("*.log"))) > segments_before
+        if rolled and rng.random() < 0.5:
+            break  # crash right after a roll
+        if rng.random() < 0.5:
+            log.flush()
+    flushed = log.flushed_offset
+    lazyfs.crash()
+    with contextlib.suppress(KafkaStorageError):
+        log.close()  # its files answer EIO now: a dead process's descriptors
+
+    reopened = PartitionLog.open(directory, config, now_ms=0)
+    try:
+        assert reopened.log_end_offset >= flushed
+        for base_offset, last_offset, max_timestamp in batches:
+            if last_offset >= flushed:
+                break
+            for offset in (base_offset, last_offset):
+                data = reopened.read(offset, 1)
+                header = headers_of(data)[0]
+                assert header.base_offset <= offset <= header.last_offset
+            assert reopened.offset_for_timestamp(max_timestamp) == (base_offset, max_timestamp)
+    finally:
+        reopened.close()
