@@ -12,6 +12,9 @@ separate client process and ``--runs`` times (the report gives every run and the
 * ``sync_send``: ``send().result()`` one record at a time, ``linger.ms=0``, ``acks=all``,
   RF 3: p50 and p99 in ms.
 * ``e2e_1000``: ``lograft perf e2e --throughput 1000``, ``acks=all``, RF 3: p50 and p99.
+* ``consume_one_partition``: ``lograft perf consume`` of ``--consume-records`` 100-byte
+  records (written first with ``perf produce --bulk``) from a one-partition RF 3 topic, one
+  consumer with default settings: decoded records/s.
 * ``idle``: CPU (% of one core) and RSS of each node over ``--idle-s`` seconds with nothing
   running, after the runs above (their topics exist).
 
@@ -127,6 +130,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--sync-records", type=int, default=500)
     parser.add_argument("--e2e-records", type=int, default=5_000)
+    parser.add_argument("--consume-records", type=int, default=2_000_000)
     parser.add_argument("--idle-s", type=float, default=30.0)
     args = parser.parse_args()
     report: dict[str, Any] = {
@@ -139,11 +143,16 @@ def main() -> None:
         _create(bootstrap, "send-rf3", 6, 3)
         _create(bootstrap, "sync-rf3", 1, 3)
         _create(bootstrap, "e2e-rf3", 1, 3)
+        _create(bootstrap, "consume-rf3", 1, 3)
+        fill = [*LOGRAFT, "--bootstrap", bootstrap, "perf", "produce", "--topic", "consume-rf3"]
+        fill += ["--num-records", str(args.consume_records), "--record-size", "100"]
+        run_json([*fill, "--bulk", "--acks", "all", "--json"])
         cases: dict[str, list[dict[str, Any]]] = {
             "send_acks1_rf1": [],
             "send_acksall_rf3": [],
             "sync_send": [],
             "e2e_1000": [],
+            "consume_one_partition": [],
         }
         for _ in range(args.runs):
             n = str(args.records)
@@ -156,6 +165,12 @@ def main() -> None:
             result = run_json(e2e)
             cases["e2e_1000"].append(
                 {"p50_ms": result["latency_ms_p50"], "p99_ms": result["latency_ms_p99"]}
+            )
+            consume = [*LOGRAFT, "--bootstrap", bootstrap, "perf", "consume"]
+            consume += ["--topic", "consume-rf3", "--messages", str(args.consume_records)]
+            result = run_json([*consume, "--json"])
+            cases["consume_one_partition"].append(
+                {"records_per_s": round(result["records_per_sec"])}
             )
         report["cases"] = {
             "send_acks1_rf1": {
@@ -175,6 +190,10 @@ def main() -> None:
                 "median_p50_ms": _median(cases["e2e_1000"], "p50_ms"),
                 "median_p99_ms": _median(cases["e2e_1000"], "p99_ms"),
                 "runs": cases["e2e_1000"],
+            },
+            "consume_one_partition": {
+                "median_records_per_s": _median(cases["consume_one_partition"], "records_per_s"),
+                "runs": cases["consume_one_partition"],
             },
         }
         report["idle"] = _idle(data, args.idle_s)

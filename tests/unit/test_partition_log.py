@@ -753,3 +753,31 @@ def test_retention_never_deletes_at_or_above_the_high_watermark(
     # A watermark exactly at a segment's base frees the segment before it, not that one.
     delete_files(log.enforce_retention(now_ms=10**12, high_watermark=bases[3]))
     assert log.log_start_offset == bases[3]
+
+
+def test_a_flush_syncs_the_active_segments_indexes_only_after_its_roll_or_at_close(
+    log: PartitionLog, directory: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    real_fdatasync = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).suffix)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    append_values(log, [b"x" * 200])
+    append_values(log, [b"x" * 200])  # past index.interval.bytes: an index entry
+    log.flush()
+    assert synced == [".log"]  # the active segment: its records, not its indexes
+
+    synced.clear()
+    while len(segment_logs(directory)) == 1:
+        append_values(log, [b"x" * 200])
+    log.flush()
+    # The rolled segment whole, then the new active one's records.
+    assert sorted(synced) == [".index", ".log", ".log", ".timeindex"]
+
+    synced.clear()
+    log.close()
+    assert sorted(synced) == [".index", ".log", ".timeindex"]  # before the clean marker
