@@ -25,7 +25,10 @@ case "$(uname -m)" in
 esac
 
 # 1. Wheels for the image's Python (3.11 on glibc): lograft itself, then its pinned runtime
-# dependencies as binary wheels for that platform, whatever Python runs this script. The
+# dependencies as binary wheels for that platform, whatever Python runs this script.
+# lograft's wheel holds the C record codec built here (replica/_speedups.c), so it is tagged
+# for this machine (linux_x86_64): Debian bookworm, the image's base, has the same glibc
+# and Python minor version. A machine without a compiler builds a pure-Python wheel. The
 # dependencies are fetched again only when constraints.txt or pyproject.toml changed.
 rm -rf "$context/wheels/lograft"
 mkdir -p "$context/wheels/lograft" "$context/wheels/dependencies"
@@ -39,7 +42,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$pins" ]; then
     --constraint constraints.txt \
     --only-binary=:all: --implementation cp --python-version 3.11 \
     --platform "manylinux_2_17_$platform" --platform "manylinux2014_$platform" \
-    --platform "manylinux_2_28_$platform" \
+    --platform "manylinux_2_28_$platform" --platform "linux_$platform" \
     "$context"/wheels/lograft/lograft-*.whl
   rm -f "$context"/wheels/dependencies/lograft-*.whl
   echo "$pins" >"$stamp"
