@@ -89,10 +89,14 @@ static int
 read_nullable_bytes(const unsigned char *data, Py_ssize_t end, Py_ssize_t *pos, PyObject **field)
 {
     uint64_t raw;
+    Py_ssize_t start = *pos;
     if (read_varint(data, end, pos, &raw) < 0) {
         return -1;
     }
     if (raw == 1) {
+        if (*pos - start != 1) {
+            return -1; /* null written long (0x81 0x00): the Python decoder rejects a key so */
+        }
         *field = Py_NewRef(Py_None);
         return 0;
     }
@@ -200,24 +204,31 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "record_type must be a tuple type without a __dict__");
         return NULL;
     }
-    if (!PyBytes_Check(data_object)) {
+    if (!PyBytes_CheckExact(data_object)) {
         PyErr_SetString(PyExc_TypeError, "data must be bytes");
         return NULL;
     }
-    Py_ssize_t count = PyLong_AsSsize_t(args[4]);
-    long long base_offset = PyLong_AsLongLong(args[5]);
-    long long base_timestamp = PyLong_AsLongLong(args[6]);
-    long long last_offset_delta = PyLong_AsLongLong(args[8]);
-    long long start_offset = PyLong_AsLongLong(args[9]);
-    if (PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
-            PyErr_Clear();
-            Py_RETURN_NONE;
+    long long numbers[5]; /* count, base offset, base timestamp, last offset delta, start */
+    const int positions[5] = {4, 5, 6, 8, 9};
+    for (int i = 0; i < 5; i++) {
+        if (!PyLong_CheckExact(args[positions[i]])) {
+            PyErr_SetString(PyExc_TypeError, "counts, offsets and timestamps must be int");
+            return NULL;
         }
-        return NULL;
+        int overflow;
+        numbers[i] = PyLong_AsLongLongAndOverflow(args[positions[i]], &overflow);
+        if (overflow) {
+            Py_RETURN_NONE; /* beyond 64 bits: the Python decoder decides */
+        }
     }
+    long long base_offset = numbers[1], base_timestamp = numbers[2];
+    long long last_offset_delta = numbers[3], start_offset = numbers[4];
+    if (numbers[0] > PY_SSIZE_T_MAX) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t count = (Py_ssize_t)numbers[0];
     PyObject *fixed_timestamp = args[7];
-    if (fixed_timestamp != Py_None && !PyLong_Check(fixed_timestamp)) {
+    if (fixed_timestamp != Py_None && !PyLong_CheckExact(fixed_timestamp)) {
         PyErr_SetString(PyExc_TypeError, "fixed_timestamp must be an int or None");
         return NULL;
     }
@@ -241,6 +252,7 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         shared_timestamp = Py_NewRef(fixed_timestamp);
     }
     Py_ssize_t pos = 0;
+    long long previous_offset = 0;
     for (Py_ssize_t index = 0; index < count; index++) {
         uint64_t raw;
         if (read_varint(data, size, &pos, &raw) < 0 || (raw & 1) ||
@@ -260,9 +272,13 @@ decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto decline;
         }
         long long offset;
-        if (__builtin_add_overflow(base_offset, (long long)(raw >> 1), &offset)) {
+        if (__builtin_add_overflow(base_offset, (long long)(raw >> 1), &offset) ||
+            (index > 0 && offset <= previous_offset)) {
+            /* Offsets out of order: the Python decoder's rows differ in what a start offset
+             * filters out, so it decides. */
             goto decline;
         }
+        previous_offset = offset;
         PyObject *key = NULL, *value = NULL, *headers = NULL;
         int status = read_nullable_bytes(data, end, &pos, &key);
         if (status == 0) {
@@ -360,8 +376,8 @@ nullable_bytes(PyObject *object, const char **bytes, Py_ssize_t *size)
         *size = -1;
         return 0;
     }
-    if (!PyBytes_Check(object)) {
-        return -1;
+    if (!PyBytes_CheckExact(object)) {
+        return -1; /* a subclass may answer len() otherwise: the Python encoder decides */
     }
     *bytes = PyBytes_AS_STRING(object);
     *size = PyBytes_GET_SIZE(object);
@@ -429,8 +445,9 @@ encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject **timestamp_items = timestamps == Py_None ? NULL : PySequence_Fast_ITEMS(timestamps);
     PyObject **header_items = headers == Py_None ? NULL : PySequence_Fast_ITEMS(headers);
 
-    /* First pass: check every item and size the whole. Nothing here runs Python code, so
-     * the sequences cannot change between the passes. */
+    /* First pass: check every item and size the whole. Only exact bytes and exact ints are
+     * accepted, whose conversions run no Python code, so the sequences cannot change
+     * between the passes (the second also checks each record against the room left). */
     Py_ssize_t total = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         const char *bytes;
@@ -440,20 +457,21 @@ encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_RETURN_NONE;
         }
         if (header_items != NULL) {
-            if (!PyBytes_Check(header_items[i])) {
+            if (!PyBytes_CheckExact(header_items[i])) {
                 Py_RETURN_NONE;
             }
             header_size = PyBytes_GET_SIZE(header_items[i]);
         }
         uint64_t delta_raw = 0;
         if (timestamp_items != NULL) {
+            /* Exact ints only: converting anything else may run Python code (__index__),
+             * which could change the lists between the two passes. */
+            if (!PyLong_CheckExact(timestamp_items[i])) {
+                Py_RETURN_NONE;
+            }
             int overflow;
             long long timestamp = PyLong_AsLongLongAndOverflow(timestamp_items[i], &overflow);
             long long delta;
-            if (timestamp == -1 && PyErr_Occurred()) {
-                PyErr_Clear();
-                Py_RETURN_NONE; /* not an int: the Python encoder reports it */
-            }
             if (overflow || __builtin_sub_overflow(timestamp, base_timestamp, &delta)) {
                 Py_RETURN_NONE;
             }
@@ -472,6 +490,7 @@ encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+    unsigned char *end = out + total;
     for (Py_ssize_t i = 0; i < count; i++) {
         const char *value_bytes, *key_bytes = NULL, *header_bytes = "\0";
         Py_ssize_t value_size, key_size = -1, header_size = 1;
@@ -485,10 +504,18 @@ encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         uint64_t delta_raw = 0;
         if (timestamp_items != NULL) {
-            delta_raw = zigzag(PyLong_AsLongLong(timestamp_items[i]) - base_timestamp);
+            long long delta;
+            if (__builtin_sub_overflow(PyLong_AsLongLong(timestamp_items[i]), base_timestamp,
+                                       &delta)) {
+                goto changed;
+            }
+            delta_raw = zigzag(delta);
         }
         Py_ssize_t body = 1 + varint_size(delta_raw) + varint_size(zigzag(i)) +
                           nullable_size(key_size) + nullable_size(value_size) + header_size;
+        if (varint_size(zigzag(body)) + body > end - out) {
+            goto changed;
+        }
         out = write_varint(out, zigzag(body));
         *out++ = 0; /* attributes */
         out = write_varint(out, delta_raw);
@@ -498,12 +525,13 @@ encode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         memcpy(out, header_bytes, (size_t)header_size);
         out += header_size;
     }
-    if (out != (unsigned char *)PyBytes_AS_STRING(result) + total) {
-        Py_DECREF(result);
-        PyErr_SetString(PyExc_SystemError, "encode_records: size mismatch");
-        return NULL;
+    if (out == end) {
+        return result;
     }
-    return result;
+changed:
+    Py_DECREF(result);
+    PyErr_SetString(PyExc_SystemError, "encode_records: the records changed while encoded");
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -210,3 +210,42 @@ def test_a_value_of_another_type_raises_as_without_the_extension() -> None:
         encode_batch([b"a", "text"])  # type: ignore[list-item]
     with python_codec(), pytest.raises(TypeError):
         encode_batch([b"a", "text"])  # type: ignore[list-item]
+
+
+def _record(offset_delta: int, key_varint: bytes, value: bytes) -> bytes:
+    """One record with a null key written as ``key_varint`` and ``value``."""
+    body = b"\x00\x00" + bytes([offset_delta * 2]) + key_varint + bytes([len(value) * 2]) + value
+    body += b"\x00"
+    return bytes([len(body) * 2]) + body
+
+
+def test_a_null_key_written_long_is_left_to_the_python_decoder_which_rejects_it() -> None:
+    data = _record(0, b"\x81\x00", b"v")  # -1 in two bytes: Kafka writes it in one
+    assert _speedups.decode_records(ConsumerRecord, "t", 0, data, 1, 0, 0, None, 0, 0) is None
+    with pytest.raises(CorruptMessageError):
+        record_codec._decode(data, 1, 0, 0, None, 0)
+
+
+def test_offsets_out_of_order_are_left_to_the_python_decoder() -> None:
+    data = _record(1, b"\x01", b"a") + _record(0, b"\x01", b"b")
+    assert _speedups.decode_records(ConsumerRecord, "t", 0, data, 2, 10, 0, None, 1, 11) is None
+    assert [r.offset for r in record_codec._decode(data, 2, 10, 0, None, 1)] == [11, 10]
+
+
+def test_the_c_encoder_takes_only_exact_bytes_and_ints() -> None:
+    # Converting anything else may run Python code between the encoder's two passes.
+    values = [b"x"]
+
+    class Sneaky:
+        def __index__(self) -> int:
+            values[0] = b"y" * 1_000_000
+            return 0
+
+    class Bytes(bytes):
+        pass
+
+    assert _speedups.encode_records(values, None, [Sneaky()], 0, None) is None
+    assert values == [b"x"]
+    assert _speedups.encode_records([Bytes(b"x")], None, None, 0, None) is None
+    assert _speedups.encode_records([b"x"], [Bytes(b"k")], None, 0, None) is None
+    assert _speedups.encode_records([b"x"], None, [True], 0, None) is None
