@@ -18,11 +18,14 @@ The batch around the records is :mod:`replica.batch_header`'s (parsing, CRC) and
 :mod:`replica.batch_builder`'s (building); :mod:`replica.varints` has the varints.
 
 Decoding is hot (consumers decode every record they read). :func:`decode_records` reads
-one- and two-byte varints inline and calls out only for longer ones. :func:`decode_columns`,
-the consumer's decoder, returns a batch as columns (offsets, timestamps, keys, values,
-headers) and decodes the commonest batch, whose records all have the same key and value
-lengths and no headers, without a Python loop per record: one regular expression splits
-the records and C-level comparisons check every field the general decoder checks.
+one- and two-byte varints inline and calls out only for longer ones. :func:`decode_rows`,
+the consumer's decoder, builds a batch's ``ConsumerRecord`` tuples in one call of the C
+decoder (``replica._speedups``) when it is built; otherwise, and for whatever the C decoder
+declines, it uses :func:`decode_columns`' Python path, which returns a batch as columns
+(offsets, timestamps, keys, values, headers) and decodes the commonest batch, whose records
+all have the same key and value lengths and no headers, without a Python loop per record:
+one regular expression splits the records and C-level comparisons check every field the
+general decoder checks.
 """
 
 from __future__ import annotations
@@ -436,7 +439,7 @@ def decode_rows(
     ``row_type`` is ``tuple`` or a named tuple of those seven fields. The same records,
     checks and errors as :func:`decode_records`. The C decoder (``replica._speedups``)
     decodes a batch whole when it is built; anything it declines (a malformed batch, to
-    raise the right error) goes through :func:`decode_columns`.
+    raise the right error) goes through :func:`decode_columns`' Python decoders.
     """
     data = _batch_records_data(buf, header)
     fixed_timestamp = header.max_timestamp if header.is_log_append_time else None

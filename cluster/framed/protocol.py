@@ -163,7 +163,7 @@ class FrameReceiver:
     def discard(self) -> None:
         """Drop everything read and not taken."""
         self._start = self._end = 0
-        self._body = None
+        self._body, self._body_view = None, memoryview(b"")
 
     def received(self, size: int) -> None:
         """Note ``size`` bytes read into :meth:`buffer`'s memory."""
