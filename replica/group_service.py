@@ -15,6 +15,7 @@ Runs on the node's event loop; the pure coordinator does no I/O.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -51,7 +52,10 @@ __all__ = ["OFFSETS_TOPIC", "GroupService"]
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
-TICK_INTERVAL_S = 0.1
+#: The ticker sleeps until the earliest member deadline, but at least this long (a tick that
+#: left a deadline due cannot spin) and at most ``MAX_TICK_WAIT_S``.
+MIN_TICK_WAIT_S = 0.01
+MAX_TICK_WAIT_S = 1.0
 
 T = TypeVar("T")
 
@@ -85,6 +89,8 @@ class GroupService:
         self._interval_clock_ms = interval_clock_ms
         self._slots: dict[int, _Slot] = {}
         self._ticker: asyncio.Task[None] | None = None
+        #: Set when a coordinator changed: a member deadline may now come sooner.
+        self._deadlines_changed = asyncio.Event()
         self._updates: set[asyncio.Task[None]] = set()
 
     # ---- leadership ------------------------------------------------------------------------
@@ -147,6 +153,7 @@ class GroupService:
                 records = slot.coordinator.complete_load(
                     self._partition_counts(), self._interval_clock_ms()
                 )
+                self._deadlines_changed.set()
                 await self._append(partition, records)
             except (LograftError, TimeoutError) as exc:
                 log.error("group coordinator load failed partition=%d error=%r", index, exc)
@@ -218,6 +225,7 @@ class GroupService:
                 if partition is not None:
                     partition.producer_state.check_coordinator_write(*producer)
             result = action(slot.coordinator)
+            self._deadlines_changed.set()
             records = records_of(result)
             if producer is None:
                 await self._persist(index, slot, records)
@@ -306,6 +314,7 @@ class GroupService:
                 return
             try:
                 records = action(slot.coordinator)
+                self._deadlines_changed.set()
                 await self._persist(index, slot, records)
             except LograftError as exc:
                 log.warning("group coordinator update failed partition=%d error=%s", index, exc)
@@ -339,15 +348,28 @@ class GroupService:
     # ---- expiry ----------------------------------------------------------------------------
 
     async def _tick_loop(self) -> None:
+        """Expire members when their deadlines come; sleep until the earliest one."""
         while True:
-            await asyncio.sleep(TICK_INTERVAL_S)
             now = self._interval_clock_ms()
             for index, slot in list(self._slots.items()):
-                if slot.coordinator.state is not CoordinatorState.ACTIVE:
-                    continue
-                deadline = slot.coordinator.next_deadline_ms()
+                deadline = self._deadline_of(slot)
                 if deadline is not None and deadline <= now:
                     await self._apply(index, _ticker(now))
+            self._deadlines_changed.clear()  # what the ticks changed is read just below
+            deadlines = [d for d in map(self._deadline_of, self._slots.values()) if d is not None]
+            now = self._interval_clock_ms()
+            wait_s = MAX_TICK_WAIT_S
+            if deadlines:
+                wait_s = min(wait_s, max(MIN_TICK_WAIT_S, (min(deadlines) - now) / 1000))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    await self._deadlines_changed.wait()
+
+    @staticmethod
+    def _deadline_of(slot: _Slot) -> int | None:
+        if slot.coordinator.state is not CoordinatorState.ACTIVE:
+            return None
+        return slot.coordinator.next_deadline_ms()
 
 
 def _ticker(now: int) -> Callable[[GroupCoordinator], tuple[GroupRecord, ...]]:

@@ -132,6 +132,16 @@ class BrokerHeartbeatManager:
         last = self._last_contact_ms.get(broker_id)
         return last is not None and now_ms - last < self.session_timeout_ms
 
+    def next_expiry_ms(self, image: MetadataImage) -> int | None:
+        """When the first unfenced broker of the image heard from so far times out, unless
+        it is heard from again; None when there is none."""
+        ends = [
+            last + self.session_timeout_ms
+            for broker in image.unfenced_brokers()
+            if (last := self._last_contact_ms.get(broker.broker_id)) is not None
+        ]
+        return min(ends, default=None)
+
     def expired_brokers(self, image: MetadataImage, now_ms: int) -> list[int]:
         """Unfenced brokers of the image whose session expired, by id.
 

@@ -71,7 +71,11 @@ __all__ = ["ControllerOnListener", "QuorumController"]
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
-FENCE_CHECK_INTERVAL_S = 0.1
+#: The fencer sleeps until the first broker session may run out or the next preferred-leader
+#: check, but at least the minimum (it cannot spin) and at most the maximum (it notices that
+#: this node became the active controller, and brokers it has not heard from yet).
+FENCE_CHECK_MIN_WAIT_S = 0.01
+FENCE_CHECK_MAX_WAIT_S = 1.0
 LEADER_IMBALANCE_CHECK_INTERVAL_MS = 5000
 """Kafka checks every 300 s; a small cluster can afford to restore leaders sooner."""
 
@@ -151,9 +155,22 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
             self._fencer.cancel()
             await asyncio.gather(self._fencer, return_exceptions=True)
 
+    def _fence_wait_s(self) -> float:
+        """How long the fencer may sleep: until a session may run out or the next
+        preferred-leader check, within ``FENCE_CHECK_{MIN,MAX}_WAIT_S``."""
+        status = self._driver.status()
+        if status.role is not Role.LEADER or self._active_epoch != status.epoch:
+            return FENCE_CHECK_MAX_WAIT_S
+        due = self._last_rebalance_ms + LEADER_IMBALANCE_CHECK_INTERVAL_MS
+        expiry = self._heartbeats.next_expiry_ms(self._machine.image)
+        if expiry is not None:
+            due = min(due, expiry)
+        wait_s = (due - self._now_ms()) / 1000
+        return min(FENCE_CHECK_MAX_WAIT_S, max(FENCE_CHECK_MIN_WAIT_S, wait_s))
+
     async def _fence_loop(self) -> None:
         while True:
-            await asyncio.sleep(FENCE_CHECK_INTERVAL_S)
+            await asyncio.sleep(self._fence_wait_s())
             if not self.check_active():
                 continue
             try:

@@ -3,7 +3,11 @@
 One ``RaftDriver`` per node (voter or observer). It owns the ``RaftNode`` and is its only
 caller, from the event loop. Each cycle follows the core's contract (``controller.raft.node``):
 
-1. step every message received since the last cycle and every elapsed tick;
+1. step every message received since the last cycle, then the ticks that have elapsed --
+   but never past the first tick the core says may act (``ticks_until_due``): time the
+   loop could not give the core (a stall) is not made up at once, as with a periodic
+   ticker. The only timer is armed for that first tick that may act, so an idle node
+   wakes for its long polls and timeouts, not every ``tick_ms``;
 2. take the ``Ready``; persist it with ``storage.write`` on a worker thread (it fsyncs);
 3. only then send its messages — those for a peer whose ``Step`` call is waiting for an
    answer go back in that call's reply, the rest go out as new ``Step`` calls. A call whose
@@ -53,6 +57,8 @@ log = logging.getLogger(__name__)
 
 #: How long a Step call waits for the core's answer; above the longest fetch max wait.
 STEP_TIMEOUT_S = 2.0
+#: Timers may fire this early; a tick this close to due counts as due.
+TICK_SLACK_S = 1e-6
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -166,7 +172,9 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
         self._inbound: list[_Inbound] = []
         #: The Step call each peer waits on, by peer: its answers go back in its reply.
         self._calls: dict[int, _Inbound] = {}
-        self._ticks = 0
+        #: When the next tick falls due (event loop time); ticks before it have been made.
+        self._next_tick_at = 0.0
+        self._tick_timer: asyncio.TimerHandle | None = None
         self._wakeup = asyncio.Event()
         self._proposals: dict[int, _Proposal] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -178,14 +186,15 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
 
     async def start(self) -> None:
         """Start ticking and processing."""
-        self._tasks = [
-            asyncio.create_task(self._run(), name=f"raft-{self.config.node_id}"),
-            asyncio.create_task(self._ticker(), name=f"raft-tick-{self.config.node_id}"),
-        ]
+        self._next_tick_at = asyncio.get_running_loop().time() + self._tick_s
+        self._tasks = [asyncio.create_task(self._run(), name=f"raft-{self.config.node_id}")]
+        self._arm_tick_timer()
 
     async def stop(self) -> None:
         """Stop processing; pending proposals fail with ``NOT_CONTROLLER``."""
         self._stopped = True
+        if self._tick_timer is not None:
+            self._tick_timer.cancel()
         for task in (*self._tasks, *self._sends):
             task.cancel()
         await asyncio.gather(*self._tasks, *self._sends, return_exceptions=True)
@@ -253,11 +262,29 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
 
     # ---- the loop -----------------------------------------------------------------------
 
-    async def _ticker(self) -> None:
-        while True:
-            await asyncio.sleep(self._tick_s)
-            self._ticks += 1
-            self._wakeup.set()
+    def _make_elapsed_ticks(self) -> None:
+        """Tick the core for the time passed, up to the first tick that may act."""
+        now = asyncio.get_running_loop().time()
+        if now < self._next_tick_at - TICK_SLACK_S:
+            return
+        elapsed = 1 + int((now - self._next_tick_at + TICK_SLACK_S) / self._tick_s)
+        ticks = min(elapsed, self._node.ticks_until_due())
+        for _ in range(ticks):
+            self._node.tick()
+        if ticks == elapsed:
+            self._next_tick_at += ticks * self._tick_s
+        else:
+            self._next_tick_at = now + self._tick_s
+
+    def _arm_tick_timer(self) -> None:
+        """Wake the loop when the first tick that may act falls due."""
+        when = self._next_tick_at + (self._node.ticks_until_due() - 1) * self._tick_s
+        timer = self._tick_timer
+        if timer is not None and not timer.cancelled():
+            if timer.when() == when:
+                return
+            timer.cancel()
+        self._tick_timer = asyncio.get_running_loop().call_at(when, self._wakeup.set)
 
     async def _run(self) -> None:
         while True:
@@ -284,9 +311,7 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
                 if older is not None:
                     self._finish_call(older)
                 self._calls[item.message.src] = item
-        ticks, self._ticks = self._ticks, 0
-        for _ in range(ticks):
-            self._node.tick()
+        self._make_elapsed_ticks()
         while self._node.has_ready():
             ready = self._node.ready()
             if ready.must_sync:
@@ -307,6 +332,8 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
             if not held or call.rejected or call.reply is None or call.reply.done():
                 del self._calls[src]
                 self._finish_call(call)
+        if not self._stopped:
+            self._arm_tick_timer()
 
     def _finish_call(self, call: _Inbound) -> None:
         """Answer a waiting Step call; if its caller gave up, send its answers anew."""

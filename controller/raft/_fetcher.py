@@ -54,6 +54,16 @@ class Fetcher(NodeState):
         self._fetch_pending = False
         self._want_fetch = True
 
+    def _fetch_ticks_until_due(self) -> int:
+        """The first of the coming ticks at which :meth:`_tick_fetch` may act (>= 1).
+
+        Only a pending fetch waits: it is sent again once its patience runs out.
+        """
+        if not self._fetch_pending:
+            return 1
+        patience = self._cfg.fetch_max_wait_ticks + self._cfg.fetch_timeout_ticks
+        return max(1, patience - self._fetch_age)
+
     def _prospective_target(self) -> int | None:
         """KIP-996: the leader a pre-candidate that timed out under it keeps fetching from.
 

@@ -103,6 +103,52 @@ class Leader(NodeState):
             self._quorum.transition_to_unattached(self.epoch)
             self._reset_election_timer()
 
+    def _leader_ticks_until_due(self) -> int:
+        """The first of the coming ticks at which :meth:`_tick_leader` may act (>= 1).
+
+        The ticks before it only count: no held fetch runs out, no voter turns stale (for
+        ``BeginQuorumEpoch``) or silent (for check-quorum). A held fetch keeps its fetcher
+        heard from while it is held, and it runs out first.
+        """
+        leader = self._leader
+        if leader is None:
+            raise RaftInvariantError(f"node={self.node_id} is Leader without leader state")
+        now = leader.ticks
+        due = [max(1, held.ticks_left) for held in self._held_fetches.values()]
+        held_now = {
+            src for src, held in self._held_fetches.items() if held.request.epoch == self.epoch
+        }
+        period = self._cfg.fetch_timeout_ticks
+        silent_at: list[int] = []
+        for voter in self._cfg.voters:
+            if voter == self.node_id or voter in held_now:
+                continue
+            progress = leader.progress.get(voter)
+            last = progress.last_fetch_tick if progress is not None else None
+            # BeginQuorumEpoch goes at ticks that are multiples of the period, to a voter
+            # whose last fetch is more than a period old by then.
+            first = 1 if last is None else max(1, last + period - now + 1)
+            due.append(first + (-(now + first)) % period)
+            if last is not None:
+                silent_at.append(max(1, last + self._cfg.election_timeout_ticks - now))
+        if self._cfg.check_quorum:
+            held_voters = len(held_now & (self._cfg.voters - {self.node_id}))
+            due.append(self._check_quorum_due(now, held_voters, silent_at))
+        return min(due)
+
+    def _check_quorum_due(self, now: int, held: int, silent_at: list[int]) -> int:
+        """The first coming tick at which check-quorum may find fewer than a majority.
+
+        ``silent_at`` holds, per voter not held, the tick from which it no longer counts as
+        heard from; held voters (and this node) count until their hold runs out.
+        """
+        first = max(1, self._cfg.election_timeout_ticks - now)
+        for tick in sorted({first, *(t for t in silent_at if t > first)}):
+            active = 1 + held + sum(1 for t in silent_at if t > tick)
+            if active < self._majority:
+                return tick
+        return first + self._cfg.election_timeout_ticks  # re-examined well before then
+
     def _on_begin_quorum_epoch_response(self, m: BeginQuorumEpochResponse) -> Rejection | None:
         if m.src not in self._cfg.voters:
             return self._reject(ErrorCode.INVALID_REQUEST, f"BeginQuorumEpoch answer from {m.src}")

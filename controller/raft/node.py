@@ -177,6 +177,25 @@ class RaftNode(Election, Leader, Fetcher, SnapshotTransfer):
             if self._election_elapsed >= self._randomized_election_timeout:
                 self._start_election()
 
+    def ticks_until_due(self) -> int:
+        """How many ``tick()`` calls from now the first one is that may act (>= 1).
+
+        The ticks before it only advance counters: no message, no role change, nothing for
+        :meth:`ready`. A shell may therefore sleep until then and make the ticks it slept
+        through at once -- as long as it steps no message in between (a message changes
+        the answer). Idle nodes then wake for their long polls and timeouts, not every tick.
+        """
+        role = self._quorum.role
+        if role is Role.LEADER:
+            return self._leader_ticks_until_due()
+        if role is Role.OBSERVER:
+            due = self._cfg.election_timeout_ticks - self._election_elapsed
+            return max(1, min(due, self._fetch_ticks_until_due()))
+        due = self._randomized_election_timeout - self._election_elapsed
+        if role is Role.FOLLOWER or self._fetches_as_prospective():
+            due = min(due, self._fetch_ticks_until_due())
+        return max(1, due)
+
     def propose(self, data: bytes) -> int:
         """Append ``data`` as a new entry; returns its offset.
 

@@ -656,7 +656,7 @@ class Simulator:
             assert node is not None
             if node.raft is None or payload != node.generation:
                 return  # a timer of a process that has died since
-            node.raft.tick()
+            self._tick_checking_quiet(node.raft)
             self.schedule(self.cfg.tick_ms, _TICK, nid, node.generation)
         elif kind == _DELIVER:
             assert node is not None
@@ -687,6 +687,22 @@ class Simulator:
         if node is not None:
             node.pump()
             self.checker.check_node(node)
+
+    def _tick_checking_quiet(self, raft: RaftNode) -> None:
+        """Tick, and fail if a tick the core called quiet (``ticks_until_due``) acted.
+
+        The node shell sleeps through quiet ticks and makes them late, all at once: that is
+        only the same run if they really change nothing anyone can see.
+        """
+        quiet = raft.ticks_until_due() > 1
+        before = _observable(raft) if quiet else None
+        raft.tick()
+        if before is not None and _observable(raft) != before:
+            self.fail(
+                f"a tick called quiet acted on node {raft.node_id}: "
+                f"{before!r} became {_observable(raft)!r}"
+            )
+        self.checker.checks["quiet_ticks"] += quiet
 
     def _propose(self) -> None:
         leaders = [n for nid, n in self.nodes.items() if self._is_leader(nid)]
@@ -827,6 +843,22 @@ class Simulator:
             for nid, n in self.nodes.items()
         }
         self.fail(f"liveness: no entry committed on every replica after healing; {states}")
+
+
+def _observable(raft: RaftNode) -> tuple[Any, ...]:
+    """What a tick may change that the shell would act on: role, epoch, leader, vote, and
+    anything for ``ready()`` (read from the core's fields: ``has_ready`` is False while a
+    Ready is outstanding, which hides what a tick did)."""
+    return (
+        raft.role,
+        raft.epoch,
+        raft.leader_id,
+        raft.voted_for,
+        len(raft._messages),
+        raft._fetch_due(),
+        raft._held_fetch_due(),
+        raft.has_ready(),
+    )
 
 
 def run_seed(seed: int, *, faulty_ms: int = 2000) -> RunResult:

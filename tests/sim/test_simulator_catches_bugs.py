@@ -51,3 +51,11 @@ def test_trusting_the_leaders_high_watermark_blindly_is_caught(
     monkeypatch.setattr(raft_node.RaftNode, "_on_fetch_response", trusting)
     message = _first_failure()
     assert "safety" in message or "committed" in message or "completeness" in message
+
+
+def test_a_quiet_tick_that_acts_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claim one tick more of quiet than there is: the node shell would sleep through a
+    timeout, a fetch retry or a held fetch's answer, and the simulator must see it."""
+    original = raft_node.RaftNode.ticks_until_due
+    monkeypatch.setattr(raft_node.RaftNode, "ticks_until_due", lambda self: original(self) + 1)
+    assert "a tick called quiet acted" in _first_failure()

@@ -323,6 +323,24 @@ def test_new_controller_gives_every_broker_a_fresh_session() -> None:
     assert fence_expired_brokers(cluster.image, fresh, late + 9000).result == (0, 1)
 
 
+def test_the_next_expiry_is_the_first_unfenced_session_to_run_out() -> None:
+    """What the active controller's fencer sleeps until: the earliest session end of an
+    unfenced broker, moved later by heartbeats; none for brokers never heard from."""
+    cluster = _cluster(3)
+    fresh = BrokerHeartbeatManager(9000)
+    assert fresh.next_expiry_ms(cluster.image) is None
+    fresh.touch(0, 1000)
+    fresh.touch(1, 500)
+    fresh.touch(2, 2000)
+    assert fresh.next_expiry_ms(cluster.image) == 9500
+    fresh.touch(1, 3000)
+    assert fresh.next_expiry_ms(cluster.image) == 10_000
+    expiry = fresh.next_expiry_ms(cluster.image)
+    assert expiry is not None
+    assert fence_expired_brokers(cluster.image, fresh, expiry - 1).records == ()
+    assert fence_expired_brokers(cluster.image, fresh, expiry).result == (0,)
+
+
 def test_want_fence() -> None:
     cluster = _cluster(2)
     cluster.create("t", 2, 2)
