@@ -3,11 +3,11 @@
 One ``RaftDriver`` per node (voter or observer). It owns the ``RaftNode`` and is its only
 caller, from the event loop. Each cycle follows the core's contract (``controller.raft.node``):
 
-1. step every message received since the last cycle, then the ticks that have elapsed --
-   but never past the first tick the core says may act (``ticks_until_due``): time the
-   loop could not give the core (a stall) is not made up at once, as with a periodic
-   ticker. The only timer is armed for that first tick that may act, so an idle node
-   wakes for its long polls and timeouts, not every ``tick_ms``;
+1. make the ticks that have elapsed -- but never past the first tick the core says may act
+   (``ticks_until_due``): time the loop could not give the core (a stall) is not made up
+   at once, as with a periodic ticker -- then step every message received since the last
+   cycle. The only timer is armed for that first tick that may act, so an idle node wakes
+   for its long polls and timeouts, not every ``tick_ms``;
 2. take the ``Ready``; persist it with ``storage.write`` on a worker thread (it fsyncs);
 3. only then send its messages — those for a peer whose ``Step`` call is waiting for an
    answer go back in that call's reply, the rest go out as new ``Step`` calls. A call whose
@@ -293,6 +293,9 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
             await self._cycle()
 
     async def _cycle(self) -> None:
+        # The ticks that elapsed before these messages arrived come first: a message is
+        # stamped with the core's tick count (a fetch is when its voter was last heard from).
+        self._make_elapsed_ticks()
         inbound, self._inbound = self._inbound, []
         for item in inbound:
             rejection = self._node.step(item.message)
@@ -311,7 +314,6 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
                 if older is not None:
                     self._finish_call(older)
                 self._calls[item.message.src] = item
-        self._make_elapsed_ticks()
         while self._node.has_ready():
             ready = self._node.ready()
             if ready.must_sync:
