@@ -89,8 +89,9 @@ class GroupService:
         self._interval_clock_ms = interval_clock_ms
         self._slots: dict[int, _Slot] = {}
         self._ticker: asyncio.Task[None] | None = None
-        #: Set when a coordinator changed: a member deadline may now come sooner.
+        #: Set when a member deadline comes sooner than the ticker's wake-up (``_wake_at_ms``).
         self._deadlines_changed = asyncio.Event()
+        self._wake_at_ms: int | None = None
         self._updates: set[asyncio.Task[None]] = set()
 
     # ---- leadership ------------------------------------------------------------------------
@@ -153,7 +154,7 @@ class GroupService:
                 records = slot.coordinator.complete_load(
                     self._partition_counts(), self._interval_clock_ms()
                 )
-                self._deadlines_changed.set()
+                self._wake_ticker_if_sooner(slot)
                 await self._append(partition, records)
             except (LograftError, TimeoutError) as exc:
                 log.error("group coordinator load failed partition=%d error=%r", index, exc)
@@ -225,7 +226,7 @@ class GroupService:
                 if partition is not None:
                     partition.producer_state.check_coordinator_write(*producer)
             result = action(slot.coordinator)
-            self._deadlines_changed.set()
+            self._wake_ticker_if_sooner(slot)
             records = records_of(result)
             if producer is None:
                 await self._persist(index, slot, records)
@@ -314,7 +315,7 @@ class GroupService:
                 return
             try:
                 records = action(slot.coordinator)
-                self._deadlines_changed.set()
+                self._wake_ticker_if_sooner(slot)
                 await self._persist(index, slot, records)
             except LograftError as exc:
                 log.warning("group coordinator update failed partition=%d error=%s", index, exc)
@@ -361,9 +362,18 @@ class GroupService:
             wait_s = MAX_TICK_WAIT_S
             if deadlines:
                 wait_s = min(wait_s, max(MIN_TICK_WAIT_S, (min(deadlines) - now) / 1000))
+            self._wake_at_ms = now + int(wait_s * 1000)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait_s):
                     await self._deadlines_changed.wait()
+
+    def _wake_ticker_if_sooner(self, slot: _Slot) -> None:
+        """A coordinator changed: wake the ticker if its deadline now comes before the
+        ticker would wake (a member joined, a rebalance began); heartbeats and commits,
+        which only move deadlines later, leave it asleep."""
+        deadline = self._deadline_of(slot)
+        if deadline is not None and (self._wake_at_ms is None or deadline < self._wake_at_ms):
+            self._deadlines_changed.set()
 
     @staticmethod
     def _deadline_of(slot: _Slot) -> int | None:

@@ -127,18 +127,24 @@ class BrokerHeartbeatManager:
         """When the broker was last heard from, or None."""
         return self._last_contact_ms.get(broker_id)
 
+    def _session_end_ms(self, broker_id: int) -> int | None:
+        """When the broker's session runs out unless it is heard from again (None: never
+        heard from)."""
+        last = self._last_contact_ms.get(broker_id)
+        return None if last is None else last + self.session_timeout_ms
+
     def has_valid_session(self, broker_id: int, now_ms: int) -> bool:
         """Heard from within the session timeout."""
-        last = self._last_contact_ms.get(broker_id)
-        return last is not None and now_ms - last < self.session_timeout_ms
+        end = self._session_end_ms(broker_id)
+        return end is not None and now_ms < end
 
     def next_expiry_ms(self, image: MetadataImage) -> int | None:
         """When the first unfenced broker of the image heard from so far times out, unless
         it is heard from again; None when there is none."""
         ends = [
-            last + self.session_timeout_ms
+            end
             for broker in image.unfenced_brokers()
-            if (last := self._last_contact_ms.get(broker.broker_id)) is not None
+            if (end := self._session_end_ms(broker.broker_id)) is not None
         ]
         return min(ends, default=None)
 

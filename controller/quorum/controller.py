@@ -158,8 +158,7 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
     def _fence_wait_s(self) -> float:
         """How long the fencer may sleep: until a session may run out or the next
         preferred-leader check, within ``FENCE_CHECK_{MIN,MAX}_WAIT_S``."""
-        status = self._driver.status()
-        if status.role is not Role.LEADER or self._active_epoch != status.epoch:
+        if not self.check_active():
             return FENCE_CHECK_MAX_WAIT_S
         due = self._last_rebalance_ms + LEADER_IMBALANCE_CHECK_INTERVAL_MS
         expiry = self._heartbeats.next_expiry_ms(self._machine.image)

@@ -279,11 +279,8 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
     def _arm_tick_timer(self) -> None:
         """Wake the loop when the first tick that may act falls due."""
         when = self._next_tick_at + (self._node.ticks_until_due() - 1) * self._tick_s
-        timer = self._tick_timer
-        if timer is not None and not timer.cancelled():
-            if timer.when() == when:
-                return
-            timer.cancel()
+        if self._tick_timer is not None:
+            self._tick_timer.cancel()
         self._tick_timer = asyncio.get_running_loop().call_at(when, self._wakeup.set)
 
     async def _run(self) -> None:
