@@ -212,53 +212,30 @@ class RecordAccumulator:
 
     # ---- appending (caller threads) -------------------------------------------------------
 
-    def reserve_locked(self, size: int) -> None:
-        """Count ``size`` bytes against ``buffer.memory``, waiting up to ``max.block.ms``."""
-        if self.buffered + size > self.buffer_memory and self.buffered > 0:
-            deadline = self.clock.monotonic() + self.max_block_s
-            while self.buffered + size > self.buffer_memory and self.buffered > 0:
-                remaining = deadline - self.clock.monotonic()
-                if remaining <= 0:
-                    raise RequestTimedOutError(
-                        f"buffer.memory={self.buffer_memory} full for max.block.ms"
-                    )
-                self.clock.wait(self.done, remaining)
-                if self.closed:
-                    raise IllegalStateError("producer closed while waiting for buffer memory")
-        self.buffered += size
-
-    def open_batch_locked(self, tp: TopicPartition, size: int) -> ProducerBatch | None:
-        """``tp``'s open batch if it has room for ``size`` more bytes."""
-        batch = self.open.get(tp)
-        if batch is None or batch.size + size > self.batch_size:
-            return None
-        return batch
-
-    def new_batch_locked(self, tp: TopicPartition) -> ProducerBatch:
-        """Open a new batch for ``tp``, closing its previous one."""
-        previous = self.open.pop(tp, None)
-        batch = ProducerBatch(tp, next(self._seq), self.clock.monotonic(), self.delivery_timeout_s)
-        batch.pending = PendingRecords()
-        batch.outcome = BatchOutcome(tp.topic, tp.partition)
-        self.open[tp] = batch
-        self._enqueue_locked(batch)
-        if previous is not None or self.linger_s == 0:
-            self.wake.notify()
-        elif len(self.open) == 1:
-            self.wake.notify()  # the sender may be idle with no linger deadline
-        return batch
-
     def append_locked(
         self,
-        batch: ProducerBatch,
+        tp: TopicPartition,
         value: bytes | None,
         key: bytes | None,
         timestamp_ms: int,
         headers: bytes | None,
         size: int,
-    ) -> int:
-        """Add one record to the open ``batch`` (``size`` bytes already reserved, values
-        checked by ``send``); returns its index in the batch. ``headers`` are encoded."""
+    ) -> ProducerBatch | None:
+        """Add one record of about ``size`` bytes to ``tp``'s open batch, if it has room and
+        ``buffer.memory`` needs no wait; the batch (the record is its last), else None and
+        nothing changed. Values are checked by ``send``; ``headers`` are encoded.
+
+        One call for the common case: ``send`` holds the lock once per record, and this is
+        the whole of what it does under it.
+        """
+        batch = self.open.get(tp)
+        if (
+            batch is None
+            or (batch.size + size > self.batch_size and batch.record_count)
+            or (self.buffered + size > self.buffer_memory and self.buffered)
+        ):
+            return None
+        self.buffered += size
         pending = batch.pending
         assert pending is not None
         pending.values.append(value)
@@ -276,7 +253,53 @@ class RecordAccumulator:
         batch.reserved += size
         if batch.size >= self.batch_size:
             self.wake.notify()
-        return index
+        return batch
+
+    def open_room_locked(self, tp: TopicPartition, size: int) -> None:
+        """Open a new batch for ``tp`` unless its open one takes ``size`` more bytes."""
+        if not self.has_room_locked(tp, size):
+            self.new_batch_locked(tp)
+
+    def reserve_locked(self, size: int) -> None:
+        """Count ``size`` bytes against ``buffer.memory``, waiting up to ``max.block.ms``."""
+        self.wait_for_memory_locked(size)
+        self.buffered += size
+
+    def wait_for_memory_locked(self, size: int) -> None:
+        """Wait up to ``max.block.ms`` until ``buffer.memory`` has room for ``size`` bytes
+        (a record alone larger than ``buffer.memory`` goes once nothing else is buffered)."""
+        if self.buffered + size > self.buffer_memory and self.buffered > 0:
+            deadline = self.clock.monotonic() + self.max_block_s
+            while self.buffered + size > self.buffer_memory and self.buffered > 0:
+                remaining = deadline - self.clock.monotonic()
+                if remaining <= 0:
+                    raise RequestTimedOutError(
+                        f"buffer.memory={self.buffer_memory} full for max.block.ms"
+                    )
+                self.clock.wait(self.done, remaining)
+                if self.closed:
+                    raise IllegalStateError("producer closed while waiting for buffer memory")
+
+    def has_room_locked(self, tp: TopicPartition, size: int) -> bool:
+        """Whether ``tp``'s open batch takes ``size`` more bytes (an empty one takes any)."""
+        batch = self.open.get(tp)
+        return batch is not None and (
+            batch.size + size <= self.batch_size or not batch.record_count
+        )
+
+    def new_batch_locked(self, tp: TopicPartition) -> ProducerBatch:
+        """Open a new batch for ``tp``, closing its previous one."""
+        previous = self.open.pop(tp, None)
+        batch = ProducerBatch(tp, next(self._seq), self.clock.monotonic(), self.delivery_timeout_s)
+        batch.pending = PendingRecords()
+        batch.outcome = BatchOutcome(tp.topic, tp.partition)
+        self.open[tp] = batch
+        self._enqueue_locked(batch)
+        if previous is not None or self.linger_s == 0:
+            self.wake.notify()
+        elif len(self.open) == 1:
+            self.wake.notify()  # the sender may be idle with no linger deadline
+        return batch
 
     def append_bulk(
         self,
@@ -419,22 +442,23 @@ class RecordAccumulator:
         """Whether any batch waits in a queue."""
         return any(self.queues.values())
 
-    def expire(self, now: float) -> list[ProducerBatch]:
+    def expire_locked(self, now: float) -> list[ProducerBatch]:
         """Remove and return the queue-head batches past ``delivery.timeout.ms``."""
         expired: list[ProducerBatch] = []
-        with self.lock:
-            for tp, q in self.queues.items():
-                while q and q[0].deadline <= now:
-                    batch = q.popleft()
-                    if self.open.get(tp) is batch:
-                        del self.open[tp]
-                    expired.append(batch)
+        for tp, q in self.queues.items():
+            while q and q[0].deadline <= now:
+                batch = q.popleft()
+                if self.open.get(tp) is batch:
+                    del self.open[tp]
+                expired.append(batch)
         return expired
 
-    def retire_locked(self, batch: ProducerBatch) -> None:
-        """``batch`` is complete: free its buffer memory and wake flush and blocked sends."""
-        if self.incomplete.pop(batch.seq, None) is not None:
-            self.buffered -= batch.reserved
+    def retire_locked(self, batches: list[ProducerBatch]) -> None:
+        """``batches`` are complete: free their buffer memory, wake flush and blocked sends."""
+        incomplete = self.incomplete
+        for batch in batches:
+            if incomplete.pop(batch.seq, None) is not None:
+                self.buffered -= batch.reserved
         self.done.notify_all()
 
     def abort_queued(self) -> list[ProducerBatch]:

@@ -6,7 +6,8 @@ client's time. Here every record of a batch shares one ``BatchOutcome``, which t
 completes once, whatever the batch holds. A ``RecordFuture`` is three slots: the outcome, the
 record's index in the batch and its timestamp; its ``RecordMetadata`` is made only when asked
 for. A waiting thread gets an ``Event`` made on demand; callbacks are kept only for the
-records that have them.
+records that have them, in a ``deque`` that callers append to without a lock (see
+``RecordFuture.add_done_callback``).
 
 The interface is ``concurrent.futures.Future``'s, as far as a producer's future can have it
 (Kafka's ``FutureRecordMetadata`` too cannot be cancelled): ``result``, ``exception``,
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,9 +26,9 @@ __all__ = ["BatchOutcome", "RecordFuture", "RecordMetadata"]
 
 log = logging.getLogger(__name__)
 
-# One lock for every outcome: it is held only to read or publish an outcome's state, never
-# while waiting or running a callback, so sharing it costs nothing measurable and saves a
-# lock per batch.
+# One lock for every outcome: it is held only to publish an outcome's state and to make a
+# waiter's event, never while waiting or running a callback, so sharing it costs nothing
+# measurable and saves a lock per batch. Adding a callback does not take it.
 _LOCK = threading.Lock()
 
 
@@ -48,10 +50,10 @@ class BatchOutcome:
     """
 
     __slots__ = (
-        "_callbacks",
         "_event",
         "append_time",
         "base_offset",
+        "callbacks",
         "done",
         "error",
         "partition",
@@ -66,7 +68,9 @@ class BatchOutcome:
         self.append_time = -1
         self.error: BaseException | None = None
         self._event: threading.Event | None = None
-        self._callbacks: list[tuple[RecordFuture, Callable[[RecordFuture], object]]] | None = None
+        self.callbacks: deque[tuple[RecordFuture, Callable[[RecordFuture], object]]] = deque()
+        """Callbacks not yet run; appended to and taken from without a lock (deque's
+        ``append`` and ``popleft`` are atomic), each taken, and so run, once."""
 
     def succeed(self, base_offset: int, log_append_time_ms: int) -> None:
         """The batch was written at ``base_offset`` (-1 with ``acks=0``)."""
@@ -76,9 +80,8 @@ class BatchOutcome:
             self.base_offset = base_offset
             self.append_time = log_append_time_ms
             self.done = True
-            event, callbacks = self._event, self._callbacks
-            self._callbacks = None
-        self._wake(event, callbacks)
+            event = self._event
+        self._wake(event)
 
     def fail(self, error: BaseException) -> None:
         """The batch failed for good with ``error``."""
@@ -87,20 +90,26 @@ class BatchOutcome:
                 return
             self.error = error
             self.done = True
-            event, callbacks = self._event, self._callbacks
-            self._callbacks = None
-        self._wake(event, callbacks)
+            event = self._event
+        self._wake(event)
 
-    @staticmethod
-    def _wake(
-        event: threading.Event | None,
-        callbacks: list[tuple[RecordFuture, Callable[[RecordFuture], object]]] | None,
-    ) -> None:
+    def _wake(self, event: threading.Event | None) -> None:
         if event is not None:
             event.set()
-        if callbacks:
-            for future, callback in callbacks:
-                _run_callback(future, callback)
+        self.run_callbacks()
+
+    def run_callbacks(self) -> None:
+        """Run the callbacks not yet taken, in the order they were added (once ``done``)."""
+        take = self.callbacks.popleft
+        while True:
+            try:
+                future, callback = take()
+            except IndexError:
+                return
+            try:
+                callback(future)
+            except Exception:
+                _log_callback_failure(future)
 
     def wait(self, timeout: float | None) -> bool:
         """Wait until the batch is done, at most ``timeout`` seconds; whether it is."""
@@ -112,26 +121,18 @@ class BatchOutcome:
             event = self._event
         return event.wait(timeout)
 
-    def add_callback(
-        self, future: RecordFuture, callback: Callable[[RecordFuture], object]
-    ) -> bool:
-        """Keep ``callback`` for when the batch is done; False if it already is."""
-        with _LOCK:
-            if self.done:
-                return False
-            if self._callbacks is None:
-                self._callbacks = []
-            self._callbacks.append((future, callback))
-            return True
-
 
 def _run_callback(future: RecordFuture, callback: Callable[[RecordFuture], object]) -> None:
     try:
         callback(future)
     except Exception:
-        # As concurrent.futures does: a caller's callback failing must not stop the sender
-        # from completing the other records.
-        log.exception("exception calling callback for %r", future)
+        _log_callback_failure(future)
+
+
+def _log_callback_failure(future: RecordFuture) -> None:
+    # As concurrent.futures does: a caller's callback failing must not stop the sender
+    # from completing the other records. Called from an except block: logs its traceback.
+    log.exception("exception calling callback for %r", future)
 
 
 class RecordFuture:
@@ -197,9 +198,20 @@ class RecordFuture:
 
     def add_done_callback(self, fn: Callable[[RecordFuture], object]) -> None:
         """Call ``fn(future)`` when the record is done: at once if it already is, else in
-        the producer's sender thread (keep it short: it delays other acknowledgements)."""
-        if not self._outcome.add_callback(self, fn):
+        the producer's sender thread (keep it short: it delays other acknowledgements).
+
+        If the record completes while ``fn`` is being added, this thread may run the
+        callbacks of its batch that the sender had not yet taken, ``fn`` among them.
+        """
+        outcome = self._outcome
+        if outcome.done:
             _run_callback(self, fn)
+            return
+        outcome.callbacks.append((self, fn))
+        if outcome.done:
+            # Completed while we appended: the sender may have emptied the deque before our
+            # callback was in it, so take what is left (popleft hands each one out once).
+            outcome.run_callbacks()
 
     def __repr__(self) -> str:
         outcome = self._outcome

@@ -133,6 +133,9 @@ class Sender:
         self._drain_rotation = 0
         self._producer_id_retry_at = 0.0
         self._fatal: LograftError | None = None
+        self._idle = False
+        """Whether the sender may be about to wait on ``wake``: set under the lock before it
+        looks at the completions queue, so an answer queued while it is False is seen."""
         self.thread = threading.Thread(
             target=self.run, name=f"lograft-producer-{client_id}", daemon=True
         )
@@ -154,12 +157,16 @@ class Sender:
                     self._maybe_init_producer_id()
                     if self._fatal is not None:
                         self._fail(acc.abort_queued(), self._fatal)
-                self._expire_batches()
                 with acc.lock:
                     if acc.closed:
                         return
-                    requests, wake_at = self._drain_locked(self._clock.monotonic())
-                    if not requests and self._completions.empty():
+                    now = self._clock.monotonic()
+                    expired = acc.expire_locked(now)
+                    requests, wake_at = self._drain_locked(now) if not expired else ([], now)
+                    self._idle = not requests and not expired
+                    # Set before the queue is looked at, so that on_response either sees
+                    # it or put its answer there before we look (then we do not wait).
+                    if self._idle and self._completions.empty():
                         if self._fatal is not None and acc.has_queued_locked():
                             continue  # queued after the abort ran: fail them, do not wait
                         if self._transactions is not None and self._transactions.add_due_locked(
@@ -180,7 +187,9 @@ class Sender:
                             )
                             timeout = retry_in if timeout is None else min(timeout, retry_in)
                         self._clock.wait(acc.wake, timeout)
-                        continue
+                    self._idle = False
+                if expired:
+                    self._expire(expired)
                 for request in requests:
                     self._send(request)
         except Exception:
@@ -312,6 +321,8 @@ class Sender:
         is fatal, as in Kafka: every record sent through this producer then fails with it.
         Not under the lock: it blocks for at most ``request.timeout.ms`` per broker.
         """
+        if self.sequencer is None or self.sequencer.has_producer_id:
+            return  # read without the lock: only this thread gives or takes the id
         with self._acc.lock:
             if not self._awaiting_producer_id_locked():
                 return
@@ -406,8 +417,9 @@ class Sender:
     def on_response(self, request: ProduceRequest, call: Any, sent_at: float) -> None:
         """The client's I/O thread: hand the answer to the sender thread."""
         self._completions.put((request, call, sent_at))
-        with self._acc.lock:
-            self._acc.wake.notify()
+        if self._idle:  # else the sender looks at the queue before it next waits
+            with self._acc.lock:
+                self._acc.wake.notify()
 
     def _handle_completions(self) -> None:
         while True:
@@ -415,57 +427,73 @@ class Sender:
                 request, outcome, sent_at = self._completions.get_nowait()
             except queue.Empty:
                 return
+            acked = self._handle_answer(request, outcome, sent_at)
+            # One turn of the lock per answer: the callers' sends wait for it.
             with self._acc.lock:
                 self._in_flight[request.node] -= 1
-            if self._acks == 0:
-                if isinstance(outcome, LograftError):
-                    log.debug("acks=0 request failed error=%s", outcome)
-                continue
-            error: LograftError | None = None
-            response = None
+                if acked:
+                    self._retire_locked(acked, acked=True)
+
+    def _handle_answer(
+        self, request: ProduceRequest, outcome: Any, sent_at: float
+    ) -> list[ProducerBatch]:
+        """Complete, retry or fail the request's batches; returns the ones written, whose
+        futures are complete but which are still to retire."""
+        if self._acks == 0:
             if isinstance(outcome, LograftError):
-                error = outcome
-            else:
-                try:
-                    response = outcome.result()
-                except LograftError as exc:
-                    error = exc
-                except Exception as exc:
-                    error = NetworkError(str(exc))
-            if error is not None:
-                for batches in request.batches.values():
-                    self._fail_or_retry(batches, error)
-                continue
-            seen: set[TopicPartition] = set()
-            assert response is not None
-            for topic in response.topics:
-                for p in topic.partitions:
-                    tp = TopicPartition(topic.name, p.partition)
-                    answered = request.batches.get(tp)
-                    if answered is None or tp in seen:
-                        continue
-                    seen.add(tp)
-                    batches = answered
-                    if p.error_code:
-                        self._fail_or_retry(
-                            batches, error_for_code(p.error_code, p.error_message or str(tp))
-                        )
-                        continue
-                    if len(p.batch_base_offsets) == len(batches):
-                        # One offset per batch: a retried duplicate keeps its original offset,
-                        # which need not be contiguous with the batches after it.
-                        for batch, base in zip(batches, p.batch_base_offsets, strict=True):
-                            self._complete(batch, base, p.log_append_time_ms, sent_at)
-                        continue
+                log.debug("acks=0 request failed error=%s", outcome)
+            return []
+        error: LograftError | None = None
+        response = None
+        if isinstance(outcome, LograftError):
+            error = outcome
+        else:
+            try:
+                response = outcome.result()
+            except LograftError as exc:
+                error = exc
+            except Exception as exc:
+                error = NetworkError(str(exc))
+        if error is not None:
+            for batches in request.batches.values():
+                self._fail_or_retry(batches, error)
+            return []
+        acked: list[ProducerBatch] = []
+        seen: set[TopicPartition] = set()
+        assert response is not None
+        now = self._clock.monotonic()
+        latency_ms = (now - sent_at) * 1000.0
+        succeeded = self._delivery.succeeded
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.name, p.partition)
+                answered = request.batches.get(tp)
+                if answered is None or tp in seen:
+                    continue
+                seen.add(tp)
+                batches = answered
+                if p.error_code:
+                    self._fail_or_retry(
+                        batches, error_for_code(p.error_code, p.error_message or str(tp))
+                    )
+                    continue
+                if len(p.batch_base_offsets) == len(batches):
+                    # One offset per batch: a retried duplicate keeps its original offset,
+                    # which need not be contiguous with the batches after it.
+                    for batch, base in zip(batches, p.batch_base_offsets, strict=True):
+                        succeeded(batch, base, p.log_append_time_ms, latency_ms)
+                else:
                     base = p.base_offset
                     for batch in batches:
-                        self._complete(batch, base, p.log_append_time_ms, sent_at)
+                        succeeded(batch, base, p.log_append_time_ms, latency_ms)
                         base += batch.record_count
-            for tp, batches in request.batches.items():
-                if tp not in seen:
-                    self._fail_or_retry(
-                        batches, UnknownServerError(f"no answer for {tp.topic}-{tp.partition}")
-                    )
+                acked.extend(batches)
+        for tp, batches in request.batches.items():
+            if tp not in seen:
+                self._fail_or_retry(
+                    batches, UnknownServerError(f"no answer for {tp.topic}-{tp.partition}")
+                )
+        return acked
 
     # ---- outcomes -------------------------------------------------------------------------
 
@@ -474,7 +502,8 @@ class Sender:
     ) -> None:
         latency_ms = (self._clock.monotonic() - sent_at) * 1000.0
         self._delivery.succeeded(batch, base_offset, append_time, latency_ms)
-        self._retire(batch, acked=True)
+        with self._acc.lock:
+            self._retire_locked([batch], acked=True)
 
     def _fail(self, batches: list[ProducerBatch], error: BaseException) -> None:
         if batches and self._transactions is not None:
@@ -494,13 +523,15 @@ class Sender:
                 getattr(error, "error_name", type(error).__name__),
                 str(error),
             )
-            self._retire(batch, acked=False)
+            with self._acc.lock:
+                self._retire_locked([batch], acked=False)
 
-    def _retire(self, batch: ProducerBatch, acked: bool) -> None:
-        with self._acc.lock:
-            if batch.base_sequence >= 0 and self.sequencer is not None:
-                self.sequencer.resolve(batch, acked)
-            self._acc.retire_locked(batch)
+    def _retire_locked(self, batches: list[ProducerBatch], acked: bool) -> None:
+        sequencer = self.sequencer
+        for batch in batches:
+            if batch.base_sequence >= 0 and sequencer is not None:
+                sequencer.resolve(batch, acked)
+        self._acc.retire_locked(batches)
 
     def _fail_or_retry(self, batches: list[ProducerBatch], error: LograftError) -> None:
         now = self._clock.monotonic()
@@ -539,8 +570,8 @@ class Sender:
         with self._acc.lock:
             return self.sequencer.on_error(batch, error)
 
-    def _expire_batches(self) -> None:
-        for batch in self._acc.expire(self._clock.monotonic()):
+    def _expire(self, expired: list[ProducerBatch]) -> None:
+        for batch in expired:
             self._fail(
                 [batch],
                 RequestTimedOutError(

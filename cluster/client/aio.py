@@ -541,7 +541,9 @@ class AsyncConsumer(ConsumerDriver):
         commit's turn came.
         """
         loop = asyncio.get_running_loop()
-        given = None if offsets is None else list(dict(offsets).items())
+        given: list[tuple[TopicPartition, int]] | None = (
+            None if offsets is None else list(dict[TopicPartition, int](offsets).items())
+        )
 
         def commit() -> Future[dict[TopicPartition, int]]:
             if given is not None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import collections
+import sys
 import threading
+from typing import Any
 
 import pytest
 
@@ -56,6 +59,59 @@ def test_callbacks_run_once_done_or_at_once_if_already_done() -> None:
     assert seen == [11]
     pending.add_done_callback(lambda f: seen.append(f.result().offset + 100))
     assert seen == [11, 111]
+
+
+def test_a_callback_added_as_the_batch_completes_still_runs_once() -> None:
+    outcome = BatchOutcome("t", 0)
+    seen: list[int] = []
+
+    class CompletedBeforeAppend(collections.deque[Any]):
+        """The sender completes the batch (and empties the callbacks) between the
+        caller's check that it is pending and its append."""
+
+        def append(self, item: Any) -> None:
+            outcome.succeed(5, -1)
+            super().append(item)
+
+    outcome.callbacks = CompletedBeforeAppend()
+    RecordFuture(outcome, 1, 0).add_done_callback(lambda f: seen.append(f.result().offset))
+    assert seen == [6]
+
+
+def _race_callbacks_with_completion(adders: int, per_adder: int) -> collections.Counter[int]:
+    """Threads add callbacks while this one completes the batch; how often each ran."""
+    outcome = BatchOutcome("t", 0)
+    runs: collections.Counter[int] = collections.Counter()
+    started = threading.Barrier(adders + 1)
+
+    def add(first: int) -> None:
+        started.wait()
+        for index in range(first, first + per_adder):
+            RecordFuture(outcome, index, 0).add_done_callback(
+                lambda f: runs.update([f.result().offset])
+            )
+
+    threads = [threading.Thread(target=add, args=(n * per_adder,)) for n in range(adders)]
+    for thread in threads:
+        thread.start()
+    started.wait()
+    outcome.succeed(0, -1)
+    for thread in threads:
+        thread.join()
+    return runs
+
+
+def test_every_callback_runs_exactly_once_when_adding_races_completion() -> None:
+    # Switching threads every microsecond makes adding and completing interleave.
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(30):
+            runs = _race_callbacks_with_completion(adders=2, per_adder=400)
+            assert sorted(runs) == list(range(800))
+            assert set(runs.values()) == {1}
+    finally:
+        sys.setswitchinterval(old_interval)
 
 
 def test_a_failing_callback_does_not_stop_the_others(caplog: pytest.LogCaptureFixture) -> None:
