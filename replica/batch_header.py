@@ -107,6 +107,26 @@ class BatchHeader:
     base_sequence: int
     records_count: int
 
+    def moved_to(self, position: int) -> BatchHeader:
+        """The same header for the batch lying at ``position`` (cheaper than
+        ``dataclasses.replace``, which reflects on the fields every call)."""
+        return BatchHeader(
+            position,
+            self.base_offset,
+            self.batch_length,
+            self.partition_leader_epoch,
+            self.magic,
+            self.crc,
+            self.attributes,
+            self.last_offset_delta,
+            self.base_timestamp,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self.records_count,
+        )
+
     @property
     def size(self) -> int:
         """Bytes the whole batch occupies, header included."""
@@ -139,13 +159,21 @@ class BatchHeader:
         return bool(self.attributes & ATTR_TIMESTAMP_TYPE)
 
 
-def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
-    """Parse the header at ``position``; raises ``CorruptMessageError`` if it does not fit."""
+def parse_header(
+    buf: bytes | bytearray | memoryview, position: int = 0, stored_at: int | None = None
+) -> BatchHeader:
+    """Parse the header at ``position``; raises ``CorruptMessageError`` if it does not fit.
+
+    The header's ``position`` is ``stored_at`` if given (where the batch lies in a file that
+    ``buf`` is a chunk of), else ``position``.
+    """
     if position < 0 or len(buf) - position < HEADER_SIZE:
         raise CorruptMessageError(
             f"truncated batch header at position {position}: {len(buf) - position} bytes"
         )
-    return BatchHeader(position, *_HEADER.unpack_from(buf, position))
+    return BatchHeader(
+        position if stored_at is None else stored_at, *_HEADER.unpack_from(buf, position)
+    )
 
 
 def batch_crc(buf: bytes | bytearray | memoryview, header: BatchHeader) -> int:

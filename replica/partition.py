@@ -24,7 +24,6 @@ every in-sync replica" and no consumer sees a record that a crash could take bac
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -731,6 +730,6 @@ def _select_batches(
     out = bytearray()
     headers = []
     for header in kept:
-        headers.append(dataclasses.replace(header, position=len(out)))
+        headers.append(header.moved_to(len(out)))
         out += records[header.position : header.position + header.size]
     return out, headers

@@ -31,7 +31,6 @@ import os
 import sys
 from bisect import bisect_right
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 from cluster.durable import fsync_directory
@@ -145,7 +144,7 @@ def segment_runs(
         end = headers[index - 1].position + headers[index - 1].size
         yield (
             records[first:end],
-            [replace(header, position=header.position - first) for header in headers[start:index]],
+            [header.moved_to(header.position - first) for header in headers[start:index]],
         )
         start = index
 

@@ -24,7 +24,7 @@ one operation meant for another thread is ``fdatasync`` on the descriptors retur
 
 from __future__ import annotations
 
-import dataclasses
+import bisect
 import logging
 import os
 import re
@@ -77,6 +77,9 @@ SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 _WALK_CHUNK = 16 * 1024
 """Bytes read per ``pread`` when walking headers; about one index interval of small batches."""
+_MAX_TAIL_BATCHES = 512
+"""Bound on the batches the unindexed tail keeps in memory (when ``index.interval.bytes`` is
+large or the batches tiny); past it the oldest half is forgotten and reads walk for them."""
 _FILE_NAME = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
 
 
@@ -126,6 +129,12 @@ class LogSegment:
         self._max_timestamp = NO_TIMESTAMP
         self._offset_of_max_timestamp = base_offset
         self._bytes_since_index_entry = 0
+        self._tail_last_offsets: list[int] = []
+        self._tail_batches: list[tuple[int, BatchHeader]] = []
+        """The batches appended since the last offset-index entry (that batch included), as
+        (position in the file, header): the log's end, where followers and consumers read,
+        is found without walking the file. Any batch before the first of them ends before
+        its base offset, so an offset from there on is answered here."""
         self.first_append_ms: int | None = now_ms if size else None
         """When the first batch was appended (``now_ms`` at open for a loaded segment):
         ``segment.ms`` counts from here."""
@@ -284,6 +293,7 @@ class LogSegment:
         if truncated:
             os.ftruncate(self._fd, position)
         self._size = position
+        self._forget_tail()
         self.offset_index.rebuild(cursor.offset_entries)
         self.time_index.rebuild(cursor.time_entries)
         self._next_offset = next_offset
@@ -317,8 +327,15 @@ class LogSegment:
             self._offset_of_max_timestamp,
             NO_TIMESTAMP if last_time_entry is None else last_time_entry[0],
         )
+        tail: list[tuple[int, BatchHeader]] = []
+        indexed = False
         for header in headers:
+            entries = len(cursor.offset_entries)
             cursor.add(header, position + header.position, index_interval_bytes)
+            if len(cursor.offset_entries) != entries:
+                indexed = True  # the tail now starts at this batch
+                tail.clear()
+            tail.append((position + header.position, header))
         offset_entries_before = self.offset_index.entries
         time_entries_before = self.time_index.entries
         try:
@@ -338,6 +355,7 @@ class LogSegment:
                 ) from exc
             raise KafkaStorageError(f"append to {self._log_path} failed: {exc}") from exc
         self._size = position + len(records)
+        self._remember_tail(tail, restart=indexed)
         self._next_offset = headers[-1].next_offset
         self._max_timestamp = cursor.max_timestamp
         self._offset_of_max_timestamp = cursor.offset_of_max_timestamp
@@ -345,6 +363,20 @@ class LogSegment:
         if self.first_append_ms is None:
             self.first_append_ms = now_ms
         self.last_modified_ms = now_ms
+
+    def _remember_tail(self, batches: list[tuple[int, BatchHeader]], restart: bool) -> None:
+        if restart:
+            self._tail_batches.clear()
+            self._tail_last_offsets.clear()
+        self._tail_batches.extend(batches)
+        self._tail_last_offsets.extend(header.last_offset for _, header in batches)
+        if len(self._tail_batches) > _MAX_TAIL_BATCHES:
+            del self._tail_batches[: _MAX_TAIL_BATCHES // 2]
+            del self._tail_last_offsets[: _MAX_TAIL_BATCHES // 2]
+
+    def _forget_tail(self) -> None:
+        self._tail_batches.clear()
+        self._tail_last_offsets.clear()
 
     def seal(self) -> bool:
         """Add the final time-index entry (max timestamp) when the segment stops being active.
@@ -378,6 +410,7 @@ class LogSegment:
             raise KafkaStorageError(f"truncating {self._log_path} failed: {exc}") from exc
         removed = self._size - header.position
         self._size = header.position
+        self._forget_tail()
         try:
             self._scan_tail()
         except CorruptIndexError as exc:
@@ -404,14 +437,14 @@ class LogSegment:
                 )
             offset_in_chunk = 0
             while len(chunk) - offset_in_chunk >= HEADER_SIZE:
-                header = parse_header(chunk, offset_in_chunk)
                 absolute = position + offset_in_chunk
+                header = parse_header(chunk, offset_in_chunk, stored_at=absolute)
                 if header.batch_length < _MIN_BATCH_LENGTH or absolute + header.size > end:
                     raise CorruptMessageError(
                         f"invalid batchLength {header.batch_length} at position {absolute} "
                         f"of {self._log_path.name}"
                     )
-                yield dataclasses.replace(header, position=absolute)
+                yield header
                 offset_in_chunk += header.size
             position += offset_in_chunk
 
@@ -430,9 +463,16 @@ class LogSegment:
     def find_batch(self, offset: int) -> BatchHeader | None:
         """The header of the first batch whose last offset is >= ``offset``, or None.
 
-        One index bisect, then a header walk of about one index interval. Raises
+        At the log's end, one bisect of the batches appended since the last index entry;
+        elsewhere one index bisect, then a header walk of about one index interval. Raises
         ``KafkaStorageError`` if the log or index is inconsistent.
         """
+        if self._tail_batches and offset >= self._tail_batches[0][1].base_offset:
+            found = bisect.bisect_left(self._tail_last_offsets, offset)
+            if found == len(self._tail_batches):
+                return None
+            position, header = self._tail_batches[found]
+            return header if header.position == position else header.moved_to(position)
         entry_offset, position = self.offset_index.lookup(offset)
         try:
             for header in self._walk(position):

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replica.batch_header import BatchHeader, assign_offsets, validate_batches
 from replica.log.offset_index import CorruptIndexError
@@ -212,3 +215,51 @@ def test_rename_to_deleted(tmp_path: Path, segment: LogSegment) -> None:
     ]
     assert all(p.exists() for p in paths)
     assert not list(tmp_path.glob("*.log"))
+
+
+def _walked_find(segment: LogSegment, offset: int) -> BatchHeader | None:
+    """``find_batch`` by brute force: every header from the start of the file."""
+    return next((h for h in segment.batch_headers() if h.last_offset >= offset), None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.one_of(
+            # append: batch value count, gap before it (a compacted leader's hole), interval
+            st.tuples(
+                st.just("append"),
+                st.integers(1, 4),
+                st.integers(0, 3),
+                st.sampled_from([0, 60, 200, 1 << 20]),
+            ),
+            st.tuples(st.just("truncate"), st.integers(0, 40), st.just(0), st.just(0)),
+            st.tuples(st.just("reopen"), st.just(0), st.just(0), st.just(0)),
+        ),
+        max_size=40,
+    )
+)
+def test_find_batch_at_the_tail_agrees_with_walking_the_file(
+    steps: list[tuple[str, int, int, int]],
+) -> None:
+    # The batches appended since the last index entry are found from memory; whatever
+    # appends, holes, truncations and reopenings came before, the answer is the file's.
+    with tempfile.TemporaryDirectory() as directory:
+        segment = LogSegment.create(Path(directory), BASE)
+        try:
+            for action, count, gap, interval in steps:
+                if action == "append":
+                    buffer = bytearray(make_batch([b"v" * 30] * count))
+                    headers = validate_batches(buffer, 1 << 24)
+                    assign_offsets(buffer, headers, segment.next_offset + gap, 0)
+                    segment.append(buffer, headers_of(bytes(buffer)), interval, 0)
+                elif action == "truncate":
+                    segment.truncate_to(BASE + count)
+                else:
+                    segment.close()
+                    segment = LogSegment.open_existing(Path(directory), BASE, 0)
+                    segment.load_indexes()
+                for offset in range(BASE - 1, segment.next_offset + 2):
+                    assert segment.find_batch(offset) == _walked_find(segment, offset)
+        finally:
+            segment.close()
