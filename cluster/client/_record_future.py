@@ -70,7 +70,7 @@ class BatchOutcome:
         self._event: threading.Event | None = None
         self.callbacks: deque[tuple[RecordFuture, Callable[[RecordFuture], object]]] = deque()
         """Callbacks not yet run; appended to and taken from without a lock (deque's
-        ``append`` and ``popleft`` are atomic), each taken, and so run, once."""
+        ``append``, ``popleft`` and ``remove`` are atomic), each taken, and so run, once."""
 
     def succeed(self, base_offset: int, log_append_time_ms: int) -> None:
         """The batch was written at ``base_offset`` (-1 with ``acks=0``)."""
@@ -198,20 +198,29 @@ class RecordFuture:
 
     def add_done_callback(self, fn: Callable[[RecordFuture], object]) -> None:
         """Call ``fn(future)`` when the record is done: at once if it already is, else in
-        the producer's sender thread (keep it short: it delays other acknowledgements).
+        the producer's sender thread (keep it short: it delays other acknowledgements; a
+        ``send`` from it blocks the sender while ``buffer.memory`` is full, and the memory
+        of the answer it came with is freed only after all that answer's callbacks ran).
 
-        If the record completes while ``fn`` is being added, this thread may run the
-        callbacks of its batch that the sender had not yet taken, ``fn`` among them.
+        If the record completes while ``fn`` is being added, ``fn`` may run at once in this
+        thread, as if added after completion; the batch's other callbacks stay the sender's.
         """
         outcome = self._outcome
         if outcome.done:
             _run_callback(self, fn)
             return
-        outcome.callbacks.append((self, fn))
+        entry = (self, fn)
+        outcome.callbacks.append(entry)
         if outcome.done:
             # Completed while we appended: the sender may have emptied the deque before our
-            # callback was in it, so take what is left (popleft hands each one out once).
-            outcome.run_callbacks()
+            # entry was in it. Take ours back and run it here, as if added after completion;
+            # if it is gone, the sender took it and runs it. Only ours: the sender keeps the
+            # batch's other callbacks, in order, in its thread.
+            try:
+                outcome.callbacks.remove(entry)
+            except ValueError:
+                return
+            _run_callback(self, fn)
 
     def __repr__(self) -> str:
         outcome = self._outcome

@@ -168,10 +168,12 @@ class Sender:
                     # it or put its answer there before we look (then we do not wait).
                     if self._idle and self._completions.empty():
                         if self._fatal is not None and acc.has_queued_locked():
+                            self._idle = False
                             continue  # queued after the abort ran: fail them, do not wait
                         if self._transactions is not None and self._transactions.add_due_locked(
                             self._clock.monotonic()
                         ):
+                            self._idle = False
                             continue  # partitions wait to join the transaction: add them
                         timeout = (
                             None if wake_at is None else max(0.0, wake_at - self._clock.monotonic())

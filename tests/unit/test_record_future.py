@@ -78,6 +78,51 @@ def test_a_callback_added_as_the_batch_completes_still_runs_once() -> None:
     assert seen == [6]
 
 
+def test_a_racing_adder_runs_only_its_own_callback_and_the_sender_keeps_the_order() -> None:
+    outcome = BatchOutcome("t", 0)
+    ran: list[tuple[str, str]] = []
+    in_first, release_first = threading.Event(), threading.Event()
+
+    def first(_future: RecordFuture) -> None:
+        ran.append(("first", threading.current_thread().name))
+        in_first.set()
+        release_first.wait(5)
+        ran.append(("first done", threading.current_thread().name))
+
+    RecordFuture(outcome, 0, 0).add_done_callback(first)
+    RecordFuture(outcome, 1, 0).add_done_callback(
+        lambda _f: ran.append(("second", threading.current_thread().name))
+    )
+    sender = threading.Thread(target=outcome.succeed, args=(5, -1), name="sender")
+
+    class CompletedBeforeAppend(collections.deque[Any]):
+        """The sender completes the batch, and is inside its first callback, between the
+        adding thread's check that the batch is pending and its append."""
+
+        def append(self, item: Any) -> None:
+            sender.start()
+            in_first.wait(5)
+            super().append(item)
+
+    outcome.callbacks = CompletedBeforeAppend(outcome.callbacks)
+    adder = threading.Thread(
+        target=lambda: RecordFuture(outcome, 2, 0).add_done_callback(
+            lambda _f: ran.append(("late", threading.current_thread().name))
+        ),
+        name="adder",
+    )
+    adder.start()
+    adder.join()
+    release_first.set()
+    sender.join()
+    assert [name for name, thread in ran if thread == "sender"] == [
+        "first",
+        "first done",
+        "second",
+    ]
+    assert ("late", "adder") in ran
+
+
 def _race_callbacks_with_completion(adders: int, per_adder: int) -> collections.Counter[int]:
     """Threads add callbacks while this one completes the batch; how often each ran."""
     outcome = BatchOutcome("t", 0)
