@@ -96,20 +96,14 @@ class BatchOutcome:
     def _wake(self, event: threading.Event | None) -> None:
         if event is not None:
             event.set()
-        self.run_callbacks()
-
-    def run_callbacks(self) -> None:
-        """Run the callbacks not yet taken, in the order they were added (once ``done``)."""
+        # The callbacks not yet taken, in the order they were added.
         take = self.callbacks.popleft
         while True:
             try:
                 future, callback = take()
             except IndexError:
                 return
-            try:
-                callback(future)
-            except Exception:
-                _log_callback_failure(future)
+            _run_callback(future, callback)
 
     def wait(self, timeout: float | None) -> bool:
         """Wait until the batch is done, at most ``timeout`` seconds; whether it is."""
@@ -126,13 +120,9 @@ def _run_callback(future: RecordFuture, callback: Callable[[RecordFuture], objec
     try:
         callback(future)
     except Exception:
-        _log_callback_failure(future)
-
-
-def _log_callback_failure(future: RecordFuture) -> None:
-    # As concurrent.futures does: a caller's callback failing must not stop the sender
-    # from completing the other records. Called from an except block: logs its traceback.
-    log.exception("exception calling callback for %r", future)
+        # As concurrent.futures does: a caller's callback failing must not stop the sender
+        # from completing the other records.
+        log.exception("exception calling callback for %r", future)
 
 
 class RecordFuture:

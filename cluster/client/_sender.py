@@ -163,33 +163,16 @@ class Sender:
                     now = self._clock.monotonic()
                     expired = acc.expire_locked(now)
                     requests, wake_at = self._drain_locked(now) if not expired else ([], now)
-                    self._idle = not requests and not expired
-                    # Set before the queue is looked at, so that on_response either sees
-                    # it or put its answer there before we look (then we do not wait).
-                    if self._idle and self._completions.empty():
-                        if self._fatal is not None and acc.has_queued_locked():
+                    if not requests and not expired:
+                        # Set before the queue is looked at, so that on_response either
+                        # sees it or put its answer there before we look (then we do not
+                        # wait).
+                        self._idle = True
+                        try:
+                            if self._completions.empty():
+                                self._wait_for_work_locked(wake_at)
+                        finally:
                             self._idle = False
-                            continue  # queued after the abort ran: fail them, do not wait
-                        if self._transactions is not None and self._transactions.add_due_locked(
-                            self._clock.monotonic()
-                        ):
-                            self._idle = False
-                            continue  # partitions wait to join the transaction: add them
-                        timeout = (
-                            None if wake_at is None else max(0.0, wake_at - self._clock.monotonic())
-                        )
-                        if timeout is None and self._metadata.update_wanted:
-                            timeout = self._backoff_s
-                        if self._txn_retry_at is not None:
-                            retry_in = max(0.0, self._txn_retry_at - self._clock.monotonic())
-                            timeout = retry_in if timeout is None else min(timeout, retry_in)
-                        if self._awaiting_producer_id_locked():
-                            retry_in = max(
-                                0.0, self._producer_id_retry_at - self._clock.monotonic()
-                            )
-                            timeout = retry_in if timeout is None else min(timeout, retry_in)
-                        self._clock.wait(acc.wake, timeout)
-                    self._idle = False
                 if expired:
                     self._expire(expired)
                 for request in requests:
@@ -201,6 +184,27 @@ class Sender:
             with acc.lock:
                 acc.closing = True
             self.fail_all(UnknownServerError("producer sender thread crashed"))
+
+    def _wait_for_work_locked(self, wake_at: float | None) -> None:
+        """Wait on ``wake`` until something may be sent (at most until ``wake_at``, a retry
+        or a back-off); return at once if the next turn has work without waiting."""
+        acc = self._acc
+        if self._fatal is not None and acc.has_queued_locked():
+            return  # queued after the abort ran: fail them, do not wait
+        if self._transactions is not None and self._transactions.add_due_locked(
+            self._clock.monotonic()
+        ):
+            return  # partitions wait to join the transaction: add them
+        timeout = None if wake_at is None else max(0.0, wake_at - self._clock.monotonic())
+        if timeout is None and self._metadata.update_wanted:
+            timeout = self._backoff_s
+        if self._txn_retry_at is not None:
+            retry_in = max(0.0, self._txn_retry_at - self._clock.monotonic())
+            timeout = retry_in if timeout is None else min(timeout, retry_in)
+        if self._awaiting_producer_id_locked():
+            retry_in = max(0.0, self._producer_id_retry_at - self._clock.monotonic())
+            timeout = retry_in if timeout is None else min(timeout, retry_in)
+        self._clock.wait(acc.wake, timeout)
 
     def _drain_locked(self, now: float) -> tuple[list[ProduceRequest], float | None]:
         """Take the batches that are ready, grouped into requests per leader."""

@@ -489,7 +489,7 @@ class Producer:
             encoded_headers = encode_headers(headers)
             size += len(encoded_headers)
         if timestamp_ms is None:
-            ts = int(self._wall_clock() * 1000.0)
+            ts = int(self._wall_clock() * 1000)
         elif 0 <= timestamp_ms <= INT64_MAX:
             ts = timestamp_ms
         else:

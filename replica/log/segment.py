@@ -129,7 +129,6 @@ class LogSegment:
         self._max_timestamp = NO_TIMESTAMP
         self._offset_of_max_timestamp = base_offset
         self._bytes_since_index_entry = 0
-        self._tail_last_offsets: list[int] = []
         self._tail_batches: list[tuple[int, BatchHeader]] = []
         """The batches appended since the last offset-index entry (that batch included), as
         (position in the file, header): the log's end, where followers and consumers read,
@@ -293,7 +292,7 @@ class LogSegment:
         if truncated:
             os.ftruncate(self._fd, position)
         self._size = position
-        self._forget_tail()
+        self._tail_batches.clear()
         self.offset_index.rebuild(cursor.offset_entries)
         self.time_index.rebuild(cursor.time_entries)
         self._next_offset = next_offset
@@ -367,16 +366,9 @@ class LogSegment:
     def _remember_tail(self, batches: list[tuple[int, BatchHeader]], restart: bool) -> None:
         if restart:
             self._tail_batches.clear()
-            self._tail_last_offsets.clear()
         self._tail_batches.extend(batches)
-        self._tail_last_offsets.extend(header.last_offset for _, header in batches)
         if len(self._tail_batches) > _MAX_TAIL_BATCHES:
             del self._tail_batches[: _MAX_TAIL_BATCHES // 2]
-            del self._tail_last_offsets[: _MAX_TAIL_BATCHES // 2]
-
-    def _forget_tail(self) -> None:
-        self._tail_batches.clear()
-        self._tail_last_offsets.clear()
 
     def seal(self) -> bool:
         """Add the final time-index entry (max timestamp) when the segment stops being active.
@@ -410,7 +402,7 @@ class LogSegment:
             raise KafkaStorageError(f"truncating {self._log_path} failed: {exc}") from exc
         removed = self._size - header.position
         self._size = header.position
-        self._forget_tail()
+        self._tail_batches.clear()
         try:
             self._scan_tail()
         except CorruptIndexError as exc:
@@ -468,7 +460,9 @@ class LogSegment:
         ``KafkaStorageError`` if the log or index is inconsistent.
         """
         if self._tail_batches and offset >= self._tail_batches[0][1].base_offset:
-            found = bisect.bisect_left(self._tail_last_offsets, offset)
+            found = bisect.bisect_left(
+                self._tail_batches, offset, key=lambda batch: batch[1].last_offset
+            )
             if found == len(self._tail_batches):
                 return None
             position, header = self._tail_batches[found]
