@@ -61,15 +61,24 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 def fake_node(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A child whose command line looks like node 1 of a cluster in ``tmp_path``."""
     data_dir = tmp_path / "node-1"
-    code = "import time; time.sleep(300)"
-    process = _spawn(
-        [sys.executable, "-c", code, "-m", "cluster.node", "--data-dir", str(data_dir)]
+    code = "import time; print('ready', flush=True); time.sleep(300)"
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, "-m", "cluster.node", "--data-dir", str(data_dir)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
     )
     try:
+        # Popen returns once exec has closed the child's close-on-exec pipe, which the
+        # kernel does before it fills in the new /proc/<pid>/cmdline: wait for the child to
+        # say it runs, or the command line may still read empty.
+        assert process.stdout is not None
+        assert process.stdout.readline() == b"ready\n"
         yield process
     finally:
         process.kill()
         process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def _wait_exited_unreaped(pid: int) -> None:
