@@ -268,13 +268,16 @@ class _ClientConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         receiver = self._receiver
         receiver.received(nbytes)
-        if not self.handshake.done():
+        handshake = self.handshake
+        if not handshake.done():
             preamble = receiver.take_preamble(len(MAGIC))
             if preamble is None:
                 return
-            self.handshake.set_result(preamble == MAGIC)
-        if not self.handshake.result():
-            receiver.discard()  # a gRPC server's bytes: the caller closes the connection
+            handshake.set_result(preamble == MAGIC)
+        # Cancelled: the channel closed while connecting, and bytes read before the close
+        # still arrive. Not framed: a gRPC server's bytes. Either way the connection closes.
+        if handshake.cancelled() or not handshake.result():
+            receiver.discard()
             return
         channel = self._channel
         try:

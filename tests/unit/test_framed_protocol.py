@@ -3,13 +3,17 @@ refused before its body is kept."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from cluster.errors import NotLeaderOrFollowerError, UnknownServerError
+from cluster.framed.client import FramedChannel, _ClientConnection
 from cluster.framed.protocol import (
     HEADER,
+    MAGIC,
     FrameReceiver,
     OversizedFrame,
     error_from_text,
@@ -85,3 +89,27 @@ def test_a_frame_receiver_refuses_a_header_over_its_limit_before_the_body() -> N
     with pytest.raises(OversizedFrame) as refused:
         receiver.frames()
     assert (refused.value.length, refused.value.correlation_id) == (65, 42)
+
+
+def test_bytes_arriving_after_a_cancelled_connect_are_dropped() -> None:
+    # Closing a channel while it connects cancels the handshake; the broker's answer may
+    # still be read afterwards, and must not break the loop's read callback.
+    loop = asyncio.new_event_loop()
+    try:
+        channel = FramedChannel(
+            "127.0.0.1",
+            9,
+            loop,
+            max_request_bytes=1024,
+            max_response_bytes=1024,
+            connect_timeout_s=1.0,
+        )
+        connection = _ClientConnection(channel)
+        connection.handshake.cancel()
+        answer = MAGIC + HEADER.pack(4, 1, 0) + b"body"
+        buffer = connection.get_buffer(len(answer))
+        buffer[: len(answer)] = answer
+        connection.buffer_updated(len(answer))  # raised CancelledError before
+        assert connection.handshake.cancelled()
+    finally:
+        loop.close()
