@@ -7,7 +7,12 @@ times each record from ``send`` to its acknowledgement (a done callback). Each n
 over the run comes from ``/proc``. Reports p50/p99 per rate and run, the median of
 ``--runs``, and writes bench/results/ack_latency.json.
 
-Usage: python bench/ack_latency.py [--rates 50,200,1000] [--seconds 5] [--runs 3]
+``--gc-freeze`` has the client call ``gc.freeze()`` after its warm-up, as a busy Python
+producer should: at high rates the client's own full collections (every object its imports
+made, scanned again and again) otherwise stall it for 10-30 ms at a time, and those stalls
+are the p99.
+
+Usage: python bench/ack_latency.py [--rates 50,200,1000] [--seconds 5] [--runs 3] [--gc-freeze]
 """
 
 from __future__ import annotations
@@ -24,13 +29,15 @@ from typing import Any
 from _common import ROOT, cpu_seconds, local_cluster, run_json, write_report
 
 _CLIENT = """
-import json, sys, time
+import gc, json, sys, time
 from cluster.client import Producer
 boot, topic, rate, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
 latencies = []
 with Producer(bootstrap_servers=boot, acks="all", linger_ms=0) as producer:
     for _ in range(50):
         producer.send(topic, b"w" * 100).result(timeout=30)
+    if sys.argv[5] == "freeze":
+        gc.freeze()
     start = time.perf_counter()
     for i in range(int(rate * seconds)):
         due = start + i / rate
@@ -50,9 +57,14 @@ print(json.dumps({
 """
 
 
-def _one_run(bootstrap: str, pids: list[int], rate: float, seconds: float) -> dict[str, Any]:
+def _one_run(
+    bootstrap: str, pids: list[int], rate: float, seconds: float, gc_freeze: bool
+) -> dict[str, Any]:
     before = {pid: cpu_seconds(pid) for pid in pids}
-    result = run_json([sys.executable, "-c", _CLIENT, bootstrap, "acks", str(rate), str(seconds)])
+    gc_mode = "freeze" if gc_freeze else "default"
+    result = run_json(
+        [sys.executable, "-c", _CLIENT, bootstrap, "acks", str(rate), str(seconds), gc_mode]
+    )
     result["node_cpu_percent"] = sorted(
         (round((cpu_seconds(pid) - before[pid]) / seconds * 100, 1) for pid in pids), reverse=True
     )
@@ -65,12 +77,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument(
+        "--gc-freeze", action="store_true", help="the client calls gc.freeze() after warm-up"
+    )
     args = parser.parse_args()
     rates = [float(rate) for rate in args.rates.split(",")]
     report: dict[str, Any] = {
         "setup": f"three local nodes, one partition, RF {args.replicas}, acks=all, "
         f"linger.ms=0, 100 B, {args.seconds} s a run, {os.cpu_count()} cores; node CPU is "
-        "each node's share of one core over the run (the partition leader first)",
+        "each node's share of one core over the run (the partition leader first); client "
+        + ("calls gc.freeze() after warm-up" if args.gc_freeze else "with Python's default gc"),
         "runs": args.runs,
         "rates": {},
     }
@@ -84,7 +100,10 @@ def main() -> None:
             ].result(timeout=60)
         pids = [node["pid"] for node in json.loads(Path(data, "cluster.json").read_text())["nodes"]]
         for rate in rates:
-            runs = [_one_run(bootstrap, pids, rate, args.seconds) for _ in range(args.runs)]
+            runs = [
+                _one_run(bootstrap, pids, rate, args.seconds, args.gc_freeze)
+                for _ in range(args.runs)
+            ]
             report["rates"][str(int(rate))] = {
                 "median_p50_ms": statistics.median(run["p50_ms"] for run in runs),
                 "median_p99_ms": statistics.median(run["p99_ms"] for run in runs),
