@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -61,6 +63,12 @@ log = logging.getLogger(__name__)
 
 IsrProposer = Callable[["Partition", IsrProposal], None]
 """Sends a leader's AlterPartition proposal to the controller (the broker's job)."""
+
+INLINE_FLUSH_MAX_S = 0.001
+"""A partition whose recent flushes averaged less than this flushes on the event loop; a
+slower one in a worker thread (decision 0011)."""
+_FLUSH_TIME_WEIGHT = 0.25
+"""The weight of the newest flush in the moving average of flush times."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +125,8 @@ class Partition:
         self._acks_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._flush_task: asyncio.Task[None] | None = None
+        # Unknown until the first flush, which therefore runs in a worker thread.
+        self._flush_seconds_average = math.inf
 
     # ---- role -----------------------------------------------------------------------------
 
@@ -683,7 +693,14 @@ class Partition:
         loop = asyncio.get_running_loop()
         while self._flush_waiters:
             try:
-                flushed_offset = await loop.run_in_executor(None, self.log.flush)
+                # A fast fdatasync costs less than handing it to a thread and back (the
+                # queue, the thread's wake-up, the GIL, the loop's wake-up); a slow disk
+                # must not stall every other partition and the heartbeats, so it gets one.
+                inline = self._flush_seconds_average < INLINE_FLUSH_MAX_S
+                if inline:
+                    flushed_offset, seconds = self._timed_flush()
+                else:
+                    flushed_offset, seconds = await loop.run_in_executor(None, self._timed_flush)
             except InvariantError:
                 raise  # the node halts (cluster.halt); never handed to a produce's answer
             except Exception as exc:
@@ -701,7 +718,21 @@ class Partition:
                 else:
                     still_waiting.append((offset, waiter))
             self._flush_waiters = still_waiting
+            average = self._flush_seconds_average
+            self._flush_seconds_average = (
+                seconds
+                if average == math.inf
+                else average + _FLUSH_TIME_WEIGHT * (seconds - average)
+            )
             self.on_local_flush()
+            if inline and self._flush_waiters:
+                await asyncio.sleep(0)  # a flush that could not satisfy them: let others run
+
+    def _timed_flush(self) -> tuple[int, float]:
+        """Flush the log: the new flushed offset, and the seconds the flush took."""
+        start = time.monotonic()
+        flushed_offset = self.log.flush()
+        return flushed_offset, time.monotonic() - start
 
     def on_local_flush(self) -> None:
         """The log flushed (or, under ``flush.policy=interval``, appended): HW may move."""
