@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-__all__ = ["interval_clock_ms", "wall_clock_ms"]
+__all__ = ["interval_clock_ms", "interval_clock_s", "wall_clock_ms"]
 
 
 def wall_clock_ms() -> int:
@@ -27,3 +27,9 @@ def wall_clock_ms() -> int:
 def interval_clock_ms() -> int:
     """Milliseconds of the monotonic clock (never jumps; only differences mean anything)."""
     return int(time.monotonic() * 1000)
+
+
+def interval_clock_s() -> float:
+    """Seconds of the monotonic clock at full resolution, for durations shorter than a
+    millisecond (how long a flush took)."""
+    return time.monotonic()

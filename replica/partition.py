@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,6 +36,7 @@ from cluster.errors import (
     NotLeaderOrFollowerError,
 )
 from replica.batch_header import BatchHeader, iter_headers
+from replica.clocks import interval_clock_s
 from replica.control_records import EndTxnMarker, decode_marker, encode_marker_batch
 from replica.log.partition_log import AppendResult, PartitionLog
 from replica.produce_validation import validate_produced
@@ -718,21 +718,23 @@ class Partition:
                 else:
                     still_waiting.append((offset, waiter))
             self._flush_waiters = still_waiting
-            average = self._flush_seconds_average
-            self._flush_seconds_average = (
-                seconds
-                if average == math.inf
-                else average + _FLUSH_TIME_WEIGHT * (seconds - average)
-            )
+            self._note_flush_seconds(seconds)
             self.on_local_flush()
             if inline and self._flush_waiters:
                 await asyncio.sleep(0)  # a flush that could not satisfy them: let others run
 
     def _timed_flush(self) -> tuple[int, float]:
         """Flush the log: the new flushed offset, and the seconds the flush took."""
-        start = time.monotonic()
+        start = interval_clock_s()
         flushed_offset = self.log.flush()
-        return flushed_offset, time.monotonic() - start
+        return flushed_offset, interval_clock_s() - start
+
+    def _note_flush_seconds(self, seconds: float) -> None:
+        average = self._flush_seconds_average
+        if average == math.inf:  # the first flush: nothing to average with yet
+            self._flush_seconds_average = seconds
+        else:
+            self._flush_seconds_average = average + _FLUSH_TIME_WEIGHT * (seconds - average)
 
     def on_local_flush(self) -> None:
         """The log flushed (or, under ``flush.policy=interval``, appended): HW may move."""

@@ -42,8 +42,8 @@ from cluster.launcher import (
 from cluster.status import render_status
 
 
-def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+def _spawn(argv: list[str], stdout: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout)
 
 
 @pytest.fixture
@@ -62,9 +62,8 @@ def fake_node(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A child whose command line looks like node 1 of a cluster in ``tmp_path``."""
     data_dir = tmp_path / "node-1"
     code = "import time; print('ready', flush=True); time.sleep(300)"
-    process = subprocess.Popen(
+    process = _spawn(
         [sys.executable, "-c", code, "-m", "cluster.node", "--data-dir", str(data_dir)],
-        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
     )
     try:

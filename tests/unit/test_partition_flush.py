@@ -28,8 +28,8 @@ SLOW_S = 5 * INLINE_FLUSH_MAX_S
 
 
 class _TimedDisk:
-    """The log, but its flush takes the next of ``seconds`` on this clock (the partition
-    reads it as its ``time``) and notes the thread it ran in."""
+    """The log, but its flush takes the next of ``seconds`` on this clock (the partition's
+    ``interval_clock_s``) and notes the thread it ran in."""
 
     def __init__(self, log: PartitionLog, seconds: list[float]) -> None:
         self._log = log
@@ -37,7 +37,7 @@ class _TimedDisk:
         self.threads: list[int] = []
         self.now = 0.0
 
-    def monotonic(self) -> float:
+    def clock_s(self) -> float:
         return self.now
 
     def __getattr__(self, name: str) -> object:
@@ -59,7 +59,7 @@ def _flush_threads(
         partition = Partition(TP, log)
         disk = _TimedDisk(log, seconds)
         partition.log = disk  # type: ignore[assignment]
-        monkeypatch.setattr(partition_module, "time", disk)
+        monkeypatch.setattr(partition_module, "interval_clock_s", disk.clock_s)
         loop_thread = threading.get_ident()
         for index in range(len(seconds)):
             data = bytearray(encode_batch([b"%d" % index]))
