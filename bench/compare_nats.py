@@ -129,7 +129,7 @@ def lograft_publish_async(p: dict[str, Any]) -> dict[str, Any]:
         send = producer.send
         start = time.perf_counter()
         for _ in range(count):
-            send(topic, payload).add_done_callback(on_done)
+            send(topic, payload, callback=on_done)
         sent = time.perf_counter()
         producer.flush()
         done = time.perf_counter()

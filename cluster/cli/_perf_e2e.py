@@ -209,8 +209,12 @@ def _paced_sends(
                 # Written before the send: the record cannot be consumed before this is seen.
                 sent_at[sequence] = time.perf_counter()
                 producer.send(
-                    args.topic, payload, key=receiver.key(sequence), partition=args.partition
-                ).add_done_callback(tracker)
+                    args.topic,
+                    payload,
+                    key=receiver.key(sequence),
+                    partition=args.partition,
+                    callback=tracker,
+                )
         except Exception as exc:  # handed to the consuming thread, which raises it
             with tracker.lock:
                 tracker.first = tracker.first or exc

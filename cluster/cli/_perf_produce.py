@@ -101,8 +101,10 @@ def run_produce(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 topic = args.topic
                 for index in range(args.num_records):
                     sent_at = perf_counter()
-                    send(topic, payload).add_done_callback(
-                        lambda f, s=sent_at: on_done(f, s)  # type: ignore[misc]
+                    send(
+                        topic,
+                        payload,
+                        callback=lambda f, s=sent_at: on_done(f, s),  # type: ignore[misc]
                     )
                     if index % PROGRESS_EVERY == 0:
                         bar.update(tracker.acknowledged + tracker.failed - bar.n)

@@ -239,7 +239,8 @@ def run(args: argparse.Namespace, streams: Streams) -> int:
                 partition=partition,
                 timestamp_ms=record.timestamp_ms,
                 headers=record.headers or None,
-            ).add_done_callback(tracker)
+                callback=tracker,
+            )
             sent += 1
             if tracker.first is not None:
                 break

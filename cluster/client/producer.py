@@ -57,7 +57,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from types import TracebackType
@@ -302,6 +302,19 @@ class _FutureDelivery:
         batch.outcome.fail(error)
 
 
+def _failed(
+    topic: str,
+    partition: int,
+    error: BaseException,
+    callback: Callable[[RecordFuture], object] | None,
+) -> RecordFuture:
+    """The future of a record ``send`` refused before queueing it; ``callback`` runs now."""
+    future = RecordFuture.failed(topic, partition, error)
+    if callback is not None:
+        future.add_done_callback(callback)
+    return future
+
+
 def _resolve_idempotence(config: dict[str, object], explicit: bool) -> bool:
     """Whether the producer is idempotent, as Kafka 3.2+ decides it.
 
@@ -455,8 +468,14 @@ class Producer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
         headers: Sequence[tuple[str, bytes | None]] | None = None,
+        callback: Callable[[RecordFuture], object] | None = None,
     ) -> RecordFuture:
         """Queue one record; the future completes with its ``RecordMetadata`` or typed error.
+
+        ``callback(future)``, if given, runs when the record is done, as if added with the
+        future's ``add_done_callback`` (Kafka's ``send(record, callback)``); callbacks of one
+        partition's records run in the order they were sent. Given here, it costs the
+        producer less than ``add_done_callback`` and keeps fewer objects alive per record.
 
         Blocks (at most ``max.block.ms``) for the topic's metadata the first time and while
         ``buffer.memory`` is full; if that fails, ``send`` itself raises the typed error
@@ -511,22 +530,24 @@ class Producer:
             self._topic_partitions[topic] = (snapshot, tps)
         num_partitions = len(tps)
         if size + BATCH_OVERHEAD > self._max_request_size:
-            return RecordFuture.failed(
+            return _failed(
                 topic,
                 -1 if partition is None else partition,
                 MessageTooLargeError(
                     f"record of about {size} bytes exceeds max.request.size="
                     f"{self._max_request_size}"
                 ),
+                callback,
             )
         if partition is not None:
             if not 0 <= partition < num_partitions:
-                return RecordFuture.failed(
+                return _failed(
                     topic,
                     partition,
                     UnknownTopicOrPartitionError(
                         f"{topic}-{partition} (topic has {num_partitions} partitions)"
                     ),
+                    callback,
                 )
             chosen = partition
             sticky = False
@@ -554,9 +575,13 @@ class Producer:
                 batch = acc.append_locked(tp, value, key, ts, encoded_headers, size)
                 assert batch is not None, "a record went into no batch after room was made"
             outcome = batch.outcome
-            index = batch.record_count - 1
-        assert outcome is not None
-        return RecordFuture(outcome, index, ts)
+            assert outcome is not None
+            future = RecordFuture(outcome, batch.record_count - 1, ts, callback)
+            if callback is not None:
+                # Queued under the lock: the batch cannot be drained, so not completed,
+                # before its callback is in place.
+                outcome.callbacks.append(future)
+        return future
 
     def send_bulk(
         self,

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 import pytest
 
 from cluster.client import Producer
+from cluster.errors import InvalidRecordError, MessageTooLargeError
 from replica.records import iter_records
-from tests.unit.producer_fixtures import TIMEOUT_S, FakeLeader, fake_leader
+from tests.unit.producer_fixtures import TIMEOUT_S, FakeLeader, Plan, fake_leader
 
 
 @pytest.fixture
@@ -76,3 +77,39 @@ def test_a_batch_size_above_max_request_size_still_makes_batches_a_request_can_c
         producer.flush(timeout=TIMEOUT_S)
         assert [f.result(timeout=0).offset for f in futures] == list(range(200))
     assert len([r for r in fake.received if r.partition == 0]) > 1
+
+
+def test_a_callback_given_to_send_runs_in_send_order_with_those_added_later(
+    fake: FakeLeader,
+) -> None:
+    seen: list[tuple[str, int]] = []
+    with _producer(fake, linger_ms=60_000) as producer:
+        producer.send(
+            "t", b"a", partition=0, callback=lambda f: seen.append(("a", f.result().offset))
+        )
+        producer.send("t", b"b", partition=0).add_done_callback(
+            lambda f: seen.append(("b", f.result().offset))
+        )
+        future = producer.send(
+            "t", b"c", partition=0, callback=lambda f: seen.append(("c", f.result().offset))
+        )
+        future.add_done_callback(lambda f: seen.append(("c again", f.result().offset)))
+        assert seen == []
+        producer.flush(timeout=TIMEOUT_S)
+    assert seen == [("a", 0), ("b", 1), ("c", 2), ("c again", 2)]
+
+
+def test_a_callback_given_to_send_gets_the_error_of_its_record(fake: FakeLeader) -> None:
+    errors: list[BaseException | None] = []
+    with _producer(fake, max_request_size=1024) as producer:
+        producer.send("t", bytes(2048), callback=lambda f: errors.append(f.exception()))
+        # Refused before it was queued: the callback has already run, in this thread.
+        assert [type(e) for e in errors] == [MessageTooLargeError]
+        fake.plans.append(Plan(error=InvalidRecordError.code))
+        future = producer.send(
+            "t", b"v", partition=1, callback=lambda f: errors.append(f.exception())
+        )
+        with pytest.raises(InvalidRecordError):
+            future.result(timeout=TIMEOUT_S)
+        producer.flush(timeout=TIMEOUT_S)
+    assert [type(e) for e in errors] == [MessageTooLargeError, InvalidRecordError]
