@@ -157,7 +157,9 @@ class FramedChannel:
                     lambda: _ClientConnection(self), self.host, self.port
                 )
                 connection.write(MAGIC)
-                framed = await connection.handshake
+                # Shielded: closing the channel (or the timeout) cancels this wait, not the
+                # connection's own record of the handshake, which bytes read later may end.
+                framed = await asyncio.shield(connection.handshake)
                 if framed is None:
                     raise connection.error or NetworkError(
                         f"{self.target}: connection closed during the handshake"
@@ -274,9 +276,7 @@ class _ClientConnection(asyncio.BufferedProtocol):
             if preamble is None:
                 return
             handshake.set_result(preamble == MAGIC)
-        # Cancelled: the channel closed while connecting, and bytes read before the close
-        # still arrive. Not framed: a gRPC server's bytes. Either way the connection closes.
-        if handshake.cancelled() or not handshake.result():
+        if not handshake.result():  # a gRPC server's bytes: the connection closes
             receiver.discard()
             return
         channel = self._channel

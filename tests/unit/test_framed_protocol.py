@@ -4,12 +4,17 @@ refused before its body is kept."""
 from __future__ import annotations
 
 import asyncio
+import select
+import socket
+import threading
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.errors import NotLeaderOrFollowerError, UnknownServerError
+from cluster.errors import NetworkError, NotLeaderOrFollowerError, UnknownServerError
+from cluster.framed import client as client_module
 from cluster.framed.client import FramedChannel, _ClientConnection
 from cluster.framed.protocol import (
     HEADER,
@@ -20,6 +25,9 @@ from cluster.framed.protocol import (
     error_text,
     take_frame,
 )
+from cluster.wire import broker_pb2 as pb
+
+TIMEOUT_S = 10.0
 
 
 @given(
@@ -91,25 +99,65 @@ def test_a_frame_receiver_refuses_a_header_over_its_limit_before_the_body() -> N
     assert (refused.value.length, refused.value.correlation_id) == (65, 42)
 
 
-def test_bytes_arriving_after_a_cancelled_connect_are_dropped() -> None:
-    # Closing a channel while it connects cancels the handshake; the broker's answer may
-    # still be read afterwards, and must not break the loop's read callback.
+def test_closing_a_channel_as_the_handshake_answer_is_read_leaves_the_loop_clean(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The close and the broker's answer land in one loop turn, close first: the read
+    # callback then runs after the connect was cancelled. It raised CancelledError once,
+    # which asyncio logged as a fatal protocol error.
+    server = socket.create_server(("127.0.0.1", 0))
+    got_magic, go, answered = threading.Event(), threading.Event(), threading.Event()
+    accepted: list[socket.socket] = []
+
+    def broker() -> None:
+        conn, _ = server.accept()
+        accepted.append(conn)
+        assert conn.recv(len(MAGIC)) == MAGIC  # the client now waits for the handshake
+        got_magic.set()
+        go.wait(TIMEOUT_S)
+        conn.sendall(MAGIC + HEADER.pack(4, 1, 0) + b"body")
+        answered.set()
+
+    connections: list[_ClientConnection] = []
+
+    class Recorded(_ClientConnection):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            connections.append(self)
+            super().connection_made(transport)
+
+    monkeypatch.setattr(client_module, "_ClientConnection", Recorded)
+    thread = threading.Thread(target=broker, daemon=True)
+    thread.start()
     loop = asyncio.new_event_loop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: errors.append(context))
     try:
         channel = FramedChannel(
             "127.0.0.1",
-            9,
+            server.getsockname()[1],
             loop,
             max_request_bytes=1024,
             max_response_bytes=1024,
-            connect_timeout_s=1.0,
+            connect_timeout_s=TIMEOUT_S,
         )
-        connection = _ClientConnection(channel)
-        connection.handshake.cancel()
-        answer = MAGIC + HEADER.pack(4, 1, 0) + b"body"
-        buffer = connection.get_buffer(len(answer))
-        buffer[: len(answer)] = answer
-        connection.buffer_updated(len(answer))  # raised CancelledError before
-        assert connection._receiver.frames() == []  # dropped, not kept for a later read
+        call = channel.submit("Fetch", pb.FetchRequest(), TIMEOUT_S)
+        loop.run_until_complete(loop.run_in_executor(None, got_magic.wait, TIMEOUT_S))
+        # The loop is stopped: the answer waits in the client's socket until the next turn.
+        go.set()
+        assert answered.wait(TIMEOUT_S)
+        (connection,) = connections
+        assert connection._transport is not None
+        client_socket = connection._transport.get_extra_info("socket")
+        assert select.select([client_socket], [], [], TIMEOUT_S)[0]
+        loop.call_soon(channel.close)
+        for _ in range(3):
+            loop.run_until_complete(asyncio.sleep(0))
+        with pytest.raises(NetworkError, match="channel closed"):
+            call.result(timeout=0)
+        assert errors == []
     finally:
         loop.close()
+        for conn in accepted:
+            conn.close()
+        server.close()
+        thread.join(TIMEOUT_S)
