@@ -11,7 +11,8 @@ are kept):
   ``acks=all`` 100 B rate measured above (the achieved rate is reported next to the target:
   the consumer shares the process with the producer and may not keep up);
 * ``consume``: ``lograft perf consume`` of one six-partition topic by one consumer, and by
-  a group of three consumer processes (records/s from the group's first record to its last);
+  a group of three consumer processes (records/s from the group's first record to its last;
+  the members start reading together, once each owns its two partitions);
 * ``scaling``: per-record ``acks=all`` 100 B with 1, 2 and 4 producer processes at once on a
   six-partition topic, and with one producer on 1, 6 and 12 partitions.
 
@@ -30,10 +31,12 @@ import html
 import json
 import os
 import platform
+import queue
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -45,16 +48,32 @@ ACKS = ("0", "1", "all")
 COMPRESSIONS = ("none", "lz4", "zstd")
 E2E_FRACTIONS = (0.1, 0.5, 0.9)
 
-# One member of a consumer group, in its own process: once it has records, it reads until
-# the topic is quiet (a member may get none if the others took every partition).
+# One member of a consumer group, in its own process. It joins with the partitions it is
+# given paused and says how many it owns each time that changes; once the parent has seen
+# the group balanced it writes a line, and the member resumes and reads until the topic is
+# quiet. Otherwise the first member to join reads everything before the others are in.
 _GROUP_MEMBER = """
-import json, sys, time
+import json, sys, threading, time
 from cluster.client import Consumer
 boot, topic, group, quiet_ms = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+go = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.readline(), go.set()), daemon=True).start()
 records, first, last = 0, None, None
 give_up = time.perf_counter() + 120  # the group forms and hands out partitions first
+
+def on_assign(consumer, partitions):
+    if not go.is_set():
+        consumer.pause(*partitions)
+
 with Consumer(bootstrap_servers=boot, group_id=group, auto_offset_reset="earliest") as consumer:
-    consumer.subscribe([topic])
+    consumer.subscribe([topic], on_assign=on_assign)
+    owned = None
+    while not go.is_set() and time.perf_counter() < give_up:
+        consumer.poll(100)  # everything it owns is paused: this only keeps it in the group
+        if len(consumer.assignment()) != owned:
+            owned = len(consumer.assignment())
+            print(json.dumps({"owned": owned}), flush=True)
+    consumer.resume(*consumer.paused())
     idle_since = None
     while time.perf_counter() < give_up:
         if idle_since is not None and time.perf_counter() - idle_since > quiet_ms / 1000:
@@ -66,7 +85,7 @@ with Consumer(bootstrap_servers=boot, group_id=group, auto_offset_reset="earlies
             first = now if first is None else first
             last = now
             idle_since = time.perf_counter()
-print(json.dumps({"records": records, "first": first, "last": last}))
+print(json.dumps({"records": records, "first": first, "last": last}), flush=True)
 """
 
 
@@ -96,18 +115,63 @@ def _produce(
     return measure
 
 
-def _group(bootstrap: str, topic: str, members: int) -> dict[str, Any]:
+def _group(bootstrap: str, topic: str, members: int, partitions: int) -> dict[str, Any]:
+    """A group of ``members`` processes reads ``topic``, from when the group is balanced."""
     group = f"matrix-{time.monotonic_ns()}"
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _GROUP_MEMBER, bootstrap, topic, group, "3000"],
             cwd=ROOT,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         for _ in range(members)
     ]
-    results = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
+    # One reader thread per member: select() on a buffered pipe misses lines already read
+    # into the buffer, and the "owned" lines come in bursts.
+    lines: queue.Queue[tuple[int, str]] = queue.Queue()
+
+    def read_lines(index: int, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put((index, line))
+
+    readers = [
+        threading.Thread(target=read_lines, args=(index, proc), daemon=True)
+        for index, proc in enumerate(procs)
+    ]
+    for reader in readers:
+        reader.start()
+    owned = [0] * members
+    balanced = [partitions // members] * members
+    deadline = time.monotonic() + 120
+    while owned != balanced:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise RuntimeError(f"the group did not balance in 120 s: members own {owned}")
+        try:
+            index, line = lines.get(timeout=remaining)
+        except queue.Empty:
+            continue
+        said = json.loads(line)
+        if "owned" not in said:
+            raise RuntimeError(f"group member {index} ended before the group balanced: {said}")
+        owned[index] = said["owned"]
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    for proc in procs:
+        proc.wait(timeout=600)
+    for reader in readers:
+        reader.join(timeout=600)
+    results: list[dict[str, Any]] = [{}] * members
+    while not lines.empty():
+        index, line = lines.get_nowait()
+        said = json.loads(line)
+        if "owned" not in said:  # each member's last line is its result
+            results[index] = said
     firsts = [r["first"] for r in results if r["first"] is not None]
     lasts = [r["last"] for r in results if r["last"] is not None]
     total = sum(r["records"] for r in results)
@@ -224,7 +288,7 @@ def main() -> None:
                 bootstrap, "consume", "--topic", "consume", "--messages", str(args.consume_records)
             ),
         )
-        three = _repeat(runs, lambda: _group(bootstrap, "consume", 3))
+        three = _repeat(runs, lambda: _group(bootstrap, "consume", 3, 6))
         report["consume"] = {
             "records": args.consume_records,
             "one_consumer": {
