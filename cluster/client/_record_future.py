@@ -8,7 +8,7 @@ record's index in the batch and its timestamp; its ``RecordMetadata`` is made on
 for. A waiting thread gets an ``Event`` made on demand; callbacks are kept only for the
 records that have them, in a ``deque`` that callers append to without a lock (see
 ``RecordFuture.add_done_callback``). A callback given to ``send`` itself rides in its
-future's ``callback`` slot and the deque holds that future: one object kept per record until
+future's ``_callback`` slot and the deque holds that future: one object kept per record until
 its batch completes instead of two, which matters because whatever a busy producer keeps
 alive for a few milliseconds feeds the garbage collector's full collections.
 
@@ -73,7 +73,7 @@ class BatchOutcome:
         self._event: threading.Event | None = None
         self.callbacks: deque[RecordFuture | tuple[RecordFuture, Callable[[RecordFuture], object]]]
         self.callbacks = deque()
-        """Callbacks not yet run, in the order they were added: a future whose ``callback``
+        """Callbacks not yet run, in the order they were added: a future whose ``_callback``
         slot holds one given to ``send``, or a (future, callback) pair from
         ``add_done_callback``. Appended to and taken from without a lock (deque's ``append``,
         ``popleft`` and ``remove`` are atomic), each taken, and so run, once."""
@@ -112,7 +112,7 @@ class BatchOutcome:
             if isinstance(entry, tuple):
                 _run_callback(*entry)
             else:
-                callback = entry.callback
+                callback = entry._callback
                 assert callback is not None, "a future queued for its callback has none"
                 _run_callback(entry, callback)
 
@@ -139,7 +139,7 @@ def _run_callback(future: RecordFuture, callback: Callable[[RecordFuture], objec
 class RecordFuture:
     """The outcome of one ``Producer.send``: its ``RecordMetadata`` or its typed error."""
 
-    __slots__ = ("_index", "_outcome", "_timestamp", "callback")
+    __slots__ = ("_callback", "_index", "_outcome", "_timestamp")
 
     def __init__(
         self,
@@ -151,8 +151,8 @@ class RecordFuture:
         self._outcome = outcome
         self._index = index
         self._timestamp = timestamp_ms
-        self.callback = callback
-        """The callback given to ``send``, if any; the producer queues the future for it."""
+        self._callback = callback
+        """The callback given to ``send``, if any: the producer queues the future for it."""
 
     @classmethod
     def failed(cls, topic: str, partition: int, error: BaseException) -> RecordFuture:
