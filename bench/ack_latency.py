@@ -3,9 +3,9 @@
 Starts three local nodes, creates a one-partition topic (RF 3, ``min.insync.replicas=2``
 unless ``--replicas`` says otherwise) and, for each rate in ``--rates``, runs one client
 process that calls ``Producer.send`` (``linger.ms=0``) at that pace for ``--seconds`` and
-times each record from ``send`` to its acknowledgement (a done callback). Each node's CPU
-over the run comes from ``/proc``. Reports p50/p99 per rate and run, the median of
-``--runs``, and writes bench/results/ack_latency.json.
+times each record from ``send`` to its acknowledgement (a callback given to ``send``). Each
+node's CPU over the run comes from ``/proc``. Reports p50/p99 per rate and run, the median
+of ``--runs``, and writes bench/results/ack_latency.json.
 
 ``--gc-freeze`` has the client call ``gc.freeze()`` after its warm-up, as a busy Python
 producer should: at high rates the client's own full collections (every object its imports

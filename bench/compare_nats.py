@@ -13,7 +13,7 @@ process (Python: our client for lograft, nats-py for NATS), the systems' order s
 other run. The report gives every run and the median, and the ratio lograft / NATS per workload:
 
 * ``publish_async_100B`` / ``publish_async_1KiB``: acknowledged publishes, one call per
-  message: lograft ``Producer.send`` with a done callback (in flight bounded by
+  message: lograft ``Producer.send`` with a callback (in flight bounded by
   ``buffer.memory``), NATS ``js.publish_async`` with a done callback (in flight bounded by
   ``publish_async_max_pending``, ``--nats-window``); messages/s from the first call until every
   acknowledgement arrived.
@@ -110,7 +110,7 @@ def _percentile(values: list[float], fraction: float) -> float:
 
 
 def lograft_publish_async(p: dict[str, Any]) -> dict[str, Any]:
-    """``Producer.send`` per message with a done callback, ``acks=all``; until all are acked."""
+    """``Producer.send`` per message with a callback, ``acks=all``; until all are acked."""
     from cluster.client import Producer, RecordFuture
 
     topic, count, payload = p["topic"], p["count"], b"x" * p["size"]
