@@ -1,4 +1,5 @@
-"""Failover timings of a three-node combined cluster of local processes (default settings).
+"""Failover timings of a three-node combined cluster of local processes (default settings,
+or those given with ``--config``).
 
 1. kill -9 the active controller; time until a CreateTopics through a survivor succeeds.
 2. kill -9 a broker that leads partitions; time until Metadata from a survivor shows a new
@@ -6,7 +7,7 @@
 Each is repeated (default 10) with the killed node restarted in between; prints JSON with
 every sample and the medians, and writes bench/results/controller_failover.json.
 
-Usage: python bench/controller_failover.py [--runs 10]
+Usage: python bench/controller_failover.py [--runs 10] [--config NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -159,13 +160,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="node setting for every node (repeatable), e.g. "
+        "controller.quorum.election.timeout.ms=1000",
+    )
+    parser.add_argument(
         "--output", type=Path, default=ROOT / "bench/results/controller_failover.json"
     )
     args = parser.parse_args()
     controller_s: list[float] = []
     broker_s: list[float] = []
     with tempfile.TemporaryDirectory(prefix="lograft-failover-") as base:
-        cluster = Cluster(Path(base))
+        cluster = Cluster(Path(base), [x for c in args.config for x in ("--config", c)])
         for node_id in (1, 2, 3):
             cluster.start(node_id)
         try:
@@ -206,6 +215,7 @@ def main() -> int:
     report = {
         "benchmark": "controller_failover",
         "runs": args.runs,
+        "configs": args.config,
         "machine": {"cpus": os.cpu_count()},
         "kill_active_controller_to_create_topics_s": {
             "median": round(statistics.median(controller_s), 3),

@@ -72,7 +72,6 @@ __all__ = ["ControllerClient", "KRaftBroker"]
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_INTERVAL_S = 0.4
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 2.5
 """Enough when a quorum answers (~0.1 s); bounded because the last node of a stopping
 cluster has none to answer."""
@@ -115,6 +114,8 @@ class KRaftBroker(BrokerFrontend):
             offsets_topic_replication_factor,
         )
         self._replica_lag_time_max_ms = replica_lag_time_max_ms
+        config = node_config or NodeConfig(node_id=endpoint.node_id, data_dir=logs.data_dir)
+        self._heartbeat_interval_s = config.broker_heartbeat_interval_ms / 1000
         self._listeners = tuple(listeners) or (endpoint,)
         if endpoint not in self._listeners:
             raise InvalidConfigError(f"the inter-broker listener {endpoint.listener} is not listed")
@@ -134,7 +135,12 @@ class KRaftBroker(BrokerFrontend):
         self._latest_image = machine.image
         self._sync_wanted = asyncio.Event()
         self._sync_task: asyncio.Task[None] | None = None
-        self._fetchers = ReplicaFetcherManager(endpoint.node_id, logs, wall_clock_ms)
+        # A follower's held fetch refreshes its caught-up time only when it returns: waiting
+        # longer than half the lag limit would take idle followers out of the ISR.
+        fetch_wait_ms = min(config.replica_fetch_wait_max_ms, replica_lag_time_max_ms // 2)
+        self._fetchers = ReplicaFetcherManager(
+            endpoint.node_id, logs, wall_clock_ms, fetch_max_wait_ms=fetch_wait_ms
+        )
         self.groups = GroupService(logs, lambda: self._topic_counts)
         """Group coordinators for the ``__consumer_offsets`` partitions led here."""
         txn_config = (
@@ -206,7 +212,7 @@ class KRaftBroker(BrokerFrontend):
             if response.should_shut_down:
                 log.info("controlled shutdown complete node_id=%d", self.node_id)
                 return
-            await asyncio.sleep(HEARTBEAT_INTERVAL_S / 4)
+            await asyncio.sleep(self._heartbeat_interval_s / 4)
 
     # ---- registration and heartbeats ----------------------------------------------------
 
@@ -223,7 +229,7 @@ class KRaftBroker(BrokerFrontend):
                 continue
             except LograftError as exc:
                 log.info("controller call failed node_id=%d error=%s", self.node_id, exc)
-            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+            await asyncio.sleep(self._heartbeat_interval_s)
 
     async def _register(self) -> None:
         response = await self._controllers.call(

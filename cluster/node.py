@@ -349,8 +349,8 @@ class Node:
                 # Long-poll the leader instead of fetching every tick: an idle quorum then
                 # exchanges a fetch per follower every max wait, not every 50 ms. A follower
                 # hears from its leader only through fetch answers, so the wait is half the
-                # election timeout (250 ms by default; Kafka waits 500 ms with a 2 s fetch
-                # timeout).
+                # election timeout (500 ms by default, as Kafka's; Kafka's followers give up
+                # on a leader after a 2 s fetch timeout, ours after the election timeout).
                 fetch_max_wait_ticks=election_timeout_ticks // 2,
             ),
             storage,
@@ -386,7 +386,15 @@ class Node:
             self.logs,
             machine,
             driver,
-            ControllerClient(config.quorum_voters, driver),
+            ControllerClient(
+                config.quorum_voters,
+                driver,
+                local=(
+                    {"BrokerHeartbeat": self._controller.BrokerHeartbeat}
+                    if self._controller is not None
+                    else None
+                ),
+            ),
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             offsets_topic_partitions=config.offsets_topic_num_partitions,
             offsets_topic_replication_factor=config.offsets_topic_replication_factor,

@@ -109,7 +109,7 @@ NODE_CONFIGS: dict[str, tuple[int, int, str]] = {
         "Largest request the node accepts; larger ones are refused before they are read.",
     ),
     "controller.quorum.election.timeout.ms": (
-        500,
+        1000,
         100,
         "A follower that hears nothing from the leader for this long (randomised up to "
         "twice as long) starts an election.",
@@ -125,7 +125,13 @@ NODE_CONFIGS: dict[str, tuple[int, int, str]] = {
         500,
         "A broker the active controller has not heard from for this long is fenced and "
         "loses the leadership of its partitions (Kafka: 9000; lograft heartbeats every "
-        "400 ms and fails over faster).",
+        "broker.heartbeat.interval.ms and fails over faster).",
+    ),
+    "broker.heartbeat.interval.ms": (
+        500,
+        10,
+        "How often a broker heartbeats to the active controller; less than "
+        "broker.session.timeout.ms, which it renews (Kafka: 2000 against a 9000 session).",
     ),
     "default.replication.factor": (
         1,
@@ -155,6 +161,14 @@ NODE_CONFIGS: dict[str, tuple[int, int, str]] = {
         "A follower that has not caught up with the leader's log end for this long is "
         "removed from the ISR (Kafka: 30000; lograft fences dead brokers within "
         "broker.session.timeout.ms, so this only catches slow or cut-off followers).",
+    ),
+    "replica.fetch.wait.max.ms": (
+        1000,
+        0,
+        "How long a follower's fetch may wait at the leader for new data. Idle, each "
+        "follower asks each leader once per wait; a fetcher given a new partition or leader "
+        "epoch asks again at once. Capped at half of replica.lag.time.max.ms, so that idle "
+        "followers stay in the ISR (Kafka: 500).",
     ),
     "replica.high.watermark.checkpoint.interval.ms": (
         5_000,
@@ -268,10 +282,12 @@ class NodeConfig:
     quorum_voters: Mapping[int, str] | None = None
     """Kafka's ``controller.quorum.voters``; ``None``: a standalone broker (no quorum)."""
     cluster_id: str = ""
-    election_timeout_ms: int = 500
+    election_timeout_ms: int = 1000
     broker_session_timeout_ms: int = 2000
+    broker_heartbeat_interval_ms: int = 500
     metadata_snapshot_bytes: int = 20 * 1024 * 1024
     replica_lag_time_max_ms: int = 10_000
+    replica_fetch_wait_max_ms: int = 1000
     replica_high_watermark_checkpoint_interval_ms: int = 5_000
     default_replication_factor: int = 1
     num_partitions: int = 1
@@ -414,6 +430,12 @@ class NodeConfig:
                 node_values[name] = parsed
             else:
                 raise InvalidConfigError(f"unknown node config {name!r}")
+        heartbeat_ms = node_values["broker.heartbeat.interval.ms"]
+        if heartbeat_ms >= node_values["broker.session.timeout.ms"]:
+            raise InvalidConfigError(
+                f"broker.heartbeat.interval.ms={heartbeat_ms} must be less than "
+                f"broker.session.timeout.ms={node_values['broker.session.timeout.ms']}"
+            )
         voters = _parse_voters(quorum_voters) if quorum_voters else None
         roles = frozenset(
             r.strip()
@@ -434,8 +456,10 @@ class NodeConfig:
             cluster_id=cluster_id,
             election_timeout_ms=node_values["controller.quorum.election.timeout.ms"],
             broker_session_timeout_ms=node_values["broker.session.timeout.ms"],
+            broker_heartbeat_interval_ms=node_values["broker.heartbeat.interval.ms"],
             metadata_snapshot_bytes=node_values["metadata.log.max.record.bytes.between.snapshots"],
             replica_lag_time_max_ms=node_values["replica.lag.time.max.ms"],
+            replica_fetch_wait_max_ms=node_values["replica.fetch.wait.max.ms"],
             replica_high_watermark_checkpoint_interval_ms=node_values[
                 "replica.high.watermark.checkpoint.interval.ms"
             ],

@@ -7,9 +7,10 @@ partition it follows on that leader, turns each partition's answer back into the
 :func:`replica.follower_fetch.handle_fetch_response` (the step the replication simulation
 runs too), which lets the core decide and performs it on the partition. What is left here
 is I/O and timing: flushing what was appended (all partitions of one answer together)
-before publishing the high watermark and fetching again, and delaying a partition whose
+before publishing the high watermark and fetching again, delaying a partition whose
 answer was an error until the back-off passes or the metadata image gives it a new leader
-or epoch.
+or epoch, and giving up a fetch the leader holds when the image adds a partition or an
+epoch, so that the new one is asked for at once rather than after the fetch's max wait.
 
 Runs on the node's event loop; disk flushes go through the partition's group commit.
 """
@@ -37,7 +38,7 @@ __all__ = ["FollowedPartition", "ReplicaFetcher", "ReplicaFetcherManager", "to_c
 
 log = logging.getLogger(__name__)
 
-FETCH_MAX_WAIT_MS = 500
+FETCH_MAX_WAIT_MS = 1000
 FETCH_MAX_BYTES = 8 * 1024 * 1024
 PARTITION_MAX_BYTES = 1024 * 1024
 RETRY_BACKOFF_S = 0.2
@@ -100,12 +101,14 @@ class ReplicaFetcher:
         address: str,
         logs: LogManager,
         now_ms: Callable[[], int],
+        fetch_max_wait_ms: int = FETCH_MAX_WAIT_MS,
     ) -> None:
         self.node_id = node_id
         self.source_id = source_id
         self.address = address
         self._logs = logs
         self._now_ms = now_ms
+        self._fetch_max_wait_ms = fetch_max_wait_ms
         self.partitions: dict[TopicPartition, int] = {}
         # A partition whose answer was an error waits until this loop time, or until its
         # follower core is replaced (a new leader or epoch from the metadata image).
@@ -119,14 +122,24 @@ class ReplicaFetcher:
             grpc_options=[("grpc.max_receive_message_length", 2 * FETCH_MAX_BYTES)],
         )
         self._task: asyncio.Task[None] | None = None
+        self._fetch: asyncio.Task[pb.FetchResponse] | None = None
+        """The Fetch call in flight (the leader may hold it up to its max wait)."""
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.source_id}")
 
     def set_partitions(self, partitions: dict[TopicPartition, int]) -> None:
-        """Fetch these partitions (with the leader epochs the image gives) from now on."""
+        """Fetch these partitions (with the leader epochs the image gives) from now on.
+
+        A partition or epoch the fetch in flight does not cover ends that fetch: its answer
+        is not waited for, and the next fetch, with the new partition, is sent at once.
+        Partitions only removed leave it running (their part of its answer is ignored).
+        """
+        added = any(self.partitions.get(tp) != epoch for tp, epoch in partitions.items())
         self.partitions = partitions
         self._changed.set()
+        if added and self._fetch is not None:
+            self._fetch.cancel()
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -141,8 +154,17 @@ class ReplicaFetcher:
             if request is None:
                 await self._wait_for_work()
                 continue
+            fetch = asyncio.ensure_future(self._channel.call("Fetch", request, RPC_TIMEOUT_S))
+            self._fetch = fetch
             try:
-                response = await self._channel.call("Fetch", request, RPC_TIMEOUT_S)
+                await asyncio.wait((fetch,))
+            finally:
+                self._fetch = None
+                fetch.cancel()  # a no-op once it ended; ends the call if this fetcher stops
+            if fetch.cancelled():
+                continue  # given up for a new partition or epoch: ask again at once
+            try:
+                response = fetch.result()
             except LograftError as exc:
                 log.debug("replica fetch failed source=%d error=%s", self.source_id, exc.error_name)
                 await asyncio.sleep(RETRY_BACKOFF_S)
@@ -167,6 +189,7 @@ class ReplicaFetcher:
 
     def _request(self) -> tuple[pb.FetchRequest | None, dict[TopicPartition, _Sent]]:
         now = asyncio.get_running_loop().time()
+        max_wait_ms = self._fetch_max_wait_ms
         topics: dict[str, list[pb.FetchPartition]] = {}
         sent: dict[TopicPartition, _Sent] = {}
         for tp, epoch in self.partitions.items():
@@ -177,6 +200,8 @@ class ReplicaFetcher:
             delayed = self._delayed.get(tp)
             if delayed is not None:
                 if delayed[0] is state and delayed[1] > now:
+                    # Back when it is due: the fetch without it must not be held longer.
+                    max_wait_ms = min(max_wait_ms, int((delayed[1] - now) * 1000) + 1)
                     continue
                 del self._delayed[tp]
             core_request = state.fetch_request(
@@ -196,7 +221,7 @@ class ReplicaFetcher:
             return None, sent
         request = pb.FetchRequest(
             replica_id=self.node_id,
-            max_wait_ms=FETCH_MAX_WAIT_MS,
+            max_wait_ms=max_wait_ms,
             min_bytes=1,
             max_bytes=FETCH_MAX_BYTES,
             topics=[pb.FetchTopic(name=name, partitions=parts) for name, parts in topics.items()],
@@ -256,10 +281,17 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """One :class:`ReplicaFetcher` per leader broker this broker follows partitions of."""
 
-    def __init__(self, node_id: int, logs: LogManager, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        logs: LogManager,
+        now_ms: Callable[[], int],
+        fetch_max_wait_ms: int = FETCH_MAX_WAIT_MS,
+    ) -> None:
         self._node_id = node_id
         self._logs = logs
         self._now_ms = now_ms
+        self._fetch_max_wait_ms = fetch_max_wait_ms
         self._fetchers: dict[int, ReplicaFetcher] = {}
 
     async def update(
@@ -279,7 +311,12 @@ class ReplicaFetcherManager:
             existing = self._fetchers.get(source_id)
             if existing is None:
                 existing = ReplicaFetcher(
-                    self._node_id, source_id, addresses[source_id], self._logs, self._now_ms
+                    self._node_id,
+                    source_id,
+                    addresses[source_id],
+                    self._logs,
+                    self._now_ms,
+                    self._fetch_max_wait_ms,
                 )
                 self._fetchers[source_id] = existing
                 existing.start()

@@ -115,11 +115,13 @@ NODE_CONFIG_FIELDS: dict[str, str] = {
     "controller.quorum.election.timeout.ms": "election_timeout_ms",
     "metadata.log.max.record.bytes.between.snapshots": "metadata_snapshot_bytes",
     "broker.session.timeout.ms": "broker_session_timeout_ms",
+    "broker.heartbeat.interval.ms": "broker_heartbeat_interval_ms",
     "default.replication.factor": "default_replication_factor",
     "num.partitions": "num_partitions",
     "offsets.topic.num.partitions": "offsets_topic_num_partitions",
     "offsets.topic.replication.factor": "offsets_topic_replication_factor",
     "replica.lag.time.max.ms": "replica_lag_time_max_ms",
+    "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
     "replica.high.watermark.checkpoint.interval.ms": (
         "replica_high_watermark_checkpoint_interval_ms"
     ),

@@ -188,6 +188,10 @@ def test_defaults_without_listeners_are_one_plaintext_listener_on_9092() -> None
         ({"node.id": "1", "log.dir": "/d", "node.idd": "1"}, "unknown node config 'node.idd'"),
         ({"node.id": "1", "log.dir": "/d", "listeners": "x"}, "listeners: "),
         ({"node.id": "1", "log.dir": "/d", "process.roles": "controller"}, "quorum.voters"),
+        (
+            {"node.id": "1", "log.dir": "/d", "broker.heartbeat.interval.ms": "2000"},
+            "broker.heartbeat.interval.ms=2000 must be less than broker.session.timeout.ms=2000",
+        ),
     ],
 )
 def test_bad_or_unknown_settings_are_refused(settings: dict[str, str], message: str) -> None:
