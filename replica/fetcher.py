@@ -122,8 +122,11 @@ class ReplicaFetcher:
             grpc_options=[("grpc.max_receive_message_length", 2 * FETCH_MAX_BYTES)],
         )
         self._task: asyncio.Task[None] | None = None
-        self._fetch: asyncio.Task[pb.FetchResponse] | None = None
-        """The Fetch call in flight (the leader may hold it up to its max wait)."""
+        self._fetching = False
+        """Whether :meth:`_run` is suspended on a Fetch call (the leader may hold it up to
+        its max wait), or about to resume from it, and on nothing else."""
+        self._giving_up = False
+        """Whether :meth:`set_partitions` cancelled that call to ask again at once."""
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.source_id}")
@@ -138,8 +141,13 @@ class ReplicaFetcher:
         added = any(self.partitions.get(tp) != epoch for tp, epoch in partitions.items())
         self.partitions = partitions
         self._changed.set()
-        if added and self._fetch is not None:
-            self._fetch.cancel()
+        if added and self._fetching and not self._giving_up and self._task is not None:
+            # While _fetching, the cancellation can only land on the call's await (never in
+            # the middle of handling an answer); an answer that arrived meanwhile is dropped
+            # and its records fetched again. The call runs in _run's own task rather than a
+            # task of its own: a task per fetch costs a loop turn on every answer.
+            self._giving_up = True
+            self._task.cancel()
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -148,25 +156,34 @@ class ReplicaFetcher:
         await self._channel.close()
 
     async def _run(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
         while True:
             self._changed.clear()
             request, sent = self._request()
             if request is None:
                 await self._wait_for_work()
                 continue
-            fetch = asyncio.ensure_future(self._channel.call("Fetch", request, RPC_TIMEOUT_S))
-            self._fetch = fetch
+            response: pb.FetchResponse | LograftError | None
+            self._fetching = True
             try:
-                await asyncio.wait((fetch,))
-            finally:
-                self._fetch = None
-                fetch.cancel()  # a no-op once it ended; ends the call if this fetcher stops
-            if fetch.cancelled():
-                continue  # given up for a new partition or epoch: ask again at once
-            try:
-                response = fetch.result()
+                response = await self._channel.call("Fetch", request, RPC_TIMEOUT_S)
+            except asyncio.CancelledError:
+                if not self._giving_up or task.cancelling() > 1:
+                    raise  # the fetcher is stopping
+                task.uncancel()
+                response = None  # given up for a new partition or epoch: ask again at once
             except LograftError as exc:
-                log.debug("replica fetch failed source=%d error=%s", self.source_id, exc.error_name)
+                response = exc
+            finally:
+                self._fetching = False
+                self._giving_up = False
+            if response is None:
+                continue
+            if isinstance(response, LograftError):
+                log.debug(
+                    "replica fetch failed source=%d error=%s", self.source_id, response.error_name
+                )
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             try:

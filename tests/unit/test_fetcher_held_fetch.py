@@ -115,3 +115,13 @@ async def test_a_fetch_without_a_backing_off_partition_waits_no_longer_than_its_
         assert _asked(second) == {A}
         assert 0 < second.max_wait_ms <= 201
         assert _asked(await leader.next_request()) == {A, B}  # B is due again
+
+
+async def test_a_fetcher_stopped_as_it_gives_up_a_held_fetch_stops(tmp_path: Path) -> None:
+    leader = _Leader()
+    async with _follower_of(leader, tmp_path) as fetcher:
+        fetcher.set_partitions({A: 0})
+        await leader.next_request()
+        fetcher.set_partitions({A: 0, B: 0})  # gives the held fetch up...
+        async with asyncio.timeout(EXPECT_S):
+            await fetcher.stop()  # ...and a stop right after must still end the fetcher
