@@ -11,17 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
-from cluster.errors import (
-    InvariantError,
-    LograftError,
-    NotControllerError,
-    RequestTimedOutError,
-    UnknownServerError,
-)
+from cluster.errors import LograftError, NotControllerError, RequestTimedOutError
 from cluster.framed.peer import PeerChannel
+from cluster.framed.server import Handler, call_handler
 from cluster.wire import controller_pb2_grpc as cpb_grpc
 from controller.quorum.driver import CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, RaftDriver
 
@@ -46,7 +41,7 @@ class ControllerClient:
         self,
         voters: Mapping[int, str],
         driver: RaftDriver,
-        local: Mapping[str, Callable[[Any, None], Awaitable[Any]]] | None = None,
+        local: Mapping[str, Handler] | None = None,
     ) -> None:
         """``local``: methods of this node's own controller (``driver``'s node), by name,
         called in-process when that node is the one to ask."""
@@ -145,23 +140,15 @@ class ControllerClient:
             await channel.close()
 
 
-async def _call_local(
-    handler: Callable[[Any, None], Awaitable[Any]], method: str, request: Any, timeout_s: float
-) -> Any:
+async def _call_local(handler: Handler, method: str, request: Any, timeout_s: float) -> Any:
     """Call this node's controller as a framed call would: in time, errors typed."""
     try:
         async with asyncio.timeout(timeout_s):
-            return await handler(request, None)
+            return await call_handler(handler, request, method)
     except TimeoutError:
         raise RequestTimedOutError(
             f"this node's controller did not answer {method} in time"
         ) from None
-    except (LograftError, InvariantError):
-        raise  # a broken invariant halts the node (cluster.halt) wherever it surfaces
-    except Exception as exc:
-        # What the framed server answers for a handler's unexpected failure.
-        log.exception("local controller call failed method=%s", method)
-        raise UnknownServerError(f"{method}: {exc!r}") from exc
 
 
 def _not_controller(response: Any) -> bool:

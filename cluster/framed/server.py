@@ -35,7 +35,7 @@ from cluster.framed.protocol import (
     take_frame,
 )
 
-__all__ = ["FramedListener", "Handler"]
+__all__ = ["FramedListener", "Handler", "call_handler"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,24 @@ Handler = Callable[[Any, Any], Awaitable[Any]]
 """A Broker service method: ``(request, context)`` to response; the context is ``None``."""
 
 MAX_IN_FLIGHT = 256
+
+
+async def call_handler(handler: Handler, request: Any, method: str) -> Any:
+    """Run a service handler as a framed call runs it (the context is ``None``).
+
+    Its ``LograftError`` passes through, to be answered; so does a broken invariant, which
+    halts the node (:mod:`cluster.halt`) and is never answered. Any other failure is logged
+    and becomes ``UNKNOWN_SERVER_ERROR``.
+    """
+    try:
+        return await handler(request, None)
+    except (InvariantError, LograftError):
+        raise
+    except Exception as exc:
+        log.exception("call crashed method=%s", method)
+        raise UnknownServerError(f"{method}: {exc!r}") from exc
+
+
 """Requests of one connection being served at once; past it the connection is not read."""
 
 _CONCAT_BELOW = 64 * 1024
@@ -283,14 +301,9 @@ class _Connection(asyncio.Protocol):
         except DecodeError as exc:
             return STATUS_ERROR, error_text(InvalidRequestError(f"{method.name}: {exc}"))
         try:
-            response = await handler(request, None)
-        except InvariantError:
-            raise  # the node halts (cluster.halt); a broken state is never answered
+            response = await call_handler(handler, request, method.name)
         except LograftError as exc:
             return STATUS_ERROR, error_text(exc)
-        except Exception as exc:
-            log.exception("framed call crashed method=%s", method.name)
-            return STATUS_ERROR, error_text(UnknownServerError(f"{method.name}: {exc!r}"))
         return STATUS_OK, response.SerializeToString()
 
     def _answer(self, correlation_id: int, status: int, payload: bytes) -> None:

@@ -14,6 +14,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import replica.fetcher as fetcher_module
 from cluster.errors import UnknownServerError
 from cluster.framed.server import FramedListener
 from cluster.wire import broker_pb2 as pb
@@ -27,6 +30,7 @@ from replica.topic_partition import TopicPartition
 MAX_WAIT_MS = 60_000
 # How long a test waits for the fetch it expects before it fails (never slept through).
 EXPECT_S = 10.0
+BACK_OFF_S = 1.0
 A = TopicPartition("t", 0)
 B = TopicPartition("t", 1)
 
@@ -103,17 +107,20 @@ async def test_a_partition_given_while_a_fetch_is_held_is_asked_for_at_once(
 
 
 async def test_a_fetch_without_a_backing_off_partition_waits_no_longer_than_its_back_off(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Long enough that B is still backing off when the next fetch is built, however slow
+    # the machine; short enough that the test waits it out.
+    monkeypatch.setattr(fetcher_module, "RETRY_BACKOFF_S", BACK_OFF_S)
     leader = _Leader()
     leader.error_for[B.partition] = UnknownServerError.code  # retriable: B backs off
     async with _follower_of(leader, tmp_path) as fetcher:
         fetcher.set_partitions({A: 0, B: 0})
         first = await leader.next_request()
         assert _asked(first) == {A, B} and first.max_wait_ms == MAX_WAIT_MS
-        second = await leader.next_request()  # B waits out its back-off (200 ms)
+        second = await leader.next_request()  # B waits out its back-off
         assert _asked(second) == {A}
-        assert 0 < second.max_wait_ms <= 201
+        assert 0 < second.max_wait_ms <= BACK_OFF_S * 1000 + 1
         assert _asked(await leader.next_request()) == {A, B}  # B is due again
 
 
