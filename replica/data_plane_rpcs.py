@@ -10,6 +10,7 @@ error codes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import grpc
@@ -47,6 +48,18 @@ MAX_PRODUCE_TIMEOUT_MS = 300_000
 async def _acked_within(partition: Partition, offset: int, acks: int, timeout_s: float) -> None:
     async with asyncio.timeout(timeout_s):
         await partition.wait_acked(offset, acks)
+
+
+async def _ack_outcome(
+    partition: Partition, offset: int, acks: int, timeout_s: float
+) -> Exception | None:
+    """``_acked_within``'s failure, returned as ``gather(return_exceptions=True)`` returns
+    it (a cancellation still propagates)."""
+    try:
+        await _acked_within(partition, offset, acks, timeout_s)
+    except Exception as exc:
+        return exc
+    return None
 
 
 class DataPlaneRpcs(BrokerRpcs):
@@ -158,13 +171,20 @@ class DataPlaneRpcs(BrokerRpcs):
         timeout_s: float,
     ) -> None:
         """Wait for each partition's acks, as its ack rule says (``Partition.wait_acked``)."""
-        outcomes = await asyncio.gather(
-            *(
-                _acked_within(partition, offset, acks, timeout_s)
-                for _, partition, offset in pending
-            ),
-            return_exceptions=True,
-        )
+        outcomes: list[BaseException | None]
+        if len(pending) == 1:
+            # The common produce (one partition of this leader) waits in its own task:
+            # gather's task and callbacks would add three loop turns to every answer.
+            _, partition, offset = pending[0]
+            outcomes = [await _ack_outcome(partition, offset, acks, timeout_s)]
+        else:
+            outcomes = await asyncio.gather(
+                *(
+                    _acked_within(partition, offset, acks, timeout_s)
+                    for _, partition, offset in pending
+                ),
+                return_exceptions=True,
+            )
         for (result, partition, _), outcome in zip(pending, outcomes, strict=True):
             if isinstance(outcome, InvariantError):
                 raise outcome  # the node halts (cluster.halt); it is never answered
@@ -204,7 +224,15 @@ class DataPlaneRpcs(BrokerRpcs):
                 return response
             waiters = [p.data_waiter(replica=request.replica_id >= 0) for p in partitions]
             try:
-                await asyncio.wait(waiters, timeout=remaining, return_when="FIRST_COMPLETED")
+                if len(waiters) == 1:
+                    # One partition (a consumer of one, a follower of one leader's one):
+                    # its waiter wakes this task itself, a loop turn before asyncio.wait's
+                    # own callback would.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(remaining):
+                            await waiters[0]
+                else:
+                    await asyncio.wait(waiters, timeout=remaining, return_when="FIRST_COMPLETED")
             finally:
                 for partition, waiter in zip(partitions, waiters, strict=True):
                     partition.discard_waiter(waiter)

@@ -277,9 +277,16 @@ class ReplicaFetcher:
                     self._delay(tp, asked.state)
         if not appended:
             return
-        flushed = await asyncio.gather(
-            *(asked.partition.flush_now() for asked in appended), return_exceptions=True
-        )
+        flushed: list[BaseException | None]
+        if len(appended) == 1:
+            # Awaited directly: a fast flush then finishes in this turn of the loop, where
+            # gather's task and its two callbacks would add three turns before the next
+            # fetch goes out.
+            flushed = [await _flush_outcome(appended[0].partition)]
+        else:
+            flushed = await asyncio.gather(
+                *(asked.partition.flush_now() for asked in appended), return_exceptions=True
+            )
         for done, outcome in zip(appended, flushed, strict=True):
             if isinstance(outcome, InvariantError):
                 raise outcome
@@ -293,6 +300,16 @@ class ReplicaFetcher:
     def _delay(self, tp: TopicPartition, state: FollowerState) -> None:
         until = asyncio.get_running_loop().time() + RETRY_BACKOFF_S
         self._delayed[tp] = (state, until)
+
+
+async def _flush_outcome(partition: Partition) -> Exception | None:
+    """``partition.flush_now()``'s failure, returned as ``gather(return_exceptions=True)``
+    returns it (a cancellation still propagates)."""
+    try:
+        await partition.flush_now()
+    except Exception as exc:
+        return exc
+    return None
 
 
 class ReplicaFetcherManager:

@@ -747,8 +747,25 @@ class Partition:
             self._on_replication_progress()
 
     async def flush_now(self) -> None:
-        """Flush everything appended so far (used by the interval flusher and on shutdown)."""
-        await self.wait_flushed(self.log.log_end_offset)
+        """Flush everything appended so far (a follower's fetcher after an append, the
+        interval flusher, shutdown).
+
+        On a fast disk with no flush under way the fdatasync runs at once, in the caller's
+        turn of the loop: no flush task and no future to wake it, each of which costs a
+        loop turn, and a follower's next fetch (which tells the leader how far it got, so
+        every ``acks=all`` record) waits for this flush. Otherwise it waits with the
+        appends of others as :meth:`wait_flushed` does."""
+        end = self.log.log_end_offset
+        if self.log.flushed_offset >= end:
+            return
+        idle = self._flush_task is None or self._flush_task.done()
+        if idle and self._flush_seconds_average < INLINE_FLUSH_MAX_S:
+            flushed_offset, seconds = self._timed_flush()
+            self._note_flush_seconds(seconds)
+            self.on_local_flush()
+            if flushed_offset >= end:
+                return
+        await self.wait_flushed(end)
 
     def write_producer_snapshot(self) -> None:
         """Persist the producer state at the log end (at shutdown; disk work)."""
