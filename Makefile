@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 DATA ?= data/cluster
 
-.PHONY: spark-demo sim lock install run test lint format typecheck unit integration docker-test image chaos chaos-tools proto proto-check bench bench-compare clean docs
+.PHONY: spark-demo sim lock install run test lint format typecheck unit integration docker-test image chaos chaos-tools proto proto-check bench bench-trace bench-compare clean docs
 
 $(STAMP): pyproject.toml constraints.txt replica/_speedups.c
 	$(PYTHON) -m venv $(VENV)
@@ -85,9 +85,16 @@ MATRIX_ARGS ?=
 bench: $(STAMP)
 	$(BIN)/python bench/single_node.py
 	$(BIN)/python bench/rpc_transport.py
+	$(BIN)/python bench/wake_cost.py
 	$(BIN)/python bench/client_paths.py
 	$(BIN)/python bench/ack_latency.py
 	$(BIN)/python bench/matrix.py $(MATRIX_ARGS)
+
+## One acks=all record's path, step by step, from the system calls of every process (perf
+## trace, installed when missing; needs root): bench/results/path_trace.json.
+bench-trace: $(STAMP)
+	bench/install-perf.sh
+	$(BIN)/python bench/path_trace.py
 
 # nats-py (pyproject's bench extra), added to the venv that make install built.
 $(BENCH_STAMP): $(STAMP) pyproject.toml constraints.txt
