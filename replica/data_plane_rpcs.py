@@ -222,21 +222,20 @@ class DataPlaneRpcs(BrokerRpcs):
             remaining = deadline - asyncio.get_running_loop().time()
             if total_bytes >= max(request.min_bytes, 1) or remaining <= 0 or not partitions:
                 return response
-            waiters = [p.data_waiter(replica=request.replica_id >= 0) for p in partitions]
+            # One future for every partition of the fetch: the first to move wakes this
+            # task itself, a loop turn before asyncio.wait's callbacks would.
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            replica = request.replica_id >= 0
+            for partition in partitions:
+                partition.add_data_waiter(waiter, replica=replica)
             try:
-                if len(waiters) == 1:
-                    # One partition (a consumer of one, a follower of one leader's one):
-                    # its waiter wakes this task itself, a loop turn before asyncio.wait's
-                    # own callback would.
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(remaining):
-                            await waiters[0]
-                else:
-                    await asyncio.wait(waiters, timeout=remaining, return_when="FIRST_COMPLETED")
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):
+                        await waiter
             finally:
-                for partition, waiter in zip(partitions, waiters, strict=True):
+                for partition in partitions:
                     partition.discard_waiter(waiter)
-                    waiter.cancel()
+                waiter.cancel()
 
     def _read_all(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, list[Partition]]:
         response = pb.FetchResponse()

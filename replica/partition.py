@@ -661,12 +661,11 @@ class Partition:
             NotLeaderOrFollowerError(f"{self.topic_partition} is no longer hosted here")
         )
 
-    def data_waiter(self, replica: bool = False) -> asyncio.Future[None]:
-        """A future completed when a fetch may find more: new committed data (consumers),
-        or any new data or a role change (``replica``: follower fetches)."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def add_data_waiter(self, waiter: asyncio.Future[None], replica: bool = False) -> None:
+        """Complete ``waiter`` when a fetch may find more here: new committed data
+        (consumers), or any new data or a role change (``replica``: follower fetches). One
+        waiter may wait on several partitions: the first of them to move completes it."""
         (self._replica_waiters if replica else self._data_waiters).add(waiter)
-        return waiter
 
     def discard_waiter(self, waiter: asyncio.Future[None]) -> None:
         """Forget a waiter that was not completed (the fetch returned for another reason)."""

@@ -71,6 +71,32 @@ def test_long_poll_fetch_returns_data_produced_while_it_waits(
     assert [r.value for r in iter_records(result.result(timeout=0))] == [b"wake up"]
 
 
+def test_a_long_poll_over_several_partitions_wakes_for_data_on_any_of_them(
+    stub: pb_grpc.BrokerStub,
+) -> None:
+    create_topic(stub, "polls", partitions=3)
+    # Held longer than the call's deadline: an answer can only come from the wake-up.
+    request = pb.FetchRequest(
+        max_wait_ms=60_000,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        replica_id=-1,
+        topics=[
+            pb.FetchTopic(
+                name="polls",
+                partitions=[pb.FetchPartition(partition=p, fetch_offset=0) for p in range(3)],
+            )
+        ],
+    )
+    answer = stub.Fetch.future(request, timeout=TIMEOUT_S)
+    assert not answer.done(), "three empty partitions answered a 60 s long poll at once"
+    # The last partition of the request: the wait must be on every partition, not the first.
+    assert produce(stub, "polls", 2, encode_batch([b"third"])).error_code == 0
+    by_partition = {p.partition: p.records for p in answer.result().topics[0].partitions}
+    assert [r.value for r in iter_records(by_partition[2])] == [b"third"]
+    assert by_partition[0] == by_partition[1] == b""
+
+
 def test_fetch_with_nothing_to_read_returns_empty_after_max_wait(
     stub: pb_grpc.BrokerStub,
 ) -> None:
