@@ -93,7 +93,7 @@ bench: $(STAMP)
 ## One acks=all record's path, step by step, from the system calls of every process (perf
 ## trace, installed when missing; needs root): bench/results/path_trace.json.
 bench-trace: $(STAMP)
-	bench/install-perf.sh
+	bench/install-tool.sh perf linux-perf
 	$(BIN)/python bench/path_trace.py
 
 # nats-py (pyproject's bench extra), added to the venv that make install built.
@@ -106,7 +106,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml constraints.txt
 ## bench/results/compare_nats.json. Options through COMPARE_ARGS="--runs 5 --messages 200000".
 COMPARE_ARGS ?=
 bench-compare: $(BENCH_STAMP)
-	bench/install-nats.sh
+	bench/install-tool.sh nats-server nats-server
 	$(BIN)/python bench/compare_nats.py $(COMPARE_ARGS)
 
 ## Re-pin every installed package after changing pyproject.toml.

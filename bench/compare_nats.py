@@ -696,7 +696,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=ROOT / "bench/results/compare_nats.json")
     args = parser.parse_args()
     if shutil.which("nats-server") is None:
-        sys.exit("nats-server is missing: bench/install-nats.sh (make bench-compare) installs it")
+        sys.exit("nats-server is missing: make bench-compare installs it (bench/install-tool.sh)")
 
     with (
         tempfile.TemporaryDirectory(prefix="compare-nats-") as temp,
