@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import sys
@@ -28,8 +29,9 @@ MESSAGE = b"x" * 40
 
 
 async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    while data := await reader.read(1024):
-        writer.write(data)
+    with contextlib.suppress(ConnectionResetError):  # the client is killed at the end
+        while data := await reader.read(1024):
+            writer.write(data)
 
 
 async def _client(port: int, rate: float) -> None:
