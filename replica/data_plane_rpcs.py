@@ -28,6 +28,7 @@ from cluster.errors import (
 from cluster.wire import broker_pb2 as pb
 from replica.batch_header import iter_headers
 from replica.broker_rpcs import BrokerRpcs, error_fields
+from replica.outcomes import outcomes
 from replica.partition import Partition
 from replica.records import decode_records
 from replica.replication import DivergingEpoch
@@ -48,18 +49,6 @@ MAX_PRODUCE_TIMEOUT_MS = 300_000
 async def _acked_within(partition: Partition, offset: int, acks: int, timeout_s: float) -> None:
     async with asyncio.timeout(timeout_s):
         await partition.wait_acked(offset, acks)
-
-
-async def _ack_outcome(
-    partition: Partition, offset: int, acks: int, timeout_s: float
-) -> Exception | None:
-    """``_acked_within``'s failure, returned as ``gather(return_exceptions=True)`` returns
-    it (a cancellation still propagates)."""
-    try:
-        await _acked_within(partition, offset, acks, timeout_s)
-    except Exception as exc:
-        return exc
-    return None
 
 
 class DataPlaneRpcs(BrokerRpcs):
@@ -171,21 +160,10 @@ class DataPlaneRpcs(BrokerRpcs):
         timeout_s: float,
     ) -> None:
         """Wait for each partition's acks, as its ack rule says (``Partition.wait_acked``)."""
-        outcomes: list[BaseException | None]
-        if len(pending) == 1:
-            # The common produce (one partition of this leader) waits in its own task:
-            # gather's task and callbacks would add three loop turns to every answer.
-            _, partition, offset = pending[0]
-            outcomes = [await _ack_outcome(partition, offset, acks, timeout_s)]
-        else:
-            outcomes = await asyncio.gather(
-                *(
-                    _acked_within(partition, offset, acks, timeout_s)
-                    for _, partition, offset in pending
-                ),
-                return_exceptions=True,
-            )
-        for (result, partition, _), outcome in zip(pending, outcomes, strict=True):
+        failures = await outcomes(
+            [_acked_within(partition, offset, acks, timeout_s) for _, partition, offset in pending]
+        )
+        for (result, partition, _), outcome in zip(pending, failures, strict=True):
             if isinstance(outcome, InvariantError):
                 raise outcome  # the node halts (cluster.halt); it is never answered
             if isinstance(outcome, BaseException):

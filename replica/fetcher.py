@@ -30,6 +30,7 @@ from cluster.wire import broker_pb2_grpc as pb_grpc
 from replica.batch_header import check_stored_batch, iter_headers
 from replica.follower_fetch import NextFetch, handle_fetch_response
 from replica.log_manager import LogManager
+from replica.outcomes import outcomes
 from replica.partition import FetchedBatches, Partition
 from replica.replication import EpochEndOffset, FetchRequest, FetchResponse, FollowerState
 from replica.topic_partition import TopicPartition
@@ -277,16 +278,7 @@ class ReplicaFetcher:
                     self._delay(tp, asked.state)
         if not appended:
             return
-        flushed: list[BaseException | None]
-        if len(appended) == 1:
-            # Awaited directly: a fast flush then finishes in this turn of the loop, where
-            # gather's task and its two callbacks would add three turns before the next
-            # fetch goes out.
-            flushed = [await _flush_outcome(appended[0].partition)]
-        else:
-            flushed = await asyncio.gather(
-                *(asked.partition.flush_now() for asked in appended), return_exceptions=True
-            )
+        flushed = await outcomes([asked.partition.flush_now() for asked in appended])
         for done, outcome in zip(appended, flushed, strict=True):
             if isinstance(outcome, InvariantError):
                 raise outcome
@@ -300,16 +292,6 @@ class ReplicaFetcher:
     def _delay(self, tp: TopicPartition, state: FollowerState) -> None:
         until = asyncio.get_running_loop().time() + RETRY_BACKOFF_S
         self._delayed[tp] = (state, until)
-
-
-async def _flush_outcome(partition: Partition) -> Exception | None:
-    """``partition.flush_now()``'s failure, returned as ``gather(return_exceptions=True)``
-    returns it (a cancellation still propagates)."""
-    try:
-        await partition.flush_now()
-    except Exception as exc:
-        return exc
-    return None
 
 
 class ReplicaFetcherManager:
