@@ -378,7 +378,7 @@ class KRaftBroker(BrokerFrontend):
             config = log_configs[tp.topic]
             if config is not None and partition.log.config != config:
                 # An altered topic config takes effect at once (IncrementalAlterConfigs).
-                partition.update_config(config)
+                self._logs.update_config(partition, config)
                 reconfigured[tp.topic] = reconfigured.get(tp.topic, 0) + 1
             self._apply_role(partition, local.role, now_ms)
             if isinstance(local.role, Follow):

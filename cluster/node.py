@@ -147,6 +147,8 @@ class Node:
             config.data_dir, config.node_id, quorum_cluster_id(config)
         )
         self.logs = LogManager(config.data_dir, config.log_defaults, wall_clock_ms)
+        self._logs_changed = asyncio.Event()
+        self.logs.add_listener(self._logs_changed.set)
         self._servers: list[grpc.aio.Server] = []
         self._framed: list[FramedListener] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -482,7 +484,13 @@ class Node:
                 for p in self.logs.partitions.values()
                 if p.log.config.flush_policy == FlushPolicy.INTERVAL
             ]
-            await asyncio.sleep(max(min(intervals, default=1000), MIN_FLUSH_TICK_MS) / 1000)
+            if not intervals:
+                # No log flushes on a timer until a partition is added or reconfigured: an
+                # idle node must not wake every second to find that out.
+                self._logs_changed.clear()
+                await self._logs_changed.wait()
+                continue
+            await asyncio.sleep(max(min(intervals), MIN_FLUSH_TICK_MS) / 1000)
             now_ms = wall_clock_ms()
             for partition in list(self.logs.partitions.values()):
                 config = partition.log.config

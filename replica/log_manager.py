@@ -77,6 +77,7 @@ class LogManager:
         # The periodic write runs on a worker thread and may still be running when close
         # writes the last one: both replace the same file through the same temporary name.
         self._checkpoint_write_lock = threading.Lock()
+        self._listeners: list[Callable[[], None]] = []
 
     # ---- start-up and shutdown ----------------------------------------------------------
 
@@ -126,6 +127,20 @@ class LogManager:
             len(self.topics),
             len(self.partitions),
         )
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (on the event loop) whenever a partition is added or its log
+        config changes."""
+        self._listeners.append(listener)
+
+    def _partitions_changed(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+    def update_config(self, partition: Partition, config: LogConfig) -> None:
+        """Give a hosted partition a changed topic config (:meth:`Partition.update_config`)."""
+        partition.update_config(config)
+        self._partitions_changed()
 
     def close(self) -> None:
         """Checkpoint the high watermarks, flush and close every log (clean-shutdown markers)."""
@@ -208,6 +223,7 @@ class LogManager:
         for partition in partitions:
             self.partitions[partition.topic_partition] = partition
         self._write_topics()
+        self._partitions_changed()
         log.info(
             "topic created topic=%s partitions=%d replication_factor=%d",
             topic.name,
@@ -271,6 +287,7 @@ class LogManager:
     def adopt_partition(self, partition: Partition) -> None:
         """Make an opened partition servable (event loop only)."""
         self.partitions[partition.topic_partition] = partition
+        self._partitions_changed()
 
     def unhost_partition(self, tp: TopicPartition) -> Path | None:
         """Close a partition this broker no longer hosts; returns its directory to remove."""

@@ -134,6 +134,9 @@ class TransactionService:
         self._now_ms = now_ms
         self._slots: dict[int, _Slot] = {}
         self._ticker: asyncio.Task[None] | None = None
+        self._coordinating = asyncio.Event()
+        """Set while this broker leads a ``__transaction_state`` partition: only then has
+        the ticker anything to time out, and an idle broker's ticker does not wake."""
 
     # ---- leadership ------------------------------------------------------------------------
 
@@ -173,12 +176,16 @@ class TransactionService:
                 )
                 slot = self._slots[index] = _Slot(coordinator)
                 slot.loader = asyncio.create_task(self._load(index, slot), name=f"txn-load-{index}")
+        if self._slots:
+            self._coordinating.set()
 
     def _unload(self, index: int) -> None:
         slot = self._slots.pop(index)
         for task in (slot.loader, *slot.jobs):
             if task is not None:
                 task.cancel()
+        if not self._slots:
+            self._coordinating.clear()
 
     async def _load(self, index: int, slot: _Slot) -> None:
         partition = self._state_partition(index)
@@ -373,6 +380,7 @@ class TransactionService:
     async def _tick_loop(self) -> None:
         since_expiry = 0.0
         while True:
+            await self._coordinating.wait()
             await asyncio.sleep(TICK_INTERVAL_S)
             since_expiry += TICK_INTERVAL_S
             expire = since_expiry >= EXPIRE_INTERVAL_S

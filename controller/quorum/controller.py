@@ -71,9 +71,9 @@ __all__ = ["ControllerOnListener", "QuorumController"]
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
-#: The fencer sleeps until the first broker session may run out or the next preferred-leader
-#: check, but at least the minimum (it cannot spin) and at most the maximum (it notices that
-#: this node became the active controller, and brokers it has not heard from yet).
+#: The active controller's fencer sleeps until the first broker session may run out or the
+#: next preferred-leader check, but at least the minimum (it cannot spin) and at most the
+#: maximum (it notices brokers it has not heard from yet).
 FENCE_CHECK_MIN_WAIT_S = 0.01
 FENCE_CHECK_MAX_WAIT_S = 1.0
 LEADER_IMBALANCE_CHECK_INTERVAL_MS = 5000
@@ -114,6 +114,10 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
         self._lock = asyncio.Lock()
         self._active_epoch = -1
         self._fencer: asyncio.Task[None] | None = None
+        self._image_changed = asyncio.Event()
+        """Set on every change of the metadata image: an inactive controller's fencer waits
+        for it, since becoming active takes the leader-change entry of the new epoch."""
+        machine.add_listener(lambda _previous, _image: self._image_changed.set())
         self._last_rebalance_ms = 0
 
     # ---- activity -----------------------------------------------------------------------
@@ -156,10 +160,8 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
             await asyncio.gather(self._fencer, return_exceptions=True)
 
     def _fence_wait_s(self) -> float:
-        """How long the fencer may sleep: until a session may run out or the next
-        preferred-leader check, within ``FENCE_CHECK_{MIN,MAX}_WAIT_S``."""
-        if not self.check_active():
-            return FENCE_CHECK_MAX_WAIT_S
+        """How long the active controller's fencer may sleep: until a session may run out or
+        the next preferred-leader check, within ``FENCE_CHECK_{MIN,MAX}_WAIT_S``."""
         due = self._last_rebalance_ms + LEADER_IMBALANCE_CHECK_INTERVAL_MS
         expiry = self._heartbeats.next_expiry_ms(self._machine.image)
         if expiry is not None:
@@ -169,6 +171,12 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
 
     async def _fence_loop(self) -> None:
         while True:
+            if not self.check_active():
+                # Only the active controller fences. An idle standby used to wake every
+                # second to ask; it cannot become active without an image change.
+                self._image_changed.clear()
+                await self._image_changed.wait()
+                continue
             await asyncio.sleep(self._fence_wait_s())
             if not self.check_active():
                 continue

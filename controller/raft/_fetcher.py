@@ -6,9 +6,11 @@ a pre-candidate, to the leader it followed: KIP-996); it is built at
 ``ready()`` time so that its offset describes the log that Ready persists. The answer brings
 entries and the high watermark, a diverging epoch to truncate at (KIP-320), or a snapshot id
 to fetch instead (KIP-630). After an answer that brought something the next fetch goes at
-once; after one that brought nothing (the leader held it ``max_wait_ticks``, or does not
-hold fetches) or an error, on the next tick -- so a leader that answers at once is fetched
-from once a tick, never in a loop. A fetch unanswered ``fetch_timeout_ticks`` after its
+once, and so does the next after an empty answer to a fetch sent before the last tick (the
+leader held it: an idle follower wakes once per long poll, not again for a tick); after an
+empty answer within the tick its fetch went out (a leader that does not hold fetches) or
+an error, on the next tick -- so a leader that answers at once is fetched from at most
+twice a tick, never in a loop. A fetch unanswered ``fetch_timeout_ticks`` after its
 wait is sent again. An observer that does not know the leader asks a voter chosen with the
 injected random generator.
 """
@@ -157,6 +159,8 @@ class Fetcher(NodeState):
         if m.entries:
             log.append(m.entries)
             self._want_fetch = True  # there may be more: keep pulling
+        elif self._fetch_age > 0:
+            self._want_fetch = True  # held across a tick: the long poll ended, poll again
         matched_end = m.fetch_offset + len(m.entries)
         high_watermark = max(self._high_watermark, min(m.high_watermark, matched_end))
         if high_watermark > self._high_watermark:

@@ -9,7 +9,8 @@ Protocol (KIP-595 with pre-vote from KIP-996 and check-quorum)::
     follower / observer          -> FetchRequest(fetch_offset = log end offset,
                                     last_fetched_epoch, high_watermark, max_wait_ticks)
                                     to the leader: again at once after an answer that
-                                    brought something, else on the next tick
+                                    brought something or was held across a tick, else
+                                    on the next tick
     leader answers               -> entries + high watermark | diverging epoch (truncate)
                                     | snapshot id (then FetchSnapshotRequest); with nothing
                                     new, it holds the fetch (long poll) until the log or

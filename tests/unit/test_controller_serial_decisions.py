@@ -62,6 +62,9 @@ class _Machine:
     def unfenced_brokers(self) -> list[object]:
         return []
 
+    def add_listener(self, listener: object) -> None:
+        """The controller's fencer listens for image changes; this test makes none."""
+
 
 async def test_a_decision_waits_for_an_earlier_one_whose_caller_gave_up() -> None:
     driver, machine = _Driver(), _Machine()

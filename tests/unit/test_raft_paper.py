@@ -521,17 +521,33 @@ def caught_up_leader() -> tuple[Net, RaftNode]:
 
 def test_leader_holds_a_fetch_with_nothing_new_until_the_max_wait() -> None:
     """KRaft: a fetch that finds no entry and no higher high watermark waits up to its max
-    wait, then gets an empty answer; the follower fetches again on its next tick."""
+    wait, then gets an empty answer; the follower, whose fetch was held across ticks, fetches
+    again at once (an idle follower wakes once per long poll) and that fetch is held too."""
     net, leader = caught_up_leader()
     net.tick(WAIT - 1)
     assert not [m for m in net.sent if isinstance(m, FetchResponse)], "answered before max wait"
     net.tick(1)
     answers = [m for m in net.sent if isinstance(m, FetchResponse)]
     assert {m.dst for m in answers} == {2, 3} and not any(m.entries for m in answers)
-    assert not fetches(net.sent, 2), "re-fetched in a loop instead of on the next tick"
+    assert len(fetches(net.sent, 2)) == 1 and len(fetches(net.sent, 3)) == 1, (
+        "a follower whose long poll ended waited for a tick to fetch again"
+    )
+    net.sent.clear()
     net.tick(1)
-    assert len(fetches(net.sent, 2)) == 1 and len(fetches(net.sent, 3)) == 1
+    assert not net.sent, "the fetch sent after the long poll was not held"
     assert leader.role is Role.LEADER
+
+
+def test_a_leader_that_answers_at_once_is_fetched_from_once_a_tick() -> None:
+    """Without long polls (``fetch_max_wait_ticks`` 0) an empty answer comes within the tick
+    its fetch went out: the follower waits for the next tick instead of fetching in a loop."""
+    net = Net()
+    net.elect(1)
+    net.tick(2)
+    for _ in range(5):
+        net.sent.clear()
+        net.tick(1)
+        assert len(fetches(net.sent, 2)) == 1 and len(fetches(net.sent, 3)) == 1
 
 
 def test_a_held_fetch_is_answered_as_soon_as_the_log_grows() -> None:
