@@ -48,8 +48,8 @@ class RecordMetadata:
 class BatchOutcome:
     """What became of one batch: written at ``base_offset``, or failed with ``error``.
 
-    Completed once, by the producer's sender thread (or by ``close``); a second completion
-    is ignored.
+    Completed once, by the thread that handles its answer (or by ``close``); a second
+    completion is ignored.
     """
 
     __slots__ = (
@@ -207,12 +207,15 @@ class RecordFuture:
 
     def add_done_callback(self, fn: Callable[[RecordFuture], object]) -> None:
         """Call ``fn(future)`` when the record is done: at once if it already is, else in
-        the producer's sender thread (keep it short: it delays other acknowledgements; a
-        ``send`` from it blocks the sender while ``buffer.memory`` is full, and the memory
-        of the answer it came with is freed only after all that answer's callbacks ran).
+        the producer's I/O thread, where its answer arrived (keep it short: it delays other
+        answers, as in Kafka; a ``send`` from it blocks that thread while ``buffer.memory``
+        is full or the topic's metadata is not known yet, and fails after ``max.block.ms``;
+        the memory of the answer it came with is freed only after all that answer's
+        callbacks ran).
 
         If the record completes while ``fn`` is being added, ``fn`` may run at once in this
-        thread, as if added after completion; the batch's other callbacks stay the sender's.
+        thread, as if added after completion; the batch's other callbacks stay with the
+        thread that completed it.
         """
         outcome = self._outcome
         if outcome.done:
@@ -221,10 +224,10 @@ class RecordFuture:
         entry = (self, fn)
         outcome.callbacks.append(entry)
         if outcome.done:
-            # Completed while we appended: the sender may have emptied the deque before our
-            # entry was in it. Take ours back and run it here, as if added after completion;
-            # if it is gone, the sender took it and runs it. Only ours: the sender keeps the
-            # batch's other callbacks, in order, in its thread.
+            # Completed while we appended: the completing thread may have emptied the deque
+            # before our entry was in it. Take ours back and run it here, as if added after
+            # completion; if it is gone, that thread took it and runs it. Only ours: it keeps
+            # the batch's other callbacks, in order.
             try:
                 outcome.callbacks.remove(entry)
             except ValueError:

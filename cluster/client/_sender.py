@@ -1,30 +1,36 @@
 """The producer's sender thread (Kafka's ``Sender``): drains ready batches and delivers them.
 
-Each turn of its loop it takes the answers that arrived (gRPC callbacks queue them), refreshes
-metadata if a leader was unknown or moved, fetches a producer id if it is idempotent and has
-none, fails batches past ``delivery.timeout.ms``, then drains the ready batches into Produce
-requests, one per leader, up to ``max.request.size`` bytes and
-``max.in.flight.requests.per.connection`` unanswered requests per broker, and sends them
-without waiting. With nothing to send it waits on the accumulator's ``wake`` condition, at
-most until the next linger or retry deadline.
+Each turn of its loop it refreshes metadata if a leader was unknown or moved, fetches a
+producer id if it is idempotent and has none, fails batches past ``delivery.timeout.ms``,
+then drains the ready batches into Produce requests, one per leader, up to
+``max.request.size`` bytes and ``max.in.flight.requests.per.connection`` unanswered
+requests per broker, and sends them without waiting. With nothing to send it waits on the
+accumulator's ``wake`` condition, at most until the next linger or retry deadline.
 
-An answer completes each batch's futures (through the producer's ``Delivery``) or, for a
-retriable error with ``retries`` and ``delivery.timeout.ms`` left, puts the batch back in
-its queue to go again after ``retry.backoff.ms`` (asking for fresh metadata after leadership
-errors). Idempotence decisions (which batch may go, its sequence, what an error means for
-the partition's sequence, when a broken partition restarts under a new epoch) come from the
+An answer is handled where it arrives, on the client's I/O thread (``on_response``): it
+completes each batch's futures (through the producer's ``Delivery``, which runs their
+callbacks there, as Kafka's producer runs them on its I/O thread) or, for a retriable error
+with ``retries`` and ``delivery.timeout.ms`` left, puts the batch back in its queue to go
+again after ``retry.backoff.ms`` (asking for fresh metadata after leadership errors), and
+wakes the sender if it waits for an in-flight slot. Handing answers to the sender thread
+instead cost every acknowledged send a thread wake-up more (the I/O thread woke the sender,
+which woke the caller).
+
+Idempotence decisions (which batch may go, its sequence, what an error means for the
+partition's sequence, when a broken partition restarts under a new epoch) come from the
 pure ``Sequencer``; the sender stamps the sequence into a batch's header when it is sent
 under a sequence for the first time.
 
-Thread-safety: everything here runs in the sender thread, except ``on_response`` (gRPC's
-callback threads) and ``fail_all`` (also called by ``close`` once the thread has stopped).
-Shared state is touched under the accumulator's lock.
+Thread-safety: everything here runs in the sender thread, except ``on_response`` and what
+it calls (the I/O thread, one answer at a time, in the order they arrive; gRPC's callback
+threads for a broker that speaks only gRPC) and ``fail_all``
+(also called by ``close`` once the thread has stopped). Shared state is touched under the
+accumulator's lock.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -127,15 +133,13 @@ class Sender:
         self._request_timeout_ms = request_timeout_ms
         self._client_id = client_id
         self._in_flight: dict[int, int] = {}
-        self._completions: queue.SimpleQueue[tuple[ProduceRequest, Any, float]] = (
-            queue.SimpleQueue()
-        )
+        """Unanswered requests per broker; under the lock."""
         self._drain_rotation = 0
         self._producer_id_retry_at = 0.0
         self._fatal: LograftError | None = None
         self._idle = False
-        """Whether the sender may be about to wait on ``wake``: set under the lock before it
-        looks at the completions queue, so an answer queued while it is False is seen."""
+        """Whether the sender waits (or is about to) on ``wake``; under the lock. An answer
+        that frees an in-flight slot wakes it only then."""
         self.thread = threading.Thread(
             target=self.run, name=f"lograft-producer-{client_id}", daemon=True
         )
@@ -147,7 +151,6 @@ class Sender:
         acc = self._acc
         try:
             while True:
-                self._handle_completions()
                 self._metadata.refresh_if_stale()
                 if self._metadata.update_wanted:
                     self._metadata.refresh(acc.queued_topics_locked)
@@ -164,13 +167,11 @@ class Sender:
                     expired = acc.expire_locked(now)
                     requests, wake_at = self._drain_locked(now) if not expired else ([], now)
                     if not requests and not expired:
-                        # Set before the queue is looked at, so that on_response either
-                        # sees it or put its answer there before we look (then we do not
-                        # wait).
+                        # Under the lock, as the answers' bookkeeping is: an answer handled
+                        # before this point is in what the drain saw, one after it wakes us.
                         self._idle = True
                         try:
-                            if self._completions.empty():
-                                self._wait_for_work_locked(wake_at)
+                            self._wait_for_work_locked(wake_at)
                         finally:
                             self._idle = False
                 if expired:
@@ -412,7 +413,7 @@ class Sender:
         try:
             call = self._conn.submit(request.node, "Produce", message, self._conn.timeout_s())
         except LograftError as exc:
-            self._completions.put((request, exc, now))
+            self._settle(request, exc, now)
             return
         call.add_done_callback(lambda done: self.on_response(request, done, now))
         if self._acks == 0:
@@ -421,24 +422,28 @@ class Sender:
                     self._complete(batch, -1, -1, now)
 
     def on_response(self, request: ProduceRequest, call: Any, sent_at: float) -> None:
-        """The client's I/O thread: hand the answer to the sender thread."""
-        self._completions.put((request, call, sent_at))
-        if self._idle:  # else the sender looks at the queue before it next waits
+        """The client's I/O thread: the request's answer (or failure) arrived; handle it."""
+        try:
+            self._settle(request, call, sent_at)
+        except Exception:
+            # A bug, not a broker failure (as in the sender thread): fail every pending
+            # record loudly rather than leave callers waiting forever.
+            log.exception("producer answer handling crashed")
             with self._acc.lock:
+                self._acc.closing = True
                 self._acc.wake.notify()
+            self.fail_all(UnknownServerError("producer answer handling crashed"))
 
-    def _handle_completions(self) -> None:
-        while True:
-            try:
-                request, outcome, sent_at = self._completions.get_nowait()
-            except queue.Empty:
-                return
-            acked = self._handle_answer(request, outcome, sent_at)
-            # One turn of the lock per answer: the callers' sends wait for it.
-            with self._acc.lock:
-                self._in_flight[request.node] -= 1
-                if acked:
-                    self._retire_locked(acked, acked=True)
+    def _settle(self, request: ProduceRequest, outcome: Any, sent_at: float) -> None:
+        """Complete, retry or fail the request's batches and free its in-flight slot."""
+        acked = self._handle_answer(request, outcome, sent_at)
+        # One turn of the lock per answer: the callers' sends wait for it.
+        with self._acc.lock:
+            self._in_flight[request.node] -= 1
+            if acked:
+                self._retire_locked(acked, acked=True)
+            if self._idle:
+                self._acc.wake.notify()
 
     def _handle_answer(
         self, request: ProduceRequest, outcome: Any, sent_at: float
@@ -534,7 +539,10 @@ class Sender:
 
     def _retire_locked(self, batches: list[ProducerBatch], acked: bool) -> None:
         sequencer = self.sequencer
+        incomplete = self._acc.incomplete
         for batch in batches:
+            if batch.seq not in incomplete:
+                continue  # retired already: failed by close while its answer was handled
             if batch.base_sequence >= 0 and sequencer is not None:
                 sequencer.resolve(batch, acked)
         self._acc.retire_locked(batches)

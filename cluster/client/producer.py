@@ -46,8 +46,8 @@ How it works, as in Kafka's Java producer:
 * ``buffer.memory`` bounds the bytes waiting to be sent; ``send`` and ``send_bulk`` block
   (at most ``max.block.ms``) while it is full, and also while they wait for a topic's metadata.
 
-``Producer`` is thread-safe. Callbacks added to the returned futures run in the sender thread;
-they must not block.
+``Producer`` is thread-safe. Callbacks added to the returned futures run in the client's I/O
+thread, where the answer arrived (as Kafka's producer runs them); they must not block.
 """
 
 from __future__ import annotations
@@ -261,8 +261,9 @@ class _Bulk:
 class _FutureDelivery:
     """Completes the futures of a batch the sender is done with (its ``Delivery``).
 
-    Runs in the sender thread (and in ``close``); a bulk's shared counters are changed under
-    the producer's lock.
+    Runs in the client's I/O thread as answers arrive (and in the sender thread or ``close``
+    for batches that fail without one); a bulk's shared counters are changed under the
+    producer's lock.
     """
 
     def __init__(self, lock: threading.Lock) -> None:
