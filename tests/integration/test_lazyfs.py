@@ -23,7 +23,7 @@ import grpc
 import pytest
 
 from chaos.lazyfs import LazyFS, LazyStore, fuse_available
-from chaos.lazyfs.store import PAGE_SIZE, RENAME_EXCHANGE, RENAME_NOREPLACE
+from chaos.lazyfs.store import PAGE_SIZE, RENAME_EXCHANGE, RENAME_NOREPLACE, Unsynced
 from cluster.errors import KafkaStorageError
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from replica.log.partition_log import PartitionLog
@@ -410,6 +410,29 @@ def stored_values(node: NodeProcess, topic: str) -> list[bytes]:
         return [r.value or b"" for r in fetch_all(pb_grpc.BrokerStub(channel), topic, 0)]
 
 
+def interval_flush_node(lazyfs: LazyFS, tmp_path: Path, flush_interval_ms: int) -> NodeOnMount:
+    """A node on the mount that acknowledges before flushing (``log.flush.policy=interval``)
+    and flushes every ``flush_interval_ms``."""
+    return NodeOnMount(
+        data_dir=lazyfs.mountpoint / "node-1",
+        log_dir=tmp_path,
+        configs={
+            "log.flush.policy": "interval",
+            "log.flush.interval.ms": str(flush_interval_ms),
+        },
+    )
+
+
+def power_cycle(node: NodeProcess, lazyfs: LazyFS, topic: str) -> tuple[Unsynced, list[bytes]]:
+    """Power loss under a running node, then start it again: what the crash dropped, and
+    the values ``topic`` holds after."""
+    node.kill()
+    dropped = lazyfs.crash()
+    assert (node.data_dir / "meta.properties").exists(), "the data directory was lost"
+    node.start()
+    return dropped, stored_values(node, topic)
+
+
 @needs_fuse
 def test_power_loss_keeps_every_record_acknowledged_under_the_default_flush_policy(
     lazyfs: LazyFS, tmp_path: Path
@@ -421,11 +444,7 @@ def test_power_loss_keeps_every_record_acknowledged_under_the_default_flush_poli
     node.start()
     try:
         acked = produce_acked(node, "durable")
-        node.kill()
-        dropped = lazyfs.crash()
-        assert (node.data_dir / "meta.properties").exists(), "the data directory was lost"
-        node.start()
-        stored = stored_values(node, "durable")
+        dropped, stored = power_cycle(node, lazyfs, "durable")
     finally:
         node.kill()
     missing = [v for v in acked if v not in set(stored)]
@@ -440,18 +459,11 @@ def test_power_loss_loses_acknowledged_records_under_the_interval_flush_policy(
     lazyfs: LazyFS, tmp_path: Path
 ) -> None:
     """``log.flush.policy=interval`` acknowledges before the fdatasync: the documented trade."""
-    node = NodeOnMount(
-        data_dir=lazyfs.mountpoint / "node-1",
-        log_dir=tmp_path,
-        configs={"log.flush.policy": "interval", "log.flush.interval.ms": "60000"},
-    )
+    node = interval_flush_node(lazyfs, tmp_path, flush_interval_ms=60_000)
     node.start()
     try:
         acked = produce_acked(node, "lossy")
-        node.kill()
-        dropped = lazyfs.crash()
-        node.start()
-        stored = stored_values(node, "lossy")
+        dropped, stored = power_cycle(node, lazyfs, "lossy")
     finally:
         node.kill()
     assert dropped.unsynced_bytes > 0, dropped
@@ -465,11 +477,7 @@ def test_records_acknowledged_under_the_interval_flush_policy_are_durable_once_i
 ) -> None:
     """The node's interval flusher fdatasyncs a topic created after it started (it has no
     interval log to flush before, and waits for one instead of waking every second)."""
-    node = NodeOnMount(
-        data_dir=lazyfs.mountpoint / "node-1",
-        log_dir=tmp_path,
-        configs={"log.flush.policy": "interval", "log.flush.interval.ms": "100"},
-    )
+    node = interval_flush_node(lazyfs, tmp_path, flush_interval_ms=100)
     node.start()
     try:
         acked = produce_acked(node, "flushed-later")
@@ -477,10 +485,7 @@ def test_records_acknowledged_under_the_interval_flush_policy_are_durable_once_i
         # offset and time indexes are synced when their segment rolls, as in Kafka, and
         # recovery rebuilds them.
         wait_until(lambda: lazyfs.status().unsynced_bytes < 1024, 30, "the interval flusher synced")
-        node.kill()
-        lazyfs.crash()
-        node.start()
-        stored = stored_values(node, "flushed-later")
+        _, stored = power_cycle(node, lazyfs, "flushed-later")
     finally:
         node.kill()
     assert stored == acked
