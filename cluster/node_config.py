@@ -121,14 +121,14 @@ NODE_CONFIGS: dict[str, tuple[int, int, str]] = {
         "last one (or 1000 entries).",
     ),
     "broker.session.timeout.ms": (
-        2000,
+        3000,
         500,
         "A broker the active controller has not heard from for this long is fenced and "
         "loses the leadership of its partitions (Kafka: 9000; lograft heartbeats every "
         "broker.heartbeat.interval.ms and fails over faster).",
     ),
     "broker.heartbeat.interval.ms": (
-        500,
+        1000,
         10,
         "How often a broker heartbeats to the active controller; less than "
         "broker.session.timeout.ms, which it renews (Kafka: 2000 against a 9000 session).",
@@ -163,7 +163,7 @@ NODE_CONFIGS: dict[str, tuple[int, int, str]] = {
         "broker.session.timeout.ms, so this only catches slow or cut-off followers).",
     ),
     "replica.fetch.wait.max.ms": (
-        1000,
+        2000,
         0,
         "How long a follower's fetch may wait at the leader for new data. Idle, each "
         "follower asks each leader once per wait; a fetcher given a new partition or leader "
@@ -283,11 +283,11 @@ class NodeConfig:
     """Kafka's ``controller.quorum.voters``; ``None``: a standalone broker (no quorum)."""
     cluster_id: str = ""
     election_timeout_ms: int = 1000
-    broker_session_timeout_ms: int = 2000
-    broker_heartbeat_interval_ms: int = 500
+    broker_session_timeout_ms: int = 3000
+    broker_heartbeat_interval_ms: int = 1000
     metadata_snapshot_bytes: int = 20 * 1024 * 1024
     replica_lag_time_max_ms: int = 10_000
-    replica_fetch_wait_max_ms: int = 1000
+    replica_fetch_wait_max_ms: int = 2000
     replica_high_watermark_checkpoint_interval_ms: int = 5_000
     default_replication_factor: int = 1
     num_partitions: int = 1

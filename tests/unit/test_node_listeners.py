@@ -189,8 +189,8 @@ def test_defaults_without_listeners_are_one_plaintext_listener_on_9092() -> None
         ({"node.id": "1", "log.dir": "/d", "listeners": "x"}, "listeners: "),
         ({"node.id": "1", "log.dir": "/d", "process.roles": "controller"}, "quorum.voters"),
         (
-            {"node.id": "1", "log.dir": "/d", "broker.heartbeat.interval.ms": "2000"},
-            "broker.heartbeat.interval.ms=2000 must be less than broker.session.timeout.ms=2000",
+            {"node.id": "1", "log.dir": "/d", "broker.heartbeat.interval.ms": "3000"},
+            "broker.heartbeat.interval.ms=3000 must be less than broker.session.timeout.ms=3000",
         ),
     ],
 )
