@@ -16,6 +16,9 @@ number, for ``flush`` and ``close``.
 Thread-safety: every method whose name ends in ``_locked`` needs ``lock`` held; the others
 take it. The sender thread and the caller threads share that one lock, and two conditions on
 it: ``wake`` (the sender has work) and ``done`` (a batch completed or buffer memory freed).
+An append that makes a batch ready does not wake the sender itself: it sets
+``sender_wanted``, and ``send`` asks the sender (``Sender.take_wake_locked``) whether to wake
+it or drain in the caller's thread.
 """
 
 from __future__ import annotations
@@ -205,6 +208,10 @@ class RecordAccumulator:
         self.flush_target = -1
         """Batches up to this ``seq`` are ready regardless of ``linger.ms``."""
         self.buffered = 0
+        self.sender_wanted = False
+        """Set by ``append_locked`` and ``new_batch_locked`` when a batch became ready or
+        the sender's linger deadline may have moved: the caller, before it releases the
+        lock, takes it and sends the batches itself or wakes the sender."""
         self.closing = False
         """No more sends; every queued batch is ready."""
         self.closed = False
@@ -252,7 +259,7 @@ class RecordAccumulator:
         batch.size += size
         batch.reserved += size
         if batch.size >= self.batch_size:
-            self.wake.notify()
+            self.sender_wanted = True
         return batch
 
     def open_room_locked(self, tp: TopicPartition, size: int) -> None:
@@ -295,10 +302,9 @@ class RecordAccumulator:
         batch.outcome = BatchOutcome(tp.topic, tp.partition)
         self.open[tp] = batch
         self._enqueue_locked(batch)
-        if previous is not None or self.linger_s == 0:
-            self.wake.notify()
-        elif len(self.open) == 1:
-            self.wake.notify()  # the sender may be idle with no linger deadline
+        if previous is not None or self.linger_s == 0 or len(self.open) == 1:
+            # The last: the sender may be idle with no linger deadline.
+            self.sender_wanted = True
         return batch
 
     def append_bulk(

@@ -5,7 +5,9 @@ producer id if it is idempotent and has none, fails batches past ``delivery.time
 then drains the ready batches into Produce requests, one per leader, up to
 ``max.request.size`` bytes and ``max.in.flight.requests.per.connection`` unanswered
 requests per broker, and sends them without waiting. With nothing to send it waits on the
-accumulator's ``wake`` condition, at most until the next linger or retry deadline.
+accumulator's ``wake`` condition, at most until the next linger or retry deadline. While
+it waits, a caller whose ``send`` made a batch ready drains and sends in its own thread
+instead of waking it (``drain_here``), one drain at a time in either thread.
 
 An answer is handled where it arrives, on the client's I/O thread (``on_response``): it
 completes each batch's futures (through the producer's ``Delivery``, which runs their
@@ -21,11 +23,11 @@ partition's sequence, when a broken partition restarts under a new epoch) come f
 pure ``Sequencer``; the sender stamps the sequence into a batch's header when it is sent
 under a sequence for the first time.
 
-Thread-safety: everything here runs in the sender thread, except ``on_response`` and what
-it calls (the I/O thread, one answer at a time, in the order they arrive; gRPC's callback
-threads for a broker that speaks only gRPC) and ``fail_all``
-(also called by ``close`` once the thread has stopped). Shared state is touched under the
-accumulator's lock.
+Thread-safety: everything here runs in the sender thread, except ``drain_here`` (a
+caller's thread), ``on_response`` and what it calls (the I/O thread, one answer at a time,
+in the order they arrive; gRPC's callback threads for a broker that speaks only gRPC) and
+``fail_all`` (also called by ``close`` once the thread has stopped). Shared state is touched
+under the accumulator's lock.
 """
 
 from __future__ import annotations
@@ -139,7 +141,12 @@ class Sender:
         self._fatal: LograftError | None = None
         self._idle = False
         """Whether the sender waits (or is about to) on ``wake``; under the lock. An answer
-        that frees an in-flight slot wakes it only then."""
+        that frees an in-flight slot wakes it only then; a caller drains only then."""
+        self._drain_lock = threading.Lock()
+        """Held from a drain until its requests are handed to the connections, by the
+        sender thread or a caller draining in its place (``drain_here``): requests leave in
+        the order they were drained, which is their sequences' order. Taken before the
+        accumulator's lock; a caller only tries it."""
         self.thread = threading.Thread(
             target=self.run, name=f"lograft-producer-{client_id}", daemon=True
         )
@@ -160,31 +167,76 @@ class Sender:
                     self._maybe_init_producer_id()
                     if self._fatal is not None:
                         self._fail(acc.abort_queued(), self._fatal)
+                self._drain_lock.acquire()
+                draining = True
+                try:
+                    with acc.lock:
+                        if acc.closed:
+                            return
+                        now = self._clock.monotonic()
+                        expired = acc.expire_locked(now)
+                        requests, wake_at = self._drain_locked(now) if not expired else ([], now)
+                        if not requests and not expired:
+                            # Under the lock, as the answers' bookkeeping is: an answer
+                            # handled before this point is in what the drain saw, one after
+                            # it wakes us. A caller may drain while we wait.
+                            self._drain_lock.release()
+                            draining = False
+                            self._idle = True
+                            try:
+                                self._wait_for_work_locked(wake_at)
+                            finally:
+                                self._idle = False
+                    if expired:
+                        self._expire(expired)
+                    for request in requests:
+                        self._send(request)
+                finally:
+                    if draining:
+                        self._drain_lock.release()
+        except Exception:
+            self._crashed("producer sender thread crashed")
+
+    def take_wake_locked(self) -> bool:
+        """A caller's ``send`` made a batch ready or moved a linger deadline
+        (``sender_wanted``): True if that caller is to drain and send it itself
+        (``drain_here``, once it released the lock), else the sender is woken.
+
+        A caller drains only while the sender waits with nothing to do: it then sends at
+        once from its own thread, and the request reaches the I/O thread without the sender
+        thread's wake-up on the way (a synchronous send's latency). A busy sender is left to
+        drain, so that records gather in batches while requests are in flight.
+        """
+        self._acc.sender_wanted = False
+        if (
+            self._acks != 0  # acks=0 completes batches as they are sent: not in a caller
+            and self._idle
+            and self._fatal is None
+            and self._drain_lock.acquire(blocking=False)
+        ):
+            return True
+        self._acc.wake.notify()
+        return False
+
+    def drain_here(self) -> None:
+        """Drain and send in the caller's thread, as the sender's loop would, after
+        ``take_wake_locked`` said so; what can wait (a lingering batch, a partition whose
+        leader or producer id is missing, a full in-flight window) wakes the sender."""
+        acc = self._acc
+        try:
+            try:
                 with acc.lock:
-                    if acc.closed:
-                        return
-                    now = self._clock.monotonic()
-                    expired = acc.expire_locked(now)
-                    requests, wake_at = self._drain_locked(now) if not expired else ([], now)
-                    if not requests and not expired:
-                        # Under the lock, as the answers' bookkeeping is: an answer handled
-                        # before this point is in what the drain saw, one after it wakes us.
-                        self._idle = True
-                        try:
-                            self._wait_for_work_locked(wake_at)
-                        finally:
-                            self._idle = False
-                if expired:
-                    self._expire(expired)
+                    requests, _ = self._drain_locked(self._clock.monotonic())
+                    left = acc.has_queued_locked()
                 for request in requests:
                     self._send(request)
+            finally:
+                self._drain_lock.release()
+            if left:
+                with acc.lock:
+                    acc.wake.notify()
         except Exception:
-            # A bug, not a broker failure: report it and fail every pending record loudly
-            # rather than leave callers waiting forever.
-            log.exception("producer sender thread crashed")
-            with acc.lock:
-                acc.closing = True
-            self.fail_all(UnknownServerError("producer sender thread crashed"))
+            self._crashed("producer send crashed")
 
     def _wait_for_work_locked(self, wake_at: float | None) -> None:
         """Wait on ``wake`` until something may be sent (at most until ``wake_at``, a retry
@@ -426,13 +478,17 @@ class Sender:
         try:
             self._settle(request, call, sent_at)
         except Exception:
-            # A bug, not a broker failure (as in the sender thread): fail every pending
-            # record loudly rather than leave callers waiting forever.
-            log.exception("producer answer handling crashed")
-            with self._acc.lock:
-                self._acc.closing = True
-                self._acc.wake.notify()
-            self.fail_all(UnknownServerError("producer answer handling crashed"))
+            self._crashed("producer answer handling crashed")
+
+    def _crashed(self, what: str) -> None:
+        """A bug, not a broker failure: report it (with the exception being handled), stop
+        the producer and fail every pending record loudly rather than leave callers
+        waiting forever."""
+        log.exception(what)
+        with self._acc.lock:
+            self._acc.closing = True
+            self._acc.wake.notify()
+        self.fail_all(UnknownServerError(what))
 
     def _settle(self, request: ProduceRequest, outcome: Any, sent_at: float) -> None:
         """Complete, retry or fail the request's batches and free its in-flight slot."""
@@ -442,7 +498,9 @@ class Sender:
             self._in_flight[request.node] -= 1
             if acked:
                 self._retire_locked(acked, acked=True)
-            if self._idle:
+            # The freed slot matters only to batches that wait: waking an idle sender for
+            # nothing costs a synchronous send a thread wake-up just as its caller wakes.
+            if self._idle and self._acc.has_queued_locked():
                 self._acc.wake.notify()
 
     def _handle_answer(

@@ -261,9 +261,9 @@ class _Bulk:
 class _FutureDelivery:
     """Completes the futures of a batch the sender is done with (its ``Delivery``).
 
-    Runs in the client's I/O thread as answers arrive (and in the sender thread or ``close``
-    for batches that fail without one); a bulk's shared counters are changed under the
-    producer's lock.
+    Runs in the client's I/O thread as answers arrive (and, for batches that fail without
+    one, in the sender thread, a sending caller's thread or ``close``); a bulk's shared
+    counters are changed under the producer's lock.
     """
 
     def __init__(self, lock: threading.Lock) -> None:
@@ -582,6 +582,9 @@ class Producer:
                 # Queued under the lock: the batch cannot be drained, so not completed,
                 # before its callback is in place.
                 outcome.callbacks.append(future)
+            drain_here = acc.sender_wanted and self._sender.take_wake_locked()
+        if drain_here:
+            self._sender.drain_here()
         return future
 
     def send_bulk(
