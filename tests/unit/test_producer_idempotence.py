@@ -320,6 +320,43 @@ def test_many_batches_in_flight_stay_in_order_and_within_five(fake: FakeLeader) 
     assert fake.values("t", 0) == [b"warm-up", b"first"] + [f"r{i}".encode() for i in range(30)]
 
 
+def test_callers_sending_while_the_sender_waits_keep_each_threads_order(
+    fake: FakeLeader,
+) -> None:
+    # With linger 0 a send that finds the sender idle and nothing in flight drains and
+    # sends in its own thread; two such callers and the sender must still hand requests
+    # over in sequence order, or the leader would refuse them as out of order.
+    fake.add_topic("t", 1)
+    failures: list[BaseException] = []
+
+    def caller(name: str, synchronous: bool) -> None:
+        try:
+            for i in range(150):
+                future = producer.send("t", f"{name}{i}".encode())
+                if synchronous or i % 10 == 9:
+                    future.result(timeout=TIMEOUT_S)
+        except BaseException as exc:
+            failures.append(exc)
+
+    with _producer(fake, linger_ms=0) as producer:
+        threads = [
+            threading.Thread(target=caller, args=("s", True)),
+            threading.Thread(target=caller, args=("a", False)),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=TIMEOUT_S)
+        producer.flush(timeout=TIMEOUT_S)
+    assert failures == []
+    assert fake.violations == []
+    values = fake.values("t", 0)
+    for name in ("s", "a"):
+        assert [v for v in values if v is not None and v.startswith(name.encode())] == [
+            f"{name}{i}".encode() for i in range(150)
+        ]
+
+
 def test_a_real_gap_fails_the_batch_and_the_partition_restarts_under_a_new_epoch(
     fake: FakeLeader,
 ) -> None:
