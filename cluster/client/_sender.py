@@ -202,17 +202,16 @@ class Sender:
         (``sender_wanted``): True if that caller is to drain and send it itself
         (``drain_here``, once it released the lock), else the sender is woken.
 
-        A caller drains only while the sender waits and no request is in flight: it then
-        sends at once from its own thread, and the request reaches the I/O thread without
-        the sender thread's wake-up on the way (a synchronous send's latency). Otherwise the
-        sender drains, so that records gather in batches while requests are in flight and
-        the batches are encoded outside the callers' threads.
+        A caller drains only while the sender waits: it then sends at once from its own
+        thread, and the request reaches the I/O thread without the sender thread's wake-up
+        on the way. A busy sender is left to drain (records gather in batches meanwhile);
+        one that waits for an in-flight slot is woken by the answer that frees it, and a
+        caller's drain then finds no slot either.
         """
         self._acc.sender_wanted = False
         if (
             self._acks != 0  # acks=0 completes batches as they are sent: not in a caller
             and self._idle
-            and not any(self._in_flight.values())
             and self._fatal is None
             and self._drain_lock.acquire(blocking=False)
         ):
