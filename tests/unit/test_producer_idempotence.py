@@ -323,9 +323,9 @@ def test_many_batches_in_flight_stay_in_order_and_within_five(fake: FakeLeader) 
 def test_callers_sending_while_the_sender_waits_keep_each_threads_order(
     fake: FakeLeader,
 ) -> None:
-    # With linger 0 a send that finds the sender idle and nothing in flight drains and
-    # sends in its own thread; two such callers and the sender must still hand requests
-    # over in sequence order, or the leader would refuse them as out of order.
+    # With linger 0 a send that finds the sender idle drains and sends in its own thread;
+    # two such callers and the sender must still hand requests over in sequence order, or
+    # the leader would refuse them as out of order.
     fake.add_topic("t", 1)
     failures: list[BaseException] = []
 
