@@ -225,6 +225,9 @@ class Sender:
         leader or producer id is missing, a full in-flight window) wakes the sender."""
         acc = self._acc
         try:
+            # What the sender's loop asks each turn: a producer whose sends all go this way
+            # must still find partitions added to its topics.
+            self._metadata.refresh_if_stale()
             try:
                 with acc.lock:
                     requests, _ = self._drain_locked(self._clock.monotonic())

@@ -643,6 +643,24 @@ def test_a_quiet_topic_sees_added_partitions_while_a_busy_one_keeps_the_metadata
         assert producer.send("quiet", b"new", partition=1).result(timeout=10).partition == 1
 
 
+def test_a_producer_that_only_sends_synchronously_sees_added_partitions(
+    fake: FakeBroker,
+) -> None:
+    # Each of these sends leaves from the caller's thread while the sender waits: the
+    # metadata must still age and be refreshed without a lookup of the caller's own.
+    fake.add_topic("t", 1)
+    config = {"bootstrap.servers": _bootstrap(fake), "metadata.max.age.ms": 200, "linger.ms": 0}
+    with Producer(config) as producer:
+        assert producer.send("t", b"first").result(timeout=10).partition == 0
+        fake.add_topic("t", 2)
+        partitions = set()
+        for _ in range(2000):
+            partitions.add(producer.send("t", b"tick").result(timeout=10).partition)
+            if 1 in partitions:
+                break
+    assert partitions == {0, 1}
+
+
 def test_an_explicit_partition_beyond_the_known_count_waits_for_metadata(
     fake: FakeBroker,
 ) -> None:
