@@ -8,7 +8,7 @@ DATA ?= data/cluster
 
 .PHONY: spark-demo sim lock install run test lint format typecheck unit integration docker-test image chaos chaos-tools proto proto-check bench bench-trace bench-compare clean docs
 
-$(STAMP): pyproject.toml constraints.txt replica/_speedups.c
+$(STAMP): pyproject.toml constraints.txt replica/_speedups.c replica/_fsync_worker.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,spark]'

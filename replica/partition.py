@@ -24,6 +24,7 @@ every in-sync replica" and no consumer sees a record that a crash could take bac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 from collections.abc import Callable
@@ -32,13 +33,15 @@ from dataclasses import dataclass
 from cluster.errors import (
     InvalidTxnStateError,
     InvariantError,
+    KafkaStorageError,
     LograftError,
     NotLeaderOrFollowerError,
 )
 from replica.batch_header import BatchHeader, iter_headers
 from replica.clocks import interval_clock_s
 from replica.control_records import EndTxnMarker, decode_marker, encode_marker_batch
-from replica.log.partition_log import AppendResult, PartitionLog
+from replica.flush_worker import LoopFlusher, loop_flusher
+from replica.log.partition_log import AppendResult, PartitionLog, PendingFlush
 from replica.produce_validation import validate_produced
 from replica.producer_snapshots import (
     delete_snapshots_above,
@@ -690,16 +693,26 @@ class Partition:
 
     async def _flush_loop(self) -> None:
         loop = asyncio.get_running_loop()
+        flusher = loop_flusher()
         while self._flush_waiters:
+            inline = False
             try:
-                # A fast fdatasync costs less than handing it to a thread and back (the
-                # queue, the thread's wake-up, the GIL, the loop's wake-up); a slow disk
-                # must not stall every other partition and the heartbeats, so it gets one.
-                inline = self._flush_seconds_average < INLINE_FLUSH_MAX_S
-                if inline:
-                    flushed_offset, seconds = self._timed_flush()
+                pending = self.log.begin_flush(flusher) if flusher is not None else None
+                if flusher is not None and pending is not None:
+                    # The fdatasync runs on the C fsync thread: the loop serves the
+                    # followers' fetches and the next produces meanwhile (decision 0016).
+                    flushed_offset, seconds = await self._end_flush(flusher, pending)
                 else:
-                    flushed_offset, seconds = await loop.run_in_executor(None, self._timed_flush)
+                    # A fast fdatasync costs less than handing it to a Python thread and
+                    # back (the queue, the thread's wake-up, the GIL, the loop's wake-up);
+                    # a slow disk must not stall every other partition and the heartbeats.
+                    inline = self._flush_seconds_average < INLINE_FLUSH_MAX_S
+                    if inline:
+                        flushed_offset, seconds = self._timed_flush()
+                    else:
+                        flushed_offset, seconds = await loop.run_in_executor(
+                            None, self._timed_flush
+                        )
             except InvariantError:
                 raise  # the node halts (cluster.halt); never handed to a produce's answer
             except Exception as exc:
@@ -721,6 +734,18 @@ class Partition:
             self.on_local_flush()
             if inline and self._flush_waiters:
                 await asyncio.sleep(0)  # a flush that could not satisfy them: let others run
+
+    async def _end_flush(self, flusher: LoopFlusher, pending: PendingFlush) -> tuple[int, float]:
+        """Wait for a begun flush's job and publish it: the flushed offset, the seconds."""
+        try:
+            error, seconds = await flusher.result(pending.job)
+        except asyncio.CancelledError:
+            # The flush holds the log's flush lock: end it before the task goes (a failed
+            # sync has failed the log; the waiters learn of it from their own flush).
+            with contextlib.suppress(KafkaStorageError):
+                self.log.end_flush(pending, flusher.wait(pending.job))
+            raise
+        return self.log.end_flush(pending, error), seconds
 
     def _timed_flush(self) -> tuple[int, float]:
         """Flush the log: the new flushed offset, and the seconds the flush took."""

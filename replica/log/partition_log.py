@@ -34,12 +34,15 @@ crash its entries below the recovery point are right; the open rebuilds the rest
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import shutil
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from cluster.durable import write_file_atomically
 from cluster.errors import KafkaStorageError
@@ -67,7 +70,9 @@ __all__ = [
     "CLEAN_SHUTDOWN_FILE",
     "RECOVERY_POINT_FILE",
     "AppendResult",
+    "FsyncJobs",
     "PartitionLog",
+    "PendingFlush",
     "delete_files",
 ]
 
@@ -85,6 +90,31 @@ class AppendResult:
     last_offset: int
     log_append_time_ms: int
     headers: tuple[BatchHeader, ...] = ()
+
+
+class FsyncJobs(Protocol):
+    """Where :meth:`PartitionLog.begin_flush` sends its fdatasyncs
+    (:class:`replica.flush_worker.LoopFlusher`)."""
+
+    def submit(self, fds: list[int]) -> int:
+        """Queue a job that fdatasyncs ``fds`` in order and closes them all (it owns them
+        from here on); returns the job's id."""
+        ...
+
+    def wait(self, job: int) -> int:
+        """Block until ``job`` is done; its errno (0: every fdatasync succeeded)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PendingFlush:
+    """A flush begun by :meth:`PartitionLog.begin_flush`: the log end it covers, whether
+    the directory needs an fsync after the job, and the job syncing its descriptors."""
+
+    target: int
+    directory_dirty: bool
+    worker: FsyncJobs
+    job: int
 
 
 class PartitionLog:
@@ -117,6 +147,8 @@ class PartitionLog:
         self._checkpoints = loaded.checkpoints
         self._failed = False
         self._closed = False
+        self._pending_flush: PendingFlush | None = None
+        """A flush begun by :meth:`begin_flush` and not ended yet (it holds the flush lock)."""
         self._epochs = LogEpochs(directory, loaded.epoch_cache)
         self._generation = 0
         """Bumped by every truncation and retention deletion: a cleaning prepared before
@@ -511,28 +543,104 @@ class PartitionLog:
         with self._lock:
             if self._closed:
                 return local.flushed_offset
-            self._check_writable()
-            try:
-                target, fds, directory_dirty = local.start_flush(active_indexes=active_indexes)
-            except OSError as exc:
-                raise KafkaStorageError(f"flush of dir={self._directory} failed: {exc}") from exc
+            target, fds, directory_dirty = self._start_flush_locked(active_indexes)
+        self._sync(fds, directory_dirty)
+        return self._publish_flush(target)
+
+    def _start_flush_locked(self, active_indexes: bool) -> tuple[int, list[int], bool]:
+        self._check_writable()
         try:
-            local.sync(fds, directory_dirty)
+            return self._local.start_flush(active_indexes=active_indexes)
         except OSError as exc:
-            # After a failed fsync the kernel may have dropped the dirty pages: retrying
-            # could "succeed" without the data. Give up on this log, as Kafka does.
-            with self._lock:
-                self._failed = True
-            log.error("fdatasync failed dir=%s error=%s", self._directory, exc)
             raise KafkaStorageError(f"flush of dir={self._directory} failed: {exc}") from exc
+
+    def _sync(self, fds: list[int], directory_dirty: bool) -> None:
+        try:
+            self._local.sync(fds, directory_dirty)
+        except OSError as exc:
+            raise self._sync_failed(exc) from exc
+
+    def _sync_failed(self, exc: OSError) -> KafkaStorageError:
+        # After a failed fsync the kernel may have dropped the dirty pages: retrying could
+        # "succeed" without the data. Give up on this log, as Kafka does.
+        with self._lock:
+            self._failed = True
+        log.error("fdatasync failed dir=%s error=%s", self._directory, exc)
+        return KafkaStorageError(f"flush of dir={self._directory} failed: {exc}")
+
+    def _publish_flush(self, target: int) -> int:
         # Before the flushed offset is published: every recovery point persisted from it
         # (here, or by a truncation on another thread) must find the epoch checkpoint
         # already covering its offsets, or a crash would lose epoch entries.
         self._checkpoints.persist_epoch_cache(self._lock, self._epochs)
         with self._lock:
-            flushed = local.finish_flush(target)
-        self._checkpoints.persist_recovery_point(self._lock, local, force=False)
+            flushed = self._local.finish_flush(target)
+        self._checkpoints.persist_recovery_point(self._lock, self._local, force=False)
         return flushed
+
+    def begin_flush(self, worker: FsyncJobs) -> PendingFlush | None:
+        """Start a flush whose fdatasyncs run on ``worker`` (its thread, not the caller's);
+        :meth:`end_flush` publishes it once the worker's job is done.
+
+        None if another flush is under way (then :meth:`flush` waits for it) or the log is
+        closed. Until :meth:`end_flush`, this flush holds the flush lock: other flushes
+        wait for it, and :meth:`close` and :meth:`delete` first wait for the job and end
+        the flush themselves. Raises ``KafkaStorageError`` as :meth:`flush` does.
+        """
+        if not self._flush_lock.acquire(blocking=False):
+            return None
+        try:
+            with self._lock:
+                if self._closed:
+                    self._flush_lock.release()
+                    return None
+                target, fds, directory_dirty = self._start_flush_locked(False)
+            try:
+                job = worker.submit(fds)
+            except Exception:
+                # The descriptors were never handed over: sync them here, as flush() would.
+                log.exception("fsync worker refused a flush dir=%s", self._directory)
+                self._sync(fds, directory_dirty)
+                self._publish_flush(target)
+                self._flush_lock.release()
+                return None
+        except BaseException:
+            if self._flush_lock.locked():
+                self._flush_lock.release()
+            raise
+        pending = PendingFlush(target, directory_dirty, worker, job)
+        with self._lock:
+            self._pending_flush = pending
+        return pending
+
+    def end_flush(self, pending: PendingFlush, error: int) -> int:
+        """Publish a flush begun by :meth:`begin_flush` whose job ended with ``error`` (an
+        errno, 0 if every fdatasync succeeded); returns the flushed offset. Idempotent: a
+        flush that :meth:`close` or :meth:`delete` already ended is left alone. Raises
+        ``KafkaStorageError`` (and fails the log) if the job failed."""
+        with self._lock:
+            if self._pending_flush is not pending:
+                return self._local.flushed_offset
+            self._pending_flush = None
+        try:
+            if error:
+                raise self._sync_failed(OSError(error, os.strerror(error)))
+            self._sync([], pending.directory_dirty)
+            return self._publish_flush(pending.target)
+        finally:
+            self._flush_lock.release()
+
+    def _settle_pending_flush(self) -> None:
+        """Wait for a begun flush's job (at most one fdatasync) and end it: close and delete
+        take the flush lock, which it holds."""
+        with self._lock:
+            pending = self._pending_flush
+        if pending is None:
+            return
+        error = pending.worker.wait(pending.job)
+        # A failed sync has failed the log: it closes without the clean-shutdown marker.
+        with contextlib.suppress(KafkaStorageError):
+            self.end_flush(pending, error)
 
     def close(self) -> None:
         """Flush, persist the exact recovery point and the cleaner checkpoint, write the
@@ -540,6 +648,7 @@ class PartitionLog:
 
         Idempotent. A failed log is closed without the marker, so the next open recovers.
         """
+        self._settle_pending_flush()
         with self._flush_lock:
             with self._lock:
                 if self._closed:
@@ -573,6 +682,7 @@ class PartitionLog:
 
     def delete(self) -> None:
         """Close every descriptor (without flushing) and remove the partition directory."""
+        self._settle_pending_flush()
         with self._flush_lock, self._lock:
             self._closed = True
             self._local.close_segments()

@@ -89,6 +89,7 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("replica/broker_rpcs.py", Layer.SHELL),  # what the broker servicer's parts share
     ("replica/clocks.py", Layer.SHELL),  # the wall clock and the replication (monotonic) clock
     ("replica/outcomes.py", Layer.SHELL),  # awaiting several things, keeping each failure
+    ("replica/flush_worker.py", Layer.SHELL),  # the C fsync thread's jobs, on the event loop
     ("replica/data_plane_rpcs.py", Layer.SHELL),  # Produce, Fetch, ListOffsets
     ("replica/admin_rpcs.py", Layer.SHELL),  # metadata, topics, producer ids, configs
     ("replica/group_rpcs.py", Layer.SHELL),  # the consumer-group RPCs

@@ -1,20 +1,29 @@
-"""Where a partition's flushes run: on the event loop while they are fast, in a worker
-thread once they are slow (decision 0011), so a slow disk never stalls the node's loop.
+"""Where a partition's flushes run.
 
-The log's flush is replaced by one that takes a chosen time on the partition's clock and
-notes the thread it ran in; everything else (the group commit, the waiters, the moving
-average) is the partition's own code.
+A group commit (``wait_flushed``) hands its fdatasync to the C fsync thread, so the loop
+serves fetches and produces meanwhile (decision 0016); closing the log, or cancelling the
+flush, while that runs must neither deadlock nor publish an unsynced offset.
+
+Without the C extension, and for a follower's ``flush_now``: on the event loop while the
+disk is fast, in a Python worker thread once it is slow (decision 0011), so a slow disk
+never stalls the node's loop. For those, the log's flush is replaced by one that takes a
+chosen time on the partition's clock and notes the thread it ran in; everything else (the
+group commit, the waiters, the moving average) is the partition's own code.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from cluster.errors import KafkaStorageError
+from replica import flush_worker
 from replica import partition as partition_module
 from replica.batch_header import validate_batches
 from replica.log.partition_log import PartitionLog
@@ -60,6 +69,7 @@ def _flush_threads(
         disk = _TimedDisk(log, seconds)
         partition.log = disk  # type: ignore[assignment]
         monkeypatch.setattr(partition_module, "interval_clock_s", disk.clock_s)
+        monkeypatch.setattr(partition_module, "loop_flusher", lambda: None)  # no C thread
         loop_thread = threading.get_ident()
         for index in range(len(seconds)):
             data = bytearray(encode_batch([b"%d" % index]))
@@ -104,6 +114,7 @@ def _flush_now_steps(
         disk = _TimedDisk(log, [seconds, 0.0])
         partition.log = disk  # type: ignore[assignment]
         monkeypatch.setattr(partition_module, "interval_clock_s", disk.clock_s)
+        monkeypatch.setattr(partition_module, "loop_flusher", lambda: None)  # no C thread
         loop_thread = threading.get_ident()
         for index in range(2):
             data = bytearray(encode_batch([b"%d" % index]))
@@ -133,3 +144,134 @@ def test_flush_now_on_a_slow_disk_still_waits_for_a_worker_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert _flush_now_steps(tmp_path, monkeypatch, SLOW_S) == (False, ["worker", "worker"])
+
+
+# ---- the group commit on the C fsync thread (decision 0016) ---------------------------------
+
+needs_fsync_thread = pytest.mark.skipif(
+    flush_worker.FsyncWorker is None and not os.environ.get("LOGRAFT_REQUIRE_SPEEDUPS"),
+    reason="replica._fsync_worker is not built (no C compiler)",
+)
+
+
+def _append(log: PartitionLog, count: int) -> int:
+    for index in range(count):
+        data = bytearray(encode_batch([b"%d" % index]))
+        log.append(data, validate_batches(data, 1 << 20), leader_epoch=0, now_ms=0)
+    return log.log_end_offset
+
+
+def _reopened_flushed_offset(tmp_path: Path) -> int:
+    """What a reopened log trusts as flushed: its end after a clean close only."""
+    log = PartitionLog.open(tmp_path, LogConfig(), int(time.time() * 1000))
+    try:
+        return log.flushed_offset
+    finally:
+        log.close()
+
+
+@needs_fsync_thread
+def test_a_group_commit_fdatasyncs_on_the_c_thread_not_in_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    python_syncs: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def noted(fd: int) -> None:
+        python_syncs.append(fd)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", noted)
+
+    async def scenario() -> tuple[int, int, list[int]]:
+        log = PartitionLog.open(tmp_path, LogConfig(), int(time.time() * 1000))
+        partition = Partition(TP, log)
+        end = _append(log, 3)
+        await partition.wait_flushed(end)
+        flushed, synced_in_python = log.flushed_offset, list(python_syncs)
+        log.close()  # the close's own syncs (indexes, checkpoints) are not the group commit
+        return end, flushed, synced_in_python
+
+    end, flushed, synced_in_python = asyncio.run(scenario())
+    assert flushed == end == 3
+    assert synced_in_python == []
+    assert _reopened_flushed_offset(tmp_path) == 3
+
+
+async def _flush_under_way(tmp_path: Path) -> tuple[PartitionLog, Partition, asyncio.Task[None]]:
+    """A log with three records and a group commit whose job is on the fsync thread."""
+    log = PartitionLog.open(tmp_path, LogConfig(), int(time.time() * 1000))
+    partition = Partition(TP, log)
+    waiting = asyncio.ensure_future(partition.wait_flushed(_append(log, 3)))
+    await asyncio.sleep(0)  # wait_flushed starts the flush task
+    await asyncio.sleep(0)  # which hands the descriptors over and waits
+    flushing = partition._flush_task
+    assert flushing is not None and not flushing.done()
+    return log, partition, waiting
+
+
+@needs_fsync_thread
+def test_closing_a_log_while_its_group_commit_runs_ends_that_flush_first(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        log, _, waiting = await _flush_under_way(tmp_path)
+        log.close()  # takes the flush lock the running flush holds: must not deadlock
+        await waiting  # the producers waiting on it are answered, not failed
+
+    asyncio.run(scenario())
+    assert _reopened_flushed_offset(tmp_path) == 3
+
+
+@needs_fsync_thread
+def test_a_cancelled_group_commit_still_ends_its_flush(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        log, partition, waiting = await _flush_under_way(tmp_path)
+        flushing = partition._flush_task
+        assert flushing is not None
+        flushing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await flushing
+        waiting.cancel()
+        assert log.flushed_offset == 3
+        log.close()
+
+    asyncio.run(scenario())
+    assert _reopened_flushed_offset(tmp_path) == 3
+
+
+class _FailingFlusher:
+    """A fsync thread whose every fdatasync fails with EIO."""
+
+    def __init__(self) -> None:
+        self.jobs = 0
+
+    def submit(self, fds: list[int]) -> int:
+        for fd in fds:
+            os.close(fd)
+        self.jobs += 1
+        return self.jobs
+
+    async def result(self, job: int) -> tuple[int, float]:
+        return errno.EIO, 0.0
+
+    def wait(self, job: int) -> int:
+        return errno.EIO
+
+
+def test_a_failed_fdatasync_on_the_fsync_thread_fails_the_waiters_and_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(partition_module, "loop_flusher", _FailingFlusher)
+
+    async def scenario() -> None:
+        log = PartitionLog.open(tmp_path, LogConfig(), int(time.time() * 1000))
+        partition = Partition(TP, log)
+        with pytest.raises(KafkaStorageError):
+            await partition.wait_flushed(_append(log, 1))
+        assert log.flushed_offset == 0
+        with pytest.raises(KafkaStorageError):
+            _append(log, 1)  # a log whose sync failed takes no more writes
+        log.close()
+
+    asyncio.run(scenario())
