@@ -24,7 +24,6 @@ every in-sync replica" and no consumer sees a record that a crash could take bac
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import Callable
@@ -33,7 +32,6 @@ from dataclasses import dataclass
 from cluster.errors import (
     InvalidTxnStateError,
     InvariantError,
-    KafkaStorageError,
     LograftError,
     NotLeaderOrFollowerError,
 )
@@ -739,11 +737,10 @@ class Partition:
         """Wait for a begun flush's job and publish it: the flushed offset, the seconds."""
         try:
             error, seconds = await flusher.result(pending.job)
-        except asyncio.CancelledError:
-            # The flush holds the log's flush lock: end it before the task goes (a failed
-            # sync has failed the log; the waiters learn of it from their own flush).
-            with contextlib.suppress(KafkaStorageError):
-                self.log.end_flush(pending, flusher.wait(pending.job))
+        except BaseException:
+            # Cancelled (or a bug): the flush holds the log's flush lock, so end it before
+            # the task goes, or the next flush or close of this log would wait forever.
+            pending.end_unwaited(self.log)
             raise
         return self.log.end_flush(pending, error), seconds
 

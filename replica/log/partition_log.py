@@ -35,6 +35,7 @@ crash its entries below the recovery point are right; the open rebuilds the rest
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -115,6 +116,20 @@ class PendingFlush:
     directory_dirty: bool
     worker: FsyncJobs
     job: int
+
+    def end_unwaited(self, partition_log: PartitionLog) -> None:
+        """End this flush for a caller that cannot await it (a close, a cancelled flush
+        task): block until the job is done (at most one fdatasync), then publish it. If
+        even the job's outcome is lost (a bug), the log fails rather than trust it, and
+        the flush lock is released either way. A failed sync has failed the log: whoever
+        flushes it next learns that."""
+        try:
+            error = self.worker.wait(self.job)
+        except Exception:
+            log.exception("fsync job outcome lost job=%d", self.job)
+            error = errno.EIO
+        with contextlib.suppress(KafkaStorageError):
+            partition_log.end_flush(self, error)
 
 
 class PartitionLog:
@@ -635,12 +650,9 @@ class PartitionLog:
         take the flush lock, which it holds."""
         with self._lock:
             pending = self._pending_flush
-        if pending is None:
-            return
-        error = pending.worker.wait(pending.job)
-        # A failed sync has failed the log: it closes without the clean-shutdown marker.
-        with contextlib.suppress(KafkaStorageError):
-            self.end_flush(pending, error)
+        if pending is not None:
+            # A failed sync fails the log: it then closes without the clean-shutdown marker.
+            pending.end_unwaited(self)
 
     def close(self) -> None:
         """Flush, persist the exact recovery point and the cleaner checkpoint, write the

@@ -275,3 +275,30 @@ def test_a_failed_fdatasync_on_the_fsync_thread_fails_the_waiters_and_the_log(
         log.close()
 
     asyncio.run(scenario())
+
+
+class _LostFlusher(_FailingFlusher):
+    """A fsync thread that loses its jobs' outcomes (a bug)."""
+
+    async def result(self, job: int) -> tuple[int, float]:
+        raise RuntimeError("outcome lost")
+
+    def wait(self, job: int) -> int:
+        raise LookupError(job)
+
+
+def test_a_flush_whose_outcome_is_lost_fails_the_log_and_never_blocks_its_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(partition_module, "loop_flusher", _LostFlusher)
+
+    async def scenario() -> None:
+        log = PartitionLog.open(tmp_path, LogConfig(), int(time.time() * 1000))
+        partition = Partition(TP, log)
+        with pytest.raises(RuntimeError, match="outcome lost"):
+            await partition.wait_flushed(_append(log, 1))
+        with pytest.raises(KafkaStorageError):
+            _append(log, 1)  # not trusted: what was synced is unknown
+        log.close()  # the flush lock was released
+
+    asyncio.run(scenario())
