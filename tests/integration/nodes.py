@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,10 +28,10 @@ def free_consecutive_ports(count: int) -> int:
 
 
 def free_port() -> int:
-    """A port the kernel just handed out on 127.0.0.1 (free at the time of the call)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A port free on 127.0.0.1 now, below the ephemeral range: a port the kernel hands out
+    for binding to 0 is an ephemeral one, and another test's outgoing connection may take it
+    before the node binds (a node failed to start on "address already in use" that way)."""
+    return free_base_port(1)
 
 
 @dataclass
