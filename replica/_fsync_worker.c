@@ -48,6 +48,19 @@ elapsed_s(const struct timespec *start, const struct timespec *end)
     return (double)(end->tv_sec - start->tv_sec) + (double)(end->tv_nsec - start->tv_nsec) / 1e9;
 }
 
+/* Append job to the list from *head to *tail (the caller holds the mutex). */
+static void
+append_job(fsync_job **head, fsync_job **tail, fsync_job *job)
+{
+    job->next = NULL;
+    if (*tail == NULL) {
+        *head = job;
+    } else {
+        (*tail)->next = job;
+    }
+    *tail = job;
+}
+
 static void *
 worker_main(void *arg)
 {
@@ -81,15 +94,9 @@ worker_main(void *arg)
         }
         job->error = error;
         job->seconds = elapsed_s(&start, &end);
-        job->next = NULL;
 
         pthread_mutex_lock(&self->mutex);
-        if (self->done_tail == NULL) {
-            self->done_head = job;
-        } else {
-            self->done_tail->next = job;
-        }
-        self->done_tail = job;
+        append_job(&self->done_head, &self->done_tail, job);
         pthread_cond_broadcast(&self->finished);
         pthread_mutex_unlock(&self->mutex);
         uint64_t one = 1;
@@ -227,7 +234,6 @@ FsyncWorker_submit(FsyncWorker *self, PyObject *fds_arg)
     }
     Py_DECREF(fds);
     job->count = count;
-    job->next = NULL;
     job->error = 0;
     job->seconds = 0.0;
     pthread_mutex_lock(&self->mutex);
@@ -238,12 +244,7 @@ FsyncWorker_submit(FsyncWorker *self, PyObject *fds_arg)
         return NULL;
     }
     job->id = self->next_id++;
-    if (self->queue_tail == NULL) {
-        self->queue_head = job;
-    } else {
-        self->queue_tail->next = job;
-    }
-    self->queue_tail = job;
+    append_job(&self->queue_head, &self->queue_tail, job);
     pthread_cond_signal(&self->queued);
     pthread_mutex_unlock(&self->mutex);
     return PyLong_FromUnsignedLongLong(job->id);
@@ -303,8 +304,6 @@ FsyncWorker_wait(FsyncWorker *self, PyObject *id_arg)
     }
     pthread_mutex_unlock(&self->mutex);
     fsync_job *found = NULL;
-    int error = 0;
-    double seconds = 0.0;
     /* The mutex is taken and left without the GIL: a thread holding it never waits for
      * the GIL, so a caller of submit() (which holds the GIL) cannot deadlock with us. */
     Py_BEGIN_ALLOW_THREADS
@@ -314,8 +313,6 @@ FsyncWorker_wait(FsyncWorker *self, PyObject *id_arg)
         for (fsync_job *job = self->done_head; job != NULL; previous = job, job = job->next) {
             if (job->id == id) {
                 found = job;
-                error = job->error;
-                seconds = job->seconds;
                 /* Taken here: completed() will not report it again. */
                 if (previous == NULL) {
                     self->done_head = job->next;
@@ -340,8 +337,9 @@ FsyncWorker_wait(FsyncWorker *self, PyObject *id_arg)
         PyErr_Format(PyExc_LookupError, "job %llu was already reported", id);
         return NULL;
     }
+    PyObject *result = job_tuple(found);
     PyMem_RawFree(found);
-    return Py_BuildValue("(Kid)", id, error, seconds);
+    return result;
 }
 
 PyDoc_STRVAR(close_doc,

@@ -37,12 +37,8 @@ class LoopFlusher:
         """Start the thread and watch its eventfd on ``loop`` (call on that loop)."""
         assert FsyncWorker is not None
         self._worker = FsyncWorker()
-        # Weakly: the loop holds this flusher (its reader) and must stay collectable.
-        self._loop = weakref.ref(loop)
         self._waiting: dict[int, asyncio.Future[tuple[int, float]]] = {}
-        """Each unfinished job's outcome, until :meth:`result` or :meth:`wait` takes it."""
-        self._unclaimed: dict[int, tuple[int, float]] = {}
-        """Outcomes that arrived after their :meth:`result` was cancelled, for :meth:`wait`."""
+        """Each job's outcome, until :meth:`result` or :meth:`wait` takes it."""
         loop.add_reader(self._worker.fileno(), self._jobs_finished)
 
     def submit(self, fds: list[int]) -> int:
@@ -67,9 +63,7 @@ class LoopFlusher:
         waiting = self._waiting.pop(job, None)
         if waiting is not None and waiting.done():
             return waiting.result()[0]
-        if job in self._unclaimed:
-            return self._unclaimed.pop(job)[0]
-        _, error, seconds = self._worker.wait(job)
+        _, error, seconds = self._worker.wait(job)  # takes the job: not reported again
         if waiting is not None:
             waiting.set_result((error, seconds))
         return error
@@ -77,18 +71,8 @@ class LoopFlusher:
     def _jobs_finished(self) -> None:
         for job, error, seconds in self._worker.completed():
             waiting = self._waiting.get(job)
-            if waiting is None or waiting.cancelled():
-                self._unclaimed[job] = (error, seconds)
-            elif not waiting.done():
+            if waiting is not None and not waiting.done():
                 waiting.set_result((error, seconds))
-
-    def close(self) -> None:
-        """Stop watching the eventfd; finish the queued jobs and stop the thread."""
-        loop = self._loop()
-        if loop is not None and not loop.is_closed():
-            loop.remove_reader(self._worker.fileno())
-        self._worker.close()
-        self._jobs_finished()
 
 
 _flushers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopFlusher] = (

@@ -604,10 +604,10 @@ class PartitionLog:
         """
         if not self._flush_lock.acquire(blocking=False):
             return None
+        pending = None
         try:
             with self._lock:
                 if self._closed:
-                    self._flush_lock.release()
                     return None
                 target, fds, directory_dirty = self._start_flush_locked(False)
             try:
@@ -617,16 +617,14 @@ class PartitionLog:
                 log.exception("fsync worker refused a flush dir=%s", self._directory)
                 self._sync(fds, directory_dirty)
                 self._publish_flush(target)
-                self._flush_lock.release()
                 return None
-        except BaseException:
-            if self._flush_lock.locked():
+            pending = PendingFlush(target, directory_dirty, worker, job)
+            with self._lock:
+                self._pending_flush = pending
+            return pending
+        finally:
+            if pending is None:  # nothing under way holds the lock
                 self._flush_lock.release()
-            raise
-        pending = PendingFlush(target, directory_dirty, worker, job)
-        with self._lock:
-            self._pending_flush = pending
-        return pending
 
     def end_flush(self, pending: PendingFlush, error: int) -> int:
         """Publish a flush begun by :meth:`begin_flush` whose job ended with ``error`` (an

@@ -67,7 +67,7 @@ def test_a_failed_fdatasync_is_reported_as_its_errno(tmp_path: Path) -> None:
     closed = _written(tmp_path / "segment")
     os.close(closed)
     job = worker.submit([closed])
-    assert worker.wait(job) == (job, errno.EBADF, pytest.approx(0.0, abs=1.0))
+    assert worker.wait(job)[:2] == (job, errno.EBADF)
     # wait() took the outcome: it is not reported twice.
     assert worker.completed() == []
     worker.close()

@@ -259,22 +259,31 @@ class _FailingFlusher:
         return errno.EIO
 
 
-def test_a_failed_fdatasync_on_the_fsync_thread_fails_the_waiters_and_the_log(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(partition_module, "loop_flusher", _FailingFlusher)
+def _flush_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flusher: type[_FailingFlusher]
+) -> pytest.ExceptionInfo[Exception]:
+    """A group commit through ``flusher``: what it raised to the waiting produce. Checks
+    that nothing was published as flushed, the log takes no more writes, and it closes."""
+    monkeypatch.setattr(partition_module, "loop_flusher", flusher)
 
-    async def scenario() -> None:
+    async def scenario() -> pytest.ExceptionInfo[Exception]:
         log = PartitionLog.open(tmp_path, LogConfig(), int(time.time() * 1000))
         partition = Partition(TP, log)
-        with pytest.raises(KafkaStorageError):
+        with pytest.raises(Exception) as raised:
             await partition.wait_flushed(_append(log, 1))
         assert log.flushed_offset == 0
         with pytest.raises(KafkaStorageError):
-            _append(log, 1)  # a log whose sync failed takes no more writes
-        log.close()
+            _append(log, 1)  # a failed log takes no more writes
+        log.close()  # the flush lock was released
+        return raised
 
-    asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_a_failed_fdatasync_on_the_fsync_thread_fails_the_waiters_and_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _flush_through(tmp_path, monkeypatch, _FailingFlusher).type is KafkaStorageError
 
 
 class _LostFlusher(_FailingFlusher):
@@ -290,15 +299,6 @@ class _LostFlusher(_FailingFlusher):
 def test_a_flush_whose_outcome_is_lost_fails_the_log_and_never_blocks_its_close(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(partition_module, "loop_flusher", _LostFlusher)
-
-    async def scenario() -> None:
-        log = PartitionLog.open(tmp_path, LogConfig(), int(time.time() * 1000))
-        partition = Partition(TP, log)
-        with pytest.raises(RuntimeError, match="outcome lost"):
-            await partition.wait_flushed(_append(log, 1))
-        with pytest.raises(KafkaStorageError):
-            _append(log, 1)  # not trusted: what was synced is unknown
-        log.close()  # the flush lock was released
-
-    asyncio.run(scenario())
+    # Not trusted: what was synced is unknown, so the log fails.
+    raised = _flush_through(tmp_path, monkeypatch, _LostFlusher)
+    assert raised.match("outcome lost")
