@@ -38,6 +38,7 @@ typedef struct {
     int stopping;
     int event_fd;
     unsigned long long next_id;
+    unsigned long long finished_below; /* jobs finish in id order: every id below it did */
     fsync_job *queue_head, *queue_tail;
     fsync_job *done_head, *done_tail;
 } FsyncWorker;
@@ -97,6 +98,7 @@ worker_main(void *arg)
 
         pthread_mutex_lock(&self->mutex);
         append_job(&self->done_head, &self->done_tail, job);
+        self->finished_below = job->id + 1;
         pthread_cond_broadcast(&self->finished);
         pthread_mutex_unlock(&self->mutex);
         uint64_t one = 1;
@@ -325,7 +327,9 @@ FsyncWorker_wait(FsyncWorker *self, PyObject *id_arg)
                 break;
             }
         }
-        if (found != NULL || !self->running) {
+        /* Finished and not in the list: completed() reported it. Waiting on would be
+         * waiting forever. */
+        if (found != NULL || id < self->finished_below || !self->running) {
             break;
         }
         pthread_cond_wait(&self->finished, &self->mutex);

@@ -73,6 +73,19 @@ def test_a_failed_fdatasync_is_reported_as_its_errno(tmp_path: Path) -> None:
     worker.close()
 
 
+def test_waiting_on_a_job_already_reported_raises_instead_of_waiting_forever(
+    tmp_path: Path,
+) -> None:
+    worker = FsyncWorker()
+    job = worker.submit([_written(tmp_path / "segment")])
+    later = worker.submit([_written(tmp_path / "later")])
+    assert worker.wait(later)[:2] == (later, 0)  # both finished: the jobs go in order
+    assert [entry[0] for entry in worker.completed()] == [job]
+    with pytest.raises(LookupError, match="already reported"):
+        worker.wait(job)
+    worker.close()
+
+
 def test_jobs_finish_in_the_order_they_were_submitted(tmp_path: Path) -> None:
     worker = FsyncWorker()
     jobs = [worker.submit([_written(tmp_path / f"segment-{index}")]) for index in range(20)]
