@@ -75,6 +75,15 @@ def _produce(
     return run_json(cmd)
 
 
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    subprocess.run(
+        [*LOGRAFT, "--bootstrap", bootstrap, "topics", "delete", topic],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0, help="multiply record counts")
@@ -87,6 +96,9 @@ def main() -> int:
     )
     parser.add_argument("--config", action="append", default=[], help="node NAME=VALUE")
     parser.add_argument("--output", type=Path, default=ROOT / "bench/results/replicated.json")
+    parser.add_argument(
+        "--keep-topics", action="store_true", help="keep each case's topic (and its data)"
+    )
     args = parser.parse_args()
     paced_rates = args.paced_rate or [250_000]
 
@@ -107,6 +119,8 @@ def main() -> int:
             result = _produce(bootstrap, topic, acks, size, count, None)
             runs.append({"case": "bulk", "acks": acks, "record_size": size, **result})
             print(json.dumps(runs[-1]), file=sys.stderr)
+            if not args.keep_topics:
+                _delete_topic(bootstrap, topic)
         for rate in paced_rates:
             topic = f"bench-paced-{rate}"
             _create_topic(bootstrap, topic)
@@ -116,6 +130,8 @@ def main() -> int:
             result = _produce(bootstrap, topic, "all", 100, count, rate)
             runs.append({"case": "paced", "acks": "all", "record_size": 100, **result})
             print(json.dumps(runs[-1]), file=sys.stderr)
+            if not args.keep_topics:
+                _delete_topic(bootstrap, topic)
     report = {
         "benchmark": "replicated",
         "nodes": 3,
@@ -123,6 +139,7 @@ def main() -> int:
         "partitions": PARTITIONS,
         "min_insync_replicas": 2,
         "node_config": args.config,
+        "topics_kept": args.keep_topics,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "runs": runs,
     }
