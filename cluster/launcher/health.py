@@ -1,7 +1,12 @@
-"""Whether a local cluster is healthy: each node's process state and its Metadata answer.
+"""Whether a local cluster is healthy: each node's process state, its Metadata answer and
+its own health verdict (``NodeHealth``).
 
 Healthy means every node runs and answers Metadata, every answer lists every node as a
-broker, and every answer names an active controller (:func:`health_problems`).
+broker, every answer names an active controller, and every node says it is healthy
+(:func:`health_problems`). The last matters after a restart: each node's metadata log still
+lists the brokers as the earlier processes registered them, so Metadata looks complete
+before the restarted brokers have registered again and been unfenced, and a topic created in
+that window could not place three replicas.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import grpc
 from cluster.client._rpc_errors import describe_rpc_failure
 from cluster.launcher.processes import is_alive, is_our_node, process_state, state_word
 from cluster.launcher.spec import NodeRecord
+from cluster.node_health import HealthVerdict, check_health
 from cluster.wire import broker_pb2, broker_pb2_grpc
 
 __all__ = [
@@ -104,6 +110,8 @@ class NodeStatus:
     state: str
     metadata: MetadataView | None = None
     error: str | None = None
+    health: HealthVerdict | None = None
+    """The node's own verdict (``NodeHealth``), asked once it answered Metadata."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON form: the ``cluster.json`` entry plus liveness and the node's metadata view."""
@@ -118,13 +126,15 @@ class NodeStatus:
                 "controller_id": self.metadata.controller_id if self.metadata else None,
                 "brokers": self.metadata.broker_ids if self.metadata else None,
                 "topics": self.metadata.topic_count if self.metadata else None,
+                "health": self.health.reason if self.health else None,
             }
         )
         return doc
 
 
 def node_status(node: NodeRecord, probe_timeout_s: float = PROBE_TIMEOUT_S) -> NodeStatus:
-    """``node``'s process state and, when it runs and answers, its Metadata view."""
+    """``node``'s process state and, when it runs and answers, its Metadata view and its own
+    health verdict."""
     if node.pid is None or not is_alive(node.pid):
         return NodeStatus(node, False, "not running")
     if not is_our_node(node.pid, node.data_dir):
@@ -135,7 +145,8 @@ def node_status(node: NodeRecord, probe_timeout_s: float = PROBE_TIMEOUT_S) -> N
         metadata = probe_metadata(node.address, probe_timeout_s)
     except grpc.RpcError as exc:
         return NodeStatus(node, True, state_word(state), error=_rpc_error_text(exc))
-    return NodeStatus(node, True, state_word(state), metadata=metadata)
+    health = check_health(node.address, probe_timeout_s)
+    return NodeStatus(node, True, state_word(state), metadata=metadata, health=health)
 
 
 @dataclass
@@ -193,7 +204,9 @@ def health_problems(expected_ids: Sequence[int], nodes: Sequence[NodeStatus]) ->
     """Why the cluster is not healthy (empty when it is).
 
     Healthy: every node runs and answers Metadata, every answer lists every expected broker
-    id, and every answer names an active controller (``controller_id >= 0``).
+    id, every answer names an active controller (``controller_id >= 0``), and no node that
+    was asked for its own verdict says it is unhealthy (not registered by this process,
+    fenced, or behind on the metadata log).
     """
     problems = []
     expected = set(expected_ids)
@@ -211,4 +224,6 @@ def health_problems(expected_ids: Sequence[int], nodes: Sequence[NodeStatus]) ->
                 )
             if status.metadata.controller_id < 0:
                 problems.append(f"node {node_id} knows no active controller")
+            if status.health is not None and not status.health.healthy:
+                problems.append(f"node {node_id}: {status.health.reason}")
     return problems

@@ -18,6 +18,8 @@ import pytest
 
 from cluster.client import AdminClient, NewTopic, Producer
 from cluster.launcher import CLUSTER_FILE, ClusterSpec, LauncherError, LocalCluster, is_alive
+from cluster.node_health import check_health
+from cluster.status import describe_cluster
 from tests.integration.nodes import free_consecutive_ports
 
 LAUNCHER_TIMEOUT_S = 120.0
@@ -147,6 +149,27 @@ def test_up_status_kill_restart_down(cluster_dir: Path) -> None:
         n["pid"] is None for n in json.loads((cluster_dir / CLUSTER_FILE).read_text())["nodes"]
     )
     assert (cluster_dir / "node-1" / "node.log").stat().st_size > 0  # data and logs kept
+
+
+def test_a_restarted_cluster_places_three_replicas_once_up_returns(cluster_dir: Path) -> None:
+    """``up`` on a stopped cluster's data returns only when the restarted brokers have
+    registered again and been unfenced: Metadata alone still lists the earlier processes'
+    registrations, and a topic created then found fewer than three live brokers."""
+    cluster = LocalCluster(
+        ClusterSpec(data_dir=cluster_dir, nodes=3, base_port=free_consecutive_ports(3))
+    )
+    cluster.up(wait=True, timeout_s=60)
+    addresses = cluster.bootstrap.split(",")
+    before = {b["node_id"]: b["broker_epoch"] for b in describe_cluster(addresses)["brokers"]}
+    cluster.down(timeout_s=30)
+
+    assert cluster.up(wait=True, timeout_s=60) == [1, 2, 3]
+    brokers = describe_cluster(addresses)["brokers"]
+    assert [(b["node_id"], b["fenced"]) for b in brokers] == [(1, False), (2, False), (3, False)]
+    assert all(b["broker_epoch"] > before[b["node_id"]] for b in brokers), (before, brokers)
+    assert all(check_health(address).healthy for address in addresses)
+    with AdminClient({"bootstrap.servers": cluster.bootstrap}) as admin:
+        admin.create_topics([NewTopic("after-restart", 3, 3)])["after-restart"].result()
 
 
 def test_up_reports_a_node_that_fails_to_start(cluster_dir: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import os
@@ -39,6 +40,7 @@ from cluster.launcher import (
     signal_node,
     tail_lines,
 )
+from cluster.node_health import HealthVerdict
 from cluster.status import render_status
 
 
@@ -374,6 +376,17 @@ def test_health_needs_every_broker_and_a_controller(tmp_path: Path) -> None:
 
     dead = [NodeStatus(cluster.node(1), False, "not running"), *healthy[1:]]
     assert health_problems(ids, dead) == ["node 1 is not running"]
+
+    # Restarted: Metadata still lists the earlier process's registration, the node knows
+    # it has not been unfenced yet.
+    fenced = dataclasses.replace(
+        healthy[1], health=HealthVerdict(False, "unhealthy: broker 2 is fenced")
+    )
+    assert health_problems(ids, [healthy[0], fenced, healthy[2]]) == [
+        "node 2: unhealthy: broker 2 is fenced"
+    ]
+    vouched = dataclasses.replace(healthy[1], health=HealthVerdict(True, "healthy: broker 2"))
+    assert health_problems(ids, [healthy[0], vouched, healthy[2]]) == []
 
 
 def test_ready_count_counts_nodes_that_see_everyone(tmp_path: Path) -> None:
