@@ -73,7 +73,7 @@ async def append_acks_all(
     headers = validate_batches(data, max(len(data), partition.log.config.max_message_bytes))
     appended = partition.append_as_leader(data, headers, -1, now_ms)
     async with asyncio.timeout(APPEND_TIMEOUT_S):
-        await partition.wait_acked(appended.required_offset, -1)
+        await partition.wait_acked(appended.required_offset, -1, appended.leader_epoch)
 
 
 async def append_transactional_acks_all(
@@ -94,6 +94,7 @@ async def append_transactional_acks_all(
         builder.append(key=key, value=value, timestamp_ms=now_ms)
     data = bytearray(builder.build())
     headers = validate_batches(data, max(len(data), partition.log.config.max_message_bytes))
-    appended = partition.append_as_coordinator(data, headers, now_ms)
+    required_offset = partition.append_as_coordinator(data, headers, now_ms)
+    leader_epoch = partition.leader_epoch  # the append's: nothing ran in between
     async with asyncio.timeout(APPEND_TIMEOUT_S):
-        await partition.wait_acked(appended, -1)
+        await partition.wait_acked(required_offset, -1, leader_epoch)

@@ -29,7 +29,7 @@ from cluster.wire import broker_pb2 as pb
 from replica.batch_header import iter_headers
 from replica.broker_rpcs import BrokerRpcs, error_fields
 from replica.outcomes import outcomes
-from replica.partition import Partition
+from replica.partition import LeaderAppend, Partition
 from replica.records import decode_records
 from replica.replication import DivergingEpoch
 
@@ -46,9 +46,11 @@ MAX_FETCH_WAIT_MS = 60_000
 MAX_PRODUCE_TIMEOUT_MS = 300_000
 
 
-async def _acked_within(partition: Partition, offset: int, acks: int, timeout_s: float) -> None:
+async def _acked_within(
+    partition: Partition, appended: LeaderAppend, acks: int, timeout_s: float
+) -> None:
     async with asyncio.timeout(timeout_s):
-        await partition.wait_acked(offset, acks)
+        await partition.wait_acked(appended.required_offset, acks, appended.leader_epoch)
 
 
 class DataPlaneRpcs(BrokerRpcs):
@@ -86,7 +88,7 @@ class DataPlaneRpcs(BrokerRpcs):
                 ]
             )
         timeout_s = min(max(request.timeout_ms, 0) or 30_000, MAX_PRODUCE_TIMEOUT_MS) / 1000
-        pending: list[tuple[pb.PartitionProduceResponse, Partition, int]] = []
+        pending: list[tuple[pb.PartitionProduceResponse, Partition, LeaderAppend]] = []
         response = pb.ProduceResponse()
         for topic in request.topics:
             topic_response = response.topics.add(name=topic.name)
@@ -101,15 +103,13 @@ class DataPlaneRpcs(BrokerRpcs):
                         if request.transactional_id
                         else frozenset()
                     )
-                    required_offset = self._append(
-                        partition, data.records, request.acks, result, verified
-                    )
+                    appended = self._append(partition, data.records, request.acks, result, verified)
                 except LograftError as exc:
                     result.error_code = exc.code
                     result.error_message = exc.message
                     continue
                 if partition.needs_ack_wait(request.acks):
-                    pending.append((result, partition, required_offset))
+                    pending.append((result, partition, appended))
         if pending:
             await self._await_acks(pending, request.acks, timeout_s)
         return response
@@ -143,25 +143,28 @@ class DataPlaneRpcs(BrokerRpcs):
         acks: int,
         result: pb.PartitionProduceResponse,
         verified: frozenset[tuple[int, int]] = frozenset(),
-    ) -> int:
-        """Append a producer's bytes to ``partition`` into ``result``; the offset acks wait for."""
+    ) -> LeaderAppend:
+        """Append a producer's bytes to ``partition`` into ``result``; what acks wait for."""
         appended = partition.append_produced(records, acks, self._now_ms(), verified)
         result.base_offset = appended.batch_base_offsets[0]
         if len(appended.batch_base_offsets) > 1:
             result.batch_base_offsets.extend(appended.batch_base_offsets)
         result.log_append_time_ms = appended.log_append_time_ms
         result.log_start_offset = partition.log.log_start_offset
-        return appended.required_offset
+        return appended
 
     async def _await_acks(
         self,
-        pending: list[tuple[pb.PartitionProduceResponse, Partition, int]],
+        pending: list[tuple[pb.PartitionProduceResponse, Partition, LeaderAppend]],
         acks: int,
         timeout_s: float,
     ) -> None:
         """Wait for each partition's acks, as its ack rule says (``Partition.wait_acked``)."""
         failures = await outcomes(
-            [_acked_within(partition, offset, acks, timeout_s) for _, partition, offset in pending]
+            [
+                _acked_within(partition, appended, acks, timeout_s)
+                for _, partition, appended in pending
+            ]
         )
         for (result, partition, _), outcome in zip(pending, failures, strict=True):
             if isinstance(outcome, InvariantError):

@@ -78,12 +78,15 @@ class LeaderAppend:
 
     ``batch_base_offsets`` holds one entry per produced batch, in order; a retried
     duplicate keeps the offset it was first given. ``required_offset`` is one past the
-    last offset of every batch (new or duplicate): acks are answered once it is covered.
+    last offset of every batch (new or duplicate): acks are answered once it is covered,
+    and only while the partition is still led at ``leader_epoch`` (see
+    :meth:`Partition.wait_acked`).
     """
 
     batch_base_offsets: tuple[int, ...]
     required_offset: int
     log_append_time_ms: int
+    leader_epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +272,16 @@ class Partition:
             )
         return leader
 
+    def _require_leading_at(self, leader_epoch: int) -> LeaderState:
+        """The leader state, if this broker leads at ``leader_epoch`` still."""
+        leader = self._require_leader()
+        if leader.leader_epoch != leader_epoch:
+            raise NotLeaderOrFollowerError(
+                f"{self.topic_partition}: leadership moved since the append (leader epoch "
+                f"{leader_epoch}, now {leader.leader_epoch})"
+            )
+        return leader
+
     # ---- high watermark -------------------------------------------------------------------
 
     @property
@@ -423,7 +436,7 @@ class Partition:
                 base = next(fresh_iter)
                 base_offsets.append(base)
                 required_offset = max(required_offset, base + header.last_offset_delta + 1)
-        return LeaderAppend(tuple(base_offsets), required_offset, append_time)
+        return LeaderAppend(tuple(base_offsets), required_offset, append_time, leader.leader_epoch)
 
     def append_as_coordinator(
         self, records: bytearray, headers: list[BatchHeader], now_ms: int
@@ -487,14 +500,16 @@ class Partition:
         self._on_replication_progress()
         return result
 
-    def acks_all_waiter(self, required_offset: int) -> asyncio.Future[None]:
-        """A future done once the high watermark reaches ``required_offset``.
+    def acks_all_waiter(self, required_offset: int, leader_epoch: int) -> asyncio.Future[None]:
+        """A future done once the high watermark reaches ``required_offset``, for records
+        appended at ``leader_epoch``.
 
         It fails with NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR drops below
-        ``min.insync.replicas`` first, NOT_LEADER_OR_FOLLOWER if leadership moves. A
+        ``min.insync.replicas`` first, NOT_LEADER_OR_FOLLOWER if leadership moves. Raises
+        NOT_LEADER_OR_FOLLOWER if it moved already, even back here at a later epoch. A
         cancelled waiter is simply dropped.
         """
-        leader = self._require_leader()
+        leader = self._require_leading_at(leader_epoch)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         status = leader.completed_acks_all(required_offset)
         if not status.done:
@@ -518,14 +533,22 @@ class Partition:
         """Whether :meth:`wait_acked` has anything to wait for (else answer at once)."""
         return any(self._ack_rule(acks))
 
-    async def wait_acked(self, required_offset: int, acks: int) -> None:
-        """Return once a produce ending before ``required_offset`` may be answered
-        (:meth:`_ack_rule`); at once when nothing needs waiting."""
+    async def wait_acked(self, required_offset: int, acks: int, leader_epoch: int) -> None:
+        """Return once a produce ending before ``required_offset``, appended while leading
+        at ``leader_epoch``, may be answered (:meth:`_ack_rule`); at once when nothing
+        needs waiting.
+
+        Raises NOT_LEADER_OR_FOLLOWER once leadership moved after the append, although the
+        flush or the high watermark may pass ``required_offset`` later: the log may have
+        been truncated meanwhile and those offsets refilled with other records, by another
+        leader or by this broker leading again at a later epoch.
+        """
         flush, high_watermark = self._ack_rule(acks)
         if flush:
             await self.wait_flushed(required_offset)
+            self._require_leading_at(leader_epoch)
         if high_watermark:
-            await self.acks_all_waiter(required_offset)
+            await self.acks_all_waiter(required_offset, leader_epoch)
 
     def _fail_acks_waiters(self, error: LograftError) -> None:
         waiters, self._acks_waiters = self._acks_waiters, []
@@ -643,6 +666,11 @@ class Partition:
             # Producers whose older batches the cache no longer holds: replay from disk.
             self.producer_state = load_producer_state(self.log)
         self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
+        # A flush can no longer reach what was cut: the running flush loop would spin until
+        # the log grew past it again. Waiting for what is left is what such a waiter needs (a
+        # produce's ack wait then finds its leadership gone and fails).
+        end = self.log.log_end_offset
+        self._flush_waiters = [(min(offset, end), w) for offset, w in self._flush_waiters]
 
     # ---- waiting for data -----------------------------------------------------------------
 

@@ -242,8 +242,9 @@ class TxnRpcs(BrokerRpcs):
         if not partition.is_leader:
             raise NotLeaderOrFollowerError(f"{tp} is led by another broker")
         required = partition.append_marker(producer_id, producer_epoch, marker, self._now_ms())
+        leader_epoch = partition.leader_epoch  # the append's: nothing ran in between
         async with asyncio.timeout(MARKER_ACK_TIMEOUT_S):
-            await partition.wait_acked(required, -1)
+            await partition.wait_acked(required, -1, leader_epoch)
         if tp.topic == OFFSETS_TOPIC and self._groups is not None:
             # The group coordinator commits (or drops) the producer's pending offsets.
             await self._groups.on_transaction_marker(tp.partition, producer_id, marker.committed)

@@ -63,7 +63,7 @@ def test_raising_min_insync_replicas_refuses_acks_all_and_lowering_it_commits(
 def test_a_higher_minimum_fails_produces_already_waiting(tmp_path: Path) -> None:
     async def scenario() -> None:
         partition = _leader(tmp_path, isr=(1, 2))
-        waiting = partition.acks_all_waiter(_append(partition, [b"a"], acks=-1))
+        waiting = partition.acks_all_waiter(_append(partition, [b"a"], acks=-1), 1)
         partition.update_config(BASE.with_overrides({"min.insync.replicas": "3"}))
         with pytest.raises(NotEnoughReplicasAfterAppendError):
             await asyncio.wait_for(waiting, 1)

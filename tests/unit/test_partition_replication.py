@@ -69,7 +69,7 @@ def test_acks_all_waits_for_every_isr_member(tmp_path: Path) -> None:
         data = _batch([b"a", b"b"])
         headers = validate_batches(data, 1 << 20)
         appended = partition.append_as_leader(data, headers, -1, 0)
-        waiting = partition.acks_all_waiter(appended.required_offset)
+        waiting = partition.acks_all_waiter(appended.required_offset, appended.leader_epoch)
         partition.on_follower_fetch(2, 2, 1, 1, now_ms=1)
         assert not waiting.done() and partition.high_watermark == 0
         partition.on_follower_fetch(3, 2, 1, 1, now_ms=1)
@@ -100,7 +100,7 @@ def test_isr_shrinking_while_waiting_fails_with_not_enough_replicas_after_append
         _lead(partition, isr=(1, 2))
         data = _batch([b"a"])
         appended = partition.append_as_leader(data, validate_batches(data, 1 << 20), -1, 0)
-        waiting = partition.acks_all_waiter(appended.required_offset)
+        waiting = partition.acks_all_waiter(appended.required_offset, appended.leader_epoch)
         partition.become_leader(
             replica_id=1, replicas=(1, 2, 3), isr=(1,), leader_epoch=1, partition_epoch=1, now_ms=5
         )
@@ -116,7 +116,7 @@ def test_losing_leadership_fails_waiting_produces(tmp_path: Path) -> None:
         _lead(partition)
         data = _batch([b"a"])
         appended = partition.append_as_leader(data, validate_batches(data, 1 << 20), -1, 0)
-        waiting = partition.acks_all_waiter(appended.required_offset)
+        waiting = partition.acks_all_waiter(appended.required_offset, appended.leader_epoch)
         partition.become_follower(2)
         with pytest.raises(NotLeaderOrFollowerError):
             await asyncio.wait_for(waiting, 1)

@@ -109,7 +109,9 @@ def test_the_ack_rule(tmp_path: Path, flush_policy: str, acks: int, waits: bool)
     appended = partition.append_produced(encode_batch([b"a"]), acks, 0)
 
     async def acked() -> None:
-        await asyncio.wait_for(partition.wait_acked(appended.required_offset, acks), 5)
+        await asyncio.wait_for(
+            partition.wait_acked(appended.required_offset, acks, appended.leader_epoch), 5
+        )
 
     asyncio.run(acked())
     if flush_policy == "fsync":
