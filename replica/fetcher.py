@@ -286,7 +286,9 @@ class ReplicaFetcher:
                 tp = done.partition.topic_partition
                 log.error("replica flush failed partition=%s error=%r", tp, outcome)
                 self._delay(tp, done.state)
-            else:
+            elif done.partition.follower_state is done.state:
+                # Not if the role changed during the flush: the high watermark is another
+                # fetcher's then, over records this flush may not have covered.
                 done.partition.publish_follower_high_watermark()
 
     def _delay(self, tp: TopicPartition, state: FollowerState) -> None:

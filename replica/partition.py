@@ -152,8 +152,10 @@ class Partition:
     ) -> None:
         """Lead at ``leader_epoch`` (a new epoch), or take a committed ISR change (same epoch).
 
-        ``acks=all`` produces waiting from an earlier epoch of this leadership keep waiting:
-        the records are still in this log and the new epoch's high watermark covers them.
+        ``acks=all`` produces already waiting for the high watermark from an earlier epoch
+        of this leadership keep waiting: the records are still in this log and the new
+        epoch's high watermark covers them. One still waiting for its flush fails with
+        NOT_LEADER_OR_FOLLOWER (:meth:`wait_acked`) and is retried.
         """
         self._propose_isr = propose_isr
         self._follower = None
@@ -544,6 +546,7 @@ class Partition:
         leader or by this broker leading again at a later epoch.
         """
         flush, high_watermark = self._ack_rule(acks)
+        self._require_leading_at(leader_epoch)  # the handler may have awaited since
         if flush:
             await self.wait_flushed(required_offset)
             self._require_leading_at(leader_epoch)
@@ -683,7 +686,12 @@ class Partition:
                 waiter.set_result(None)
 
     def wake_fetchers(self) -> None:
-        """Complete every pending fetch wait on this partition (it is going away)."""
+        """Complete every pending fetch wait on this partition and end its role here (it is
+        going away): a produce still waiting for its flush then fails instead of waiting
+        for a high watermark that will never move."""
+        self._leader = None
+        self._propose_isr = None
+        self._follower = None
         self._wake(self._data_waiters)
         self._wake(self._replica_waiters)
         self._fail_acks_waiters(
@@ -709,6 +717,9 @@ class Partition:
         Appends that arrive while a flush runs wait together for the next one, so one
         fdatasync acknowledges many produce requests.
         """
+        # Nothing above the log end can be flushed: a wait for records a truncation cut would
+        # keep the flush loop spinning until the log grew past them again.
+        offset = min(offset, self.log.log_end_offset)
         if self.log.flushed_offset >= offset:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -753,7 +764,7 @@ class Partition:
                 if offset <= flushed_offset:
                     if not waiter.done():
                         waiter.set_result(None)
-                else:
+                elif not waiter.done():  # a cancelled wait (a timed-out produce) is dropped
                     still_waiting.append((offset, waiter))
             self._flush_waiters = still_waiting
             self._note_flush_seconds(seconds)

@@ -104,3 +104,42 @@ def test_a_flush_wait_for_records_cut_away_ends_without_waiting_for_new_ones(
         partition.log.close()
 
     asyncio.run(scenario())
+
+
+def test_a_produce_whose_handler_awaited_past_a_leadership_change_fails_at_once(
+    tmp_path: Path,
+) -> None:
+    # A produce to several partitions awaits between its appends (a transaction's
+    # verification): by the time it waits for this append's ack, the tail may be gone.
+    async def scenario() -> None:
+        partition = _open(tmp_path)
+        _lead(partition, epoch=1)
+        appended = _append(partition, [b"a", b"b"])
+        partition.become_follower(2, replica_id=1, leader_id=2)
+        partition.truncate_to(0)
+
+        with pytest.raises(NotLeaderOrFollowerError):
+            await asyncio.wait_for(_acked(partition, appended), GUARD_S)
+        partition.log.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_produce_waiting_for_its_flush_on_a_partition_going_away_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(partition_module, "loop_flusher", lambda: None)
+
+    async def scenario() -> None:
+        partition = _open(tmp_path)
+        _lead(partition, epoch=1)
+        appended = _append(partition, [b"a"])
+        acked = _acked(partition, appended)
+        await asyncio.sleep(0)  # one turn: the produce now waits for the group commit
+        partition.wake_fetchers()  # the topic is deleted, or the node shuts down
+
+        with pytest.raises(NotLeaderOrFollowerError):
+            await asyncio.wait_for(acked, GUARD_S)
+        partition.log.close()
+
+    asyncio.run(scenario())
