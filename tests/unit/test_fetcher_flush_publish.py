@@ -1,0 +1,79 @@
+"""A replica fetcher publishes only a high watermark its own flush covered.
+
+After appending a fetch's records the fetcher flushes them, then publishes the follower's
+high watermark: a replica counts only what is on its disk. If the partition's role changes
+while that flush runs (it follows another leader now), the follower state is another
+fetcher's, whose high watermark may cover records appended since and not flushed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cluster.wire import broker_pb2 as pb
+from replica.batch_header import assign_offsets
+from replica.fetcher import ReplicaFetcher, _Sent, to_core_response
+from replica.follower_fetch import NextFetch, handle_fetch_response
+from replica.log_manager import LogManager
+from replica.topic_config import LogConfig
+from replica.topic_partition import TopicPartition
+from tests.unit.log_fixtures import headers_of, make_batch
+
+TP = TopicPartition("t", 0)
+
+
+def _now_ms() -> int:
+    return 0
+
+
+def _records(first_offset: int, epoch: int) -> bytes:
+    """Two records as the leader stored them at ``first_offset``, stamped with ``epoch``."""
+    batch = bytearray(make_batch([b"a", b"b"]))
+    assign_offsets(batch, headers_of(bytes(batch)), first_offset, epoch)
+    return bytes(batch)
+
+
+def _answer(records: bytes, high_watermark: int) -> pb.FetchResponse:
+    response = pb.FetchResponse()
+    response.topics.add(name=TP.topic).partitions.add(
+        partition=TP.partition, high_watermark=high_watermark, records=records
+    )
+    return response
+
+
+async def test_a_role_change_during_the_flush_publishes_no_high_watermark(
+    tmp_path: Path,
+) -> None:
+    logs = LogManager(tmp_path, LogConfig(), _now_ms)
+    partition = logs.open_partition(TP, "topic-id", {})
+    partition.become_follower(1, replica_id=1, leader_id=2)
+    logs.adopt_partition(partition)
+    # Never started: its answer handling is driven directly.
+    fetcher = ReplicaFetcher(1, 2, "127.0.0.1:1", logs, _now_ms)
+    old = partition.follower_state
+    assert old is not None
+    asked = _Sent(
+        partition, old, old.fetch_request(partition.log_end_offset, partition.leader_epoch_cache)
+    )
+    real_flush_now = partition.flush_now
+
+    async def flush_then_follow_another_leader() -> None:
+        await real_flush_now()  # offsets 0 and 1 are on disk
+        # Meanwhile the partition follows node 3, whose fetcher appends offsets 2 and 3
+        # and learns a high watermark of 4; its own flush has not run yet.
+        partition.become_follower(2, replica_id=1, leader_id=3)
+        new = partition.follower_state
+        assert new is not None
+        request = new.fetch_request(partition.log_end_offset, partition.leader_epoch_cache)
+        (result,) = _answer(_records(2, 2), 4).topics[0].partitions
+        answer = to_core_response(result, request, 0)
+        assert handle_fetch_response(new, partition, answer) is NextFetch.AFTER_FLUSH
+
+    partition.flush_now = flush_then_follow_another_leader  # type: ignore[method-assign]
+    try:
+        await fetcher._handle(_answer(_records(0, 1), 2), {TP: asked})
+        assert partition.log.flushed_offset == 2
+        assert partition.log_end_offset == 4
+        assert partition.high_watermark <= partition.log.flushed_offset
+    finally:
+        partition.log.close()
