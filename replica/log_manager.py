@@ -149,7 +149,7 @@ class LogManager:
         except KafkaStorageError as exc:
             log.error("high watermark checkpoint not written at shutdown error=%s", exc)
         for partition in self.partitions.values():
-            partition.wake_fetchers()
+            partition.unhost()
             try:
                 partition.write_producer_snapshot()
             except OSError as exc:
@@ -391,7 +391,7 @@ def _discard(partitions: list[Partition]) -> list[Path]:
     """Close partitions and rename their directories away; returns the directories."""
     doomed = []
     for partition in partitions:
-        partition.wake_fetchers()
+        partition.unhost()
         partition.log.close()
         doomed.append(_mark_deleted(partition.log.directory))
     return doomed

@@ -669,11 +669,6 @@ class Partition:
             # Producers whose older batches the cache no longer holds: replay from disk.
             self.producer_state = load_producer_state(self.log)
         self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
-        # A flush can no longer reach what was cut: the running flush loop would spin until
-        # the log grew past it again. Waiting for what is left is what such a waiter needs (a
-        # produce's ack wait then finds its leadership gone and fails).
-        end = self.log.log_end_offset
-        self._flush_waiters = [(min(offset, end), w) for offset, w in self._flush_waiters]
 
     # ---- waiting for data -----------------------------------------------------------------
 
@@ -685,10 +680,11 @@ class Partition:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def wake_fetchers(self) -> None:
-        """Complete every pending fetch wait on this partition and end its role here (it is
-        going away): a produce still waiting for its flush then fails instead of waiting
-        for a high watermark that will never move."""
+    def unhost(self) -> None:
+        """The partition is going away (deleted, or the node stops): end its role here,
+        complete every pending fetch wait and fail the produces waiting for acks; a produce
+        still waiting for its flush then fails instead of waiting for a high watermark that
+        will never move."""
         self._leader = None
         self._propose_isr = None
         self._follower = None
@@ -717,16 +713,21 @@ class Partition:
         Appends that arrive while a flush runs wait together for the next one, so one
         fdatasync acknowledges many produce requests.
         """
-        # Nothing above the log end can be flushed: a wait for records a truncation cut would
-        # keep the flush loop spinning until the log grew past them again.
-        offset = min(offset, self.log.log_end_offset)
-        if self.log.flushed_offset >= offset:
+        if self._flush_covers(offset, self.log.flushed_offset):
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._flush_waiters.append((offset, waiter))
         if self._flush_task is None or self._flush_task.done():
             self._flush_task = asyncio.create_task(self._flush_loop())
         await waiter
+
+    def _flush_covers(self, offset: int, flushed_offset: int) -> bool:
+        """Whether a wait for every offset below ``offset`` to be flushed is over.
+
+        Only what the log still holds can be flushed: records a truncation cut never will,
+        and a wait for them would keep the flush loop spinning until the log grew past them
+        again (a produce's ack wait then finds its leadership gone and fails)."""
+        return min(offset, self.log.log_end_offset) <= flushed_offset
 
     async def _flush_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -761,7 +762,7 @@ class Partition:
                 return
             still_waiting = []
             for offset, waiter in self._flush_waiters:
-                if offset <= flushed_offset:
+                if self._flush_covers(offset, flushed_offset):
                     if not waiter.done():
                         waiter.set_result(None)
                 elif not waiter.done():  # a cancelled wait (a timed-out produce) is dropped

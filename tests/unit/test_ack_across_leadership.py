@@ -8,7 +8,8 @@ under the new leadership, and the producer was told its records were at offsets 
 someone else's: 204 acknowledged records lost.
 
 A real log with the default ``flush.policy=fsync`` (the ack waits for the leader's flush)
-and an ISR of the leader alone, so the high watermark follows its flushes.
+and an ISR of the leader alone, so the high watermark follows its flushes; the flush runs on
+the loop (decision 0011), so a test decides what happens before it.
 """
 
 from __future__ import annotations
@@ -59,15 +60,34 @@ def _acked(partition: Partition, appended: LeaderAppend) -> asyncio.Future[None]
     )
 
 
+async def _waiting_for_its_flush(partition: Partition, values: list[bytes]) -> asyncio.Future[None]:
+    """Lead at epoch 1, append ``values`` and start their produce's ack wait; return once it
+    waits for the group commit, which has not run yet (the flush on the loop, decision 0011:
+    it runs when its task's turn comes)."""
+    _lead(partition, epoch=1)
+    acked = _acked(partition, _append(partition, values))
+    for _ in range(10):  # loop turns, not time: the ack wait's task starts the flush task
+        if partition._flush_task is not None:
+            break
+        await asyncio.sleep(0)
+    assert partition._flush_task is not None and not partition._flush_task.done()
+    assert partition.log.flushed_offset < partition.log_end_offset
+    return acked
+
+
+@pytest.fixture(autouse=True)
+def _flush_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(partition_module, "loop_flusher", lambda: None)  # no C thread
+
+
 def test_records_cut_and_refilled_by_a_later_leadership_are_not_acknowledged(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
         partition = _open(tmp_path)
-        _lead(partition, epoch=1)
-        lost = _append(partition, [b"a", b"b"])
-        acked = _acked(partition, lost)  # not run yet: the node is paused
-        # On resuming, the node learns it follows, cuts the tail, then leads again.
+        acked = await _waiting_for_its_flush(partition, [b"a", b"b"])
+        # Before the flush runs, the node learns it follows (it was paused), cuts the tail,
+        # then leads again and refills those offsets; the flush then covers the new records.
         partition.become_follower(2, replica_id=1, leader_id=2)
         partition.truncate_to(0)
         _lead(partition, epoch=3)
@@ -83,18 +103,11 @@ def test_records_cut_and_refilled_by_a_later_leadership_are_not_acknowledged(
 
 
 def test_a_flush_wait_for_records_cut_away_ends_without_waiting_for_new_ones(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    # The flush on the loop (decision 0011): it runs when its task's turn comes, so the
-    # produce is waiting for it when the tail is cut.
-    monkeypatch.setattr(partition_module, "loop_flusher", lambda: None)
-
     async def scenario() -> None:
         partition = _open(tmp_path)
-        _lead(partition, epoch=1)
-        appended = _append(partition, [b"a", b"b"])
-        acked = _acked(partition, appended)
-        await asyncio.sleep(0)  # one turn: the produce now waits for the group commit
+        acked = await _waiting_for_its_flush(partition, [b"a", b"b"])
         partition.become_follower(2, replica_id=1, leader_id=2)
         partition.truncate_to(0)
 
@@ -126,17 +139,12 @@ def test_a_produce_whose_handler_awaited_past_a_leadership_change_fails_at_once(
 
 
 def test_a_produce_waiting_for_its_flush_on_a_partition_going_away_fails(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    monkeypatch.setattr(partition_module, "loop_flusher", lambda: None)
-
     async def scenario() -> None:
         partition = _open(tmp_path)
-        _lead(partition, epoch=1)
-        appended = _append(partition, [b"a"])
-        acked = _acked(partition, appended)
-        await asyncio.sleep(0)  # one turn: the produce now waits for the group commit
-        partition.wake_fetchers()  # the topic is deleted, or the node shuts down
+        acked = await _waiting_for_its_flush(partition, [b"a"])
+        partition.unhost()  # the topic is deleted, or the node shuts down
 
         with pytest.raises(NotLeaderOrFollowerError):
             await asyncio.wait_for(acked, GUARD_S)

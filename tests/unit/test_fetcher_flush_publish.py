@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cluster.wire import broker_pb2 as pb
 from replica.batch_header import assign_offsets
 from replica.fetcher import ReplicaFetcher, _Sent, to_core_response
@@ -42,7 +44,7 @@ def _answer(records: bytes, high_watermark: int) -> pb.FetchResponse:
 
 
 async def test_a_role_change_during_the_flush_publishes_no_high_watermark(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     logs = LogManager(tmp_path, LogConfig(), _now_ms)
     partition = logs.open_partition(TP, "topic-id", {})
@@ -69,7 +71,7 @@ async def test_a_role_change_during_the_flush_publishes_no_high_watermark(
         answer = to_core_response(result, request, 0)
         assert handle_fetch_response(new, partition, answer) is NextFetch.AFTER_FLUSH
 
-    partition.flush_now = flush_then_follow_another_leader  # type: ignore[method-assign]
+    monkeypatch.setattr(partition, "flush_now", flush_then_follow_another_leader)
     try:
         await fetcher._handle(_answer(_records(0, 1), 2), {TP: asked})
         assert partition.log.flushed_offset == 2
