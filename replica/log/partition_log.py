@@ -219,7 +219,7 @@ class PartitionLog:
         unpersisted); it is small (one entry per leader epoch in the log).
         """
         with self._lock:
-            return LeaderEpochCache(self._epochs.cache.entries)
+            return self._epochs.cache.copy()
 
     @property
     def latest_epoch(self) -> int:

@@ -87,6 +87,14 @@ class LeaderEpochCache:
         """A copy of the entries, oldest first."""
         return [EpochEntry(e, o) for e, o in zip(self._epochs, self._offsets, strict=True)]
 
+    def copy(self) -> LeaderEpochCache:
+        """An independent copy (the entries are already checked, so this is cheap: a
+        follower takes one for every partition of every fetch)."""
+        duplicate = LeaderEpochCache()
+        duplicate._epochs = self._epochs.copy()
+        duplicate._offsets = self._offsets.copy()
+        return duplicate
+
     @property
     def latest_epoch(self) -> int:
         """The newest epoch, or ``UNDEFINED_EPOCH`` when empty."""

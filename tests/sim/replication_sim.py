@@ -551,7 +551,7 @@ class ReplicationSimulator:
                 min_insync_replicas=self.cfg.min_insync_replicas,
                 # A copy, as the broker's log hands out: the log's own cache learns the
                 # epoch from the first record written in it.
-                epoch_cache=LeaderEpochCache(replica.cache.entries),
+                epoch_cache=replica.cache.copy(),
                 log_end_offset=len(replica.log),
                 durable_end_offset=replica.synced,
                 high_watermark=replica.high_watermark,

@@ -96,6 +96,15 @@ class TestLeaderEpochCache:
         c.assign(1, 2)  # the same epoch starting earlier moves its start
         assert c.entries == [EpochEntry(0, 0), EpochEntry(1, 2)]
 
+    def test_a_copy_is_equal_and_changes_apart_from_its_original(self) -> None:
+        original = cache((0, 0), (2, 5))
+        duplicate = original.copy()
+        assert duplicate == original
+        duplicate.assign(3, 9)
+        original.truncate_from_end(3)
+        assert original.entries == [EpochEntry(0, 0)]
+        assert duplicate.entries == [EpochEntry(0, 0), EpochEntry(2, 5), EpochEntry(3, 9)]
+
     def test_end_offset_for_latest_epoch_is_log_end(self) -> None:
         assert cache((0, 0), (2, 5)).end_offset_for(2, 9) == EpochEndOffset(2, 9)
 
