@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 
 import grpc
 
@@ -51,6 +52,73 @@ async def _acked_within(
 ) -> None:
     async with asyncio.timeout(timeout_s):
         await partition.wait_acked(appended.required_offset, acks, appended.leader_epoch)
+
+
+def _wanted(request: pb.FetchRequest) -> list[tuple[str, pb.FetchPartition]]:
+    return [(topic.name, wanted) for topic in request.topics for wanted in topic.partitions]
+
+
+async def _wait_for_data(partitions: list[Partition], timeout_s: float, replica: bool) -> None:
+    """Wait until one of ``partitions`` may have more for the fetch, or ``timeout_s``."""
+    # One future for every partition of the fetch: the first to move wakes this task
+    # itself, a loop turn before asyncio.wait's callbacks would.
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    for partition in partitions:
+        partition.add_data_waiter(waiter, replica=replica)
+    try:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await waiter
+    finally:
+        for partition in partitions:
+            partition.discard_waiter(waiter)
+        waiter.cancel()
+
+
+class _FollowerAnswer:
+    """A follower fetch's answer, built over its passes (a held fetch adds what moved)."""
+
+    __slots__ = ("_entries", "_topics", "budget", "response", "total_bytes", "urgent")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.response = pb.FetchResponse()
+        self.budget = max_bytes if max_bytes > 0 else 50 * 1024 * 1024
+        self.total_bytes = 0
+        self.urgent = False
+        """Whether the answer holds an error or a diverging epoch (sent without waiting)."""
+        self._topics: dict[str, pb.FetchTopicResponse] = {}
+        self._entries: dict[tuple[str, int], pb.FetchPartitionResponse] = {}
+
+    def entry(self, topic: str, partition: int) -> pb.FetchPartitionResponse:
+        """The answer's entry for one partition, added on first use."""
+        result = self._entries.get((topic, partition))
+        if result is None:
+            topic_response = self._topics.get(topic)
+            if topic_response is None:
+                topic_response = self._topics[topic] = self.response.topics.add(name=topic)
+            result = self._entries[(topic, partition)] = topic_response.partitions.add(
+                partition=partition
+            )
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """A partition of a held follower fetch with nothing for the follower yet."""
+
+    topic: str
+    wanted: pb.FetchPartition
+    partition: Partition
+
+    def moved(self) -> bool:
+        """Whether a pass would find something new: records past the fetch offset, or the
+        partition no longer led at the epoch the follower names."""
+        partition = self.partition
+        return (
+            partition.log_end_offset > self.wanted.fetch_offset
+            or not partition.is_leader
+            or partition.leader_epoch != self.wanted.current_leader_epoch
+        )
 
 
 class DataPlaneRpcs(BrokerRpcs):
@@ -198,29 +266,51 @@ class DataPlaneRpcs(BrokerRpcs):
         long-poll until ``min_bytes`` or ``max_wait_ms``."""
         max_wait_s = min(max(request.max_wait_ms, 0), MAX_FETCH_WAIT_MS) / 1000
         deadline = asyncio.get_running_loop().time() + max_wait_s
+        if request.replica_id >= 0:
+            return await self._fetch_for_follower(request, deadline)
         while True:
             response, total_bytes, partitions = self._read_all(request)
             remaining = deadline - asyncio.get_running_loop().time()
             if total_bytes >= max(request.min_bytes, 1) or remaining <= 0 or not partitions:
                 return response
-            # One future for every partition of the fetch: the first to move wakes this
-            # task itself, a loop turn before asyncio.wait's callbacks would.
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            replica = request.replica_id >= 0
-            for partition in partitions:
-                partition.add_data_waiter(waiter, replica=replica)
-            try:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(remaining):
-                        await waiter
-            finally:
-                for partition in partitions:
-                    partition.discard_waiter(waiter)
-                waiter.cancel()
+            await _wait_for_data(partitions, remaining, replica=False)
+
+    async def _fetch_for_follower(
+        self, request: pb.FetchRequest, deadline: float
+    ) -> pb.FetchResponse:
+        """A follower's fetch, held until a partition has records for it (or the wait ends).
+
+        The first pass takes every partition's progress to its leader core; a pass after a
+        wake-up looks again only at the partitions that moved (new records, or a role or
+        epoch change): an idle partition's answer cannot have changed, and as in Kafka a
+        held fetch records the follower's progress once, when it arrives. An error or a
+        diverging epoch is answered at once (Kafka's DelayedFetch does the same): the
+        follower must not wait out the fetch to learn that it has to act.
+        """
+        answer = _FollowerAnswer(request.max_bytes)
+        waiting = self._read_for_follower(request.replica_id, _wanted(request), answer)
+        min_bytes = max(request.min_bytes, 1)
+        while True:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if answer.total_bytes >= min_bytes or answer.urgent or remaining <= 0 or not waiting:
+                return answer.response
+            await _wait_for_data([w.partition for w in waiting], remaining, replica=True)
+            moved = [w for w in waiting if w.moved()]
+            if moved:
+                waiting = [w for w in waiting if not w.moved()]
+                waiting += self._read_for_follower(
+                    request.replica_id, [(w.topic, w.wanted) for w in moved], answer
+                )
 
     def _read_all(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, list[Partition]]:
+        """One pass over every partition of ``request``: the answer as it stands now, its
+        record bytes, and the partitions a held fetch would wait on."""
+        if request.replica_id >= 0:
+            answer = _FollowerAnswer(request.max_bytes)
+            waiting = self._read_for_follower(request.replica_id, _wanted(request), answer)
+            return answer.response, answer.total_bytes, [w.partition for w in waiting]
         response = pb.FetchResponse()
-        read_committed = request.isolation_level == READ_COMMITTED and request.replica_id < 0
+        read_committed = request.isolation_level == READ_COMMITTED
         budget = request.max_bytes if request.max_bytes > 0 else 50 * 1024 * 1024
         total_bytes = 0
         readable: list[Partition] = []
@@ -239,38 +329,15 @@ class DataPlaneRpcs(BrokerRpcs):
                     # What a consumer may read: below the high watermark, and with
                     # read_committed below the last stable offset as well.
                     visible = result.last_stable_offset if read_committed else high_watermark
-                    upper_bound: int | None = visible
-                    if request.replica_id >= 0:
-                        # A follower reads past the high watermark (that is how it moves),
-                        # after its epoch and its log's divergence are checked.
-                        decision = partition.on_follower_fetch(
-                            request.replica_id,
-                            wanted.fetch_offset,
-                            wanted.last_fetched_epoch,
-                            wanted.current_leader_epoch,
-                            self._interval_clock_ms(),
-                        )
-                        result.high_watermark = partition.high_watermark
-                        if isinstance(decision, DivergingEpoch):
-                            result.diverging_epoch.epoch = decision.diverging.epoch
-                            result.diverging_epoch.end_offset = decision.diverging.end_offset
-                            continue
-                        upper_bound = None
-                    elif wanted.fetch_offset > visible and (
-                        wanted.fetch_offset <= partition.log.log_end_offset
-                    ):
+                    if visible < wanted.fetch_offset <= partition.log.log_end_offset:
                         # Between what is visible and the log end: not readable yet.
                         readable.append(partition)
                         continue
-                    limit = wanted.partition_max_bytes or 1024 * 1024
-                    # Kafka's rule: the first batch is always returned whole, whatever the
-                    # budget says, so a batch larger than max_bytes cannot block a consumer.
-                    if total_bytes > 0:
-                        limit = min(limit, budget - total_bytes)
+                    limit = self._partition_limit(wanted, total_bytes, budget)
                     if limit <= 0:
                         readable.append(partition)
                         continue
-                    data = partition.log.read(wanted.fetch_offset, limit, upper_bound)
+                    data = partition.log.read(wanted.fetch_offset, limit, visible)
                 except LograftError as exc:
                     result.error_code = exc.code
                     result.error_message = exc.message
@@ -284,6 +351,84 @@ class DataPlaneRpcs(BrokerRpcs):
                 total_bytes += len(data)
                 readable.append(partition)
         return response, total_bytes, readable
+
+    def _read_for_follower(
+        self,
+        replica_id: int,
+        wanted: list[tuple[str, pb.FetchPartition]],
+        answer: _FollowerAnswer,
+    ) -> list[_Waiting]:
+        """Take each partition's progress to its leader core and add what it has for the
+        follower to ``answer``; return the partitions the fetch may wait on.
+
+        A follower reads past the high watermark (that is how it moves) once its epoch and
+        its log's divergence are checked. A partition with nothing to tell it (no records,
+        no error, no diverging epoch, and the high watermark it already knows) is left out
+        of the answer: a follower with many partitions on this leader is answered, and
+        parses, only the ones that moved (a protocol-level shortcut; its core would have
+        done nothing with such an answer).
+        """
+        waiting: list[_Waiting] = []
+        now_ms = self._interval_clock_ms()
+        for topic, fetched in wanted:
+            error: LograftError | None = None
+            diverging: DivergingEpoch | None = None
+            data = b""
+            try:
+                partition = self._leader_partition(topic, fetched.partition)
+                decision = partition.on_follower_fetch(
+                    replica_id,
+                    fetched.fetch_offset,
+                    fetched.last_fetched_epoch,
+                    fetched.current_leader_epoch,
+                    now_ms,
+                )
+                high_watermark = partition.high_watermark
+                if isinstance(decision, DivergingEpoch):
+                    diverging = decision
+                else:
+                    limit = self._partition_limit(fetched, answer.total_bytes, answer.budget)
+                    if limit > 0:
+                        data = partition.log.read(fetched.fetch_offset, limit, None)
+                    waiting.append(_Waiting(topic, fetched, partition))
+            except LograftError as exc:
+                error = exc
+            if (
+                not data
+                and error is None
+                and diverging is None
+                and high_watermark == fetched.known_high_watermark
+            ):
+                continue
+            result = answer.entry(topic, fetched.partition)
+            if error is not None or diverging is not None:
+                answer.urgent = True
+            if error is not None:
+                result.high_watermark = -1
+                result.log_start_offset = -1
+                result.error_code = error.code
+                result.error_message = error.message
+                continue
+            result.high_watermark = high_watermark
+            result.log_start_offset = partition.log.log_start_offset
+            result.last_stable_offset = partition.last_stable_offset
+            if diverging is not None:
+                result.diverging_epoch.epoch = diverging.diverging.epoch
+                result.diverging_epoch.end_offset = diverging.diverging.end_offset
+                continue
+            result.records = data
+            answer.total_bytes += len(data)
+        return waiting
+
+    @staticmethod
+    def _partition_limit(wanted: pb.FetchPartition, total_bytes: int, budget: int) -> int:
+        """How many bytes one partition of a fetch may return (0: none this time)."""
+        limit = wanted.partition_max_bytes or 1024 * 1024
+        # Kafka's rule: the first batch is always returned whole, whatever the budget says,
+        # so a batch larger than max_bytes cannot block a consumer.
+        if total_bytes > 0:
+            limit = min(limit, budget - total_bytes)
+        return limit
 
     # ---- ListOffsets --------------------------------------------------------------------
 

@@ -233,6 +233,7 @@ class ReplicaFetcher:
                     partition_max_bytes=PARTITION_MAX_BYTES,
                     current_leader_epoch=core_request.current_leader_epoch,
                     last_fetched_epoch=core_request.last_fetched_epoch,
+                    known_high_watermark=state.high_watermark,
                 )
             )
         if not topics:
@@ -252,7 +253,9 @@ class ReplicaFetcher:
         """Perform each partition's answer, flush the appended ones together, publish HWs.
 
         The flushes run together (one fdatasync each, in parallel): the next fetch, which
-        tells the leader how far this replica got, waits for them.
+        tells the leader how far this replica got, waits for them. A partition the answer
+        leaves out had nothing new (no records, and the high watermark this follower sent
+        as known): its core would do nothing with it, so nothing is done.
         """
         received_ms = self._now_ms()
         appended: list[_Sent] = []

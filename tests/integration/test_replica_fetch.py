@@ -11,7 +11,7 @@ from cluster.wire import broker_pb2_grpc as pb_grpc
 from replica.records import encode_batch, iter_records
 from tests.integration.nodes import wait_until
 from tests.integration.quorum import QuorumCluster
-from tests.integration.wire_helpers import TIMEOUT_S, produce
+from tests.integration.wire_helpers import TIMEOUT_S, fetch_once, produce
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,22 @@ def _replica_fetch(
     last_fetched_epoch: int,
     current_leader_epoch: int,
 ) -> pb.FetchPartitionResponse:
-    response = stub.Fetch(
+    response = _replica_fetch_answer(
+        stub, replica_id, fetch_offset, last_fetched_epoch, current_leader_epoch, -1
+    )
+    result: pb.FetchPartitionResponse = response.topics[0].partitions[0]
+    return result
+
+
+def _replica_fetch_answer(
+    stub: pb_grpc.BrokerStub,
+    replica_id: int,
+    fetch_offset: int,
+    last_fetched_epoch: int,
+    current_leader_epoch: int,
+    known_high_watermark: int,
+) -> pb.FetchResponse:
+    response: pb.FetchResponse = stub.Fetch(
         pb.FetchRequest(
             replica_id=replica_id,
             max_wait_ms=0,
@@ -39,6 +54,7 @@ def _replica_fetch(
                             partition_max_bytes=1 << 20,
                             current_leader_epoch=current_leader_epoch,
                             last_fetched_epoch=last_fetched_epoch,
+                            known_high_watermark=known_high_watermark,
                         )
                     ],
                 )
@@ -46,8 +62,7 @@ def _replica_fetch(
         ),
         timeout=TIMEOUT_S,
     )
-    result: pb.FetchPartitionResponse = response.topics[0].partitions[0]
-    return result
+    return response
 
 
 def test_leader_answers_follower_fetches(cluster: QuorumCluster) -> None:
@@ -86,6 +101,21 @@ def test_leader_answers_follower_fetches(cluster: QuorumCluster) -> None:
 
         ahead = _replica_fetch(stub, follower, 0, -1, epoch + 1)
         assert ahead.error_code == UnknownLeaderEpochError.code
+
+        # A follower at the log end that knows the high watermark has nothing to learn: the
+        # answer leaves its partition out. One that knows an older high watermark is told.
+        wait_until(
+            lambda: fetch_once(stub, "repl", 0, 0).high_watermark == 5,
+            30,
+            "the followers to commit the five records",
+        )
+        assert not _replica_fetch_answer(stub, follower, 5, epoch, epoch, 5).topics
+        behind = _replica_fetch_answer(stub, follower, 5, epoch, epoch, 3)
+        told = behind.topics[0].partitions[0]
+        assert (told.error_code, told.high_watermark, told.records) == (0, 5, b"")
+        # An error is never left out.
+        fenced = _replica_fetch_answer(stub, follower, 5, epoch, epoch + 1, 5)
+        assert fenced.topics[0].partitions[0].error_code == UnknownLeaderEpochError.code
 
     with grpc.insecure_channel(cluster.nodes[follower].address) as channel:
         follower_stub = pb_grpc.BrokerStub(channel)
