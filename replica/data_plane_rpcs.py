@@ -75,6 +75,20 @@ async def _wait_for_data(partitions: list[Partition], timeout_s: float, replica:
         waiter.cancel()
 
 
+def _knows(wanted: pb.FetchPartition, high_watermark: int) -> bool:
+    """Whether a follower's fetch says it knows ``high_watermark`` already (a sender that
+    does not say what it knows is always told)."""
+    return wanted.HasField("known_high_watermark") and wanted.known_high_watermark == high_watermark
+
+
+def _set_high_watermark(
+    result: pb.FetchPartitionResponse, partition: Partition, high_watermark: int
+) -> None:
+    result.high_watermark = high_watermark
+    result.log_start_offset = partition.log.log_start_offset
+    result.last_stable_offset = partition.last_stable_offset
+
+
 class _FollowerAnswer:
     """A follower fetch's answer, built over its passes (a held fetch adds what moved)."""
 
@@ -109,6 +123,14 @@ class _Waiting:
     topic: str
     wanted: pb.FetchPartition
     partition: Partition
+
+    def refresh_high_watermark(self, answer: _FollowerAnswer) -> None:
+        """Tell the follower this idle partition's high watermark as it is now, unless it
+        knows it already."""
+        high_watermark = self.partition.high_watermark
+        if not self.moved() and not _knows(self.wanted, high_watermark):
+            entry = answer.entry(self.topic, self.wanted.partition)
+            _set_high_watermark(entry, self.partition, high_watermark)
 
     def moved(self) -> bool:
         """Whether a pass would find something new: records past the fetch offset, or the
@@ -282,19 +304,25 @@ class DataPlaneRpcs(BrokerRpcs):
 
         The first pass takes every partition's progress to its leader core; a pass after a
         wake-up looks again only at the partitions that moved (new records, or a role or
-        epoch change): an idle partition's answer cannot have changed, and as in Kafka a
-        held fetch records the follower's progress once, when it arrives. An error or a
-        diverging epoch is answered at once (Kafka's DelayedFetch does the same): the
-        follower must not wait out the fetch to learn that it has to act.
+        epoch change): as in Kafka, a held fetch records the follower's progress once, when
+        it arrives. When the fetch is answered after waiting, the partitions still idle get
+        their high watermark as it is then (it moves without waking a follower's fetch). An
+        error or a diverging epoch is answered at once (Kafka's DelayedFetch does the same):
+        the follower must not wait out the fetch to learn that it has to act.
         """
         answer = _FollowerAnswer(request.max_bytes)
         waiting = self._read_for_follower(request.replica_id, _wanted(request), answer)
         min_bytes = max(request.min_bytes, 1)
+        waited = False
         while True:
             remaining = deadline - asyncio.get_running_loop().time()
             if answer.total_bytes >= min_bytes or answer.urgent or remaining <= 0 or not waiting:
+                if waited:
+                    for idle in waiting:
+                        idle.refresh_high_watermark(answer)
                 return answer.response
             await _wait_for_data([w.partition for w in waiting], remaining, replica=True)
+            waited = True
             moved = [w for w in waiting if w.moved()]
             if moved:
                 waiting = [w for w in waiting if not w.moved()]
@@ -393,12 +421,7 @@ class DataPlaneRpcs(BrokerRpcs):
                     waiting.append(_Waiting(topic, fetched, partition))
             except LograftError as exc:
                 error = exc
-            if (
-                not data
-                and error is None
-                and diverging is None
-                and high_watermark == fetched.known_high_watermark
-            ):
+            if not data and error is None and diverging is None and _knows(fetched, high_watermark):
                 continue
             result = answer.entry(topic, fetched.partition)
             if error is not None or diverging is not None:
@@ -409,9 +432,7 @@ class DataPlaneRpcs(BrokerRpcs):
                 result.error_code = error.code
                 result.error_message = error.message
                 continue
-            result.high_watermark = high_watermark
-            result.log_start_offset = partition.log.log_start_offset
-            result.last_stable_offset = partition.last_stable_offset
+            _set_high_watermark(result, partition, high_watermark)
             if diverging is not None:
                 result.diverging_epoch.epoch = diverging.diverging.epoch
                 result.diverging_epoch.end_offset = diverging.diverging.end_offset

@@ -233,7 +233,10 @@ class ReplicaFetcher:
                     partition_max_bytes=PARTITION_MAX_BYTES,
                     current_leader_epoch=core_request.current_leader_epoch,
                     last_fetched_epoch=core_request.last_fetched_epoch,
-                    known_high_watermark=state.high_watermark,
+                    # The lower of the core's and the published one: after a flush that
+                    # failed they differ, and the leader's answer then lets the next
+                    # caught-up step publish it.
+                    known_high_watermark=min(state.high_watermark, partition.high_watermark),
                 )
             )
         if not topics:

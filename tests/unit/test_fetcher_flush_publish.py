@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import replica.fetcher as fetcher_module
 from cluster.wire import broker_pb2 as pb
 from replica.batch_header import assign_offsets
 from replica.fetcher import ReplicaFetcher, _Sent, to_core_response
@@ -77,5 +78,44 @@ async def test_a_role_change_during_the_flush_publishes_no_high_watermark(
         assert partition.log.flushed_offset == 2
         assert partition.log_end_offset == 4
         assert partition.high_watermark <= partition.log.flushed_offset
+    finally:
+        partition.log.close()
+
+
+async def test_a_high_watermark_left_unpublished_by_a_failed_flush_is_asked_for_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fetch names the lower of the core's and the published high watermark: a leader
+    leaves out a partition whose high watermark the follower names, so naming the core's
+    after a failed flush would leave the published one behind until the leader's moved."""
+    logs = LogManager(tmp_path, LogConfig(), _now_ms)
+    partition = logs.open_partition(TP, "topic-id", {})
+    partition.become_follower(1, replica_id=1, leader_id=2)
+    logs.adopt_partition(partition)
+    fetcher = ReplicaFetcher(1, 2, "127.0.0.1:1", logs, _now_ms)
+    fetcher.set_partitions({TP: 1})
+    monkeypatch.setattr(fetcher_module, "RETRY_BACKOFF_S", 0.0)  # retried at the next fetch
+    real_flush_now = partition.flush_now
+
+    async def failing_flush() -> None:
+        raise OSError("disk full")
+
+    try:
+        _, sent = fetcher._request()
+        monkeypatch.setattr(partition, "flush_now", failing_flush)
+        await fetcher._handle(_answer(_records(0, 1), 2), sent)
+        state = partition.follower_state
+        assert state is not None
+        assert (state.high_watermark, partition.high_watermark) == (2, 0)
+
+        monkeypatch.setattr(partition, "flush_now", real_flush_now)
+        await partition.flush_now()  # a later flush gets the records to disk
+        request, sent = fetcher._request()
+        assert request is not None
+        (wanted,) = request.topics[0].partitions
+        assert wanted.known_high_watermark == 0
+        # The leader, whose high watermark is 2, answers it (nothing new but the HW).
+        await fetcher._handle(_answer(b"", 2), sent)
+        assert partition.high_watermark == 2 == partition.log.flushed_offset
     finally:
         partition.log.close()

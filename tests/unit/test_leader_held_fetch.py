@@ -62,31 +62,34 @@ def leader(tmp_path: Path) -> Iterator[tuple[LogManager, BrokerService]]:
     logs.close()
 
 
-def _follower_fetch() -> pb.FetchRequest:
-    """Both partitions from offset 0, as a follower with an empty log that knows HW 0."""
+def _follower_fetch(b_offset: int = 0, max_wait_ms: int = MAX_WAIT_MS) -> pb.FetchRequest:
+    """Both partitions, as a follower that knows HW 0: A from offset 0 (an empty log), B
+    from ``b_offset`` (holding B's first ``b_offset`` records, all of this epoch)."""
     wanted = [
         pb.FetchPartition(
             partition=tp.partition,
-            fetch_offset=0,
+            fetch_offset=offset,
             partition_max_bytes=1 << 20,
             current_leader_epoch=EPOCH,
-            last_fetched_epoch=-1,
+            last_fetched_epoch=EPOCH if offset else -1,
             known_high_watermark=0,
         )
-        for tp in (A, B)
+        for tp, offset in ((A, 0), (B, b_offset))
     ]
     return pb.FetchRequest(
         replica_id=FOLLOWER,
-        max_wait_ms=MAX_WAIT_MS,
+        max_wait_ms=max_wait_ms,
         min_bytes=1,
         max_bytes=1 << 20,
         topics=[pb.FetchTopic(name="t", partitions=wanted)],
     )
 
 
-async def _held(service: BrokerService) -> asyncio.Task[pb.FetchResponse]:
+async def _held(
+    service: BrokerService, request: pb.FetchRequest | None = None
+) -> asyncio.Task[pb.FetchResponse]:
     context = cast(grpc.aio.ServicerContext, None)
-    task = asyncio.create_task(service.Fetch(_follower_fetch(), context))
+    task = asyncio.create_task(service.Fetch(request or _follower_fetch(), context))
     # One loop turn: the fetch makes its first pass and waits on its partitions' waiters
     # (nothing else is on the loop to run first).
     await asyncio.sleep(0)
@@ -126,3 +129,25 @@ async def test_a_partition_that_stops_being_led_ends_a_held_fetch_with_its_error
         NotLeaderOrFollowerError.code,
         FencedLeaderEpochError.code,
     )
+
+
+async def test_an_idle_partition_whose_high_watermark_moved_during_the_wait_is_told_it(
+    leader: tuple[LogManager, BrokerService],
+) -> None:
+    """A high watermark that moves does not wake a follower's held fetch; the answer the
+    fetch ends with carries it (the follower learns it then, not one fetch later)."""
+    logs, service = leader
+    b = logs.partitions[B]
+    data = bytearray(encode_batch([b"one", b"two"]))
+    appended = b.append_as_leader(data, validate_batches(data, 1 << 20), 1, _now_ms())
+    await b.wait_flushed(appended.required_offset)
+    # The follower holds both records; broker 3 has not fetched yet, so the HW stays 0.
+    task = await _held(service, _follower_fetch(b_offset=2, max_wait_ms=200))
+    assert b.high_watermark == 0
+    b.on_follower_fetch(3, 2, EPOCH, EPOCH, _now_ms())  # broker 3 catches up: HW 2
+    assert b.high_watermark == 2
+    async with asyncio.timeout(EXPECT_S):
+        response = await task
+    answered = _answered(response)
+    assert list(answered) == [B.partition]
+    assert (answered[B.partition].high_watermark, answered[B.partition].records) == (2, b"")
