@@ -56,7 +56,6 @@ with Producer(bootstrap_servers=boot, acks="all", linger_ms=0) as producer:
             b"x" * 100,
             callback=lambda _, sent=sent: latencies.append(time.perf_counter() - sent),
         )
-    sent_all = time.perf_counter()
     producer.flush()
     done = time.perf_counter()
     cpu_s = time.process_time() - cpu_start

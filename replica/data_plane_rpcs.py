@@ -54,6 +54,11 @@ async def _acked_within(
         await partition.wait_acked(appended.required_offset, acks, appended.leader_epoch)
 
 
+def _fetch_budget(max_bytes: int) -> int:
+    """A fetch's byte budget: its ``max_bytes``, or 50 MiB when it names none."""
+    return max_bytes if max_bytes > 0 else 50 * 1024 * 1024
+
+
 def _wanted(request: pb.FetchRequest) -> list[tuple[str, pb.FetchPartition]]:
     return [(topic.name, wanted) for topic in request.topics for wanted in topic.partitions]
 
@@ -96,7 +101,7 @@ class _FollowerAnswer:
 
     def __init__(self, max_bytes: int) -> None:
         self.response = pb.FetchResponse()
-        self.budget = max_bytes if max_bytes > 0 else 50 * 1024 * 1024
+        self.budget = _fetch_budget(max_bytes)
         self.total_bytes = 0
         self.urgent = False
         """Whether the answer holds an error or a diverging epoch (sent without waiting)."""
@@ -128,7 +133,7 @@ class _Waiting:
         """Tell the follower this idle partition's high watermark as it is now, unless it
         knows it already."""
         high_watermark = self.partition.high_watermark
-        if not self.moved() and not _knows(self.wanted, high_watermark):
+        if not _knows(self.wanted, high_watermark):
             entry = answer.entry(self.topic, self.wanted.partition)
             _set_high_watermark(entry, self.partition, high_watermark)
 
@@ -318,28 +323,26 @@ class DataPlaneRpcs(BrokerRpcs):
             remaining = deadline - asyncio.get_running_loop().time()
             if answer.total_bytes >= min_bytes or answer.urgent or remaining <= 0 or not waiting:
                 if waited:
-                    for idle in waiting:
-                        idle.refresh_high_watermark(answer)
+                    for still_idle in waiting:
+                        still_idle.refresh_high_watermark(answer)
                 return answer.response
             await _wait_for_data([w.partition for w in waiting], remaining, replica=True)
             waited = True
-            moved = [w for w in waiting if w.moved()]
-            if moved:
-                waiting = [w for w in waiting if not w.moved()]
-                waiting += self._read_for_follower(
-                    request.replica_id, [(w.topic, w.wanted) for w in moved], answer
-                )
+            idle: list[_Waiting] = []
+            moved: list[tuple[str, pb.FetchPartition]] = []
+            for w in waiting:
+                if w.moved():
+                    moved.append((w.topic, w.wanted))
+                else:
+                    idle.append(w)
+            waiting = idle + self._read_for_follower(request.replica_id, moved, answer)
 
     def _read_all(self, request: pb.FetchRequest) -> tuple[pb.FetchResponse, int, list[Partition]]:
-        """One pass over every partition of ``request``: the answer as it stands now, its
-        record bytes, and the partitions a held fetch would wait on."""
-        if request.replica_id >= 0:
-            answer = _FollowerAnswer(request.max_bytes)
-            waiting = self._read_for_follower(request.replica_id, _wanted(request), answer)
-            return answer.response, answer.total_bytes, [w.partition for w in waiting]
+        """One pass over every partition of a consumer's ``request``: the answer as it
+        stands now, its record bytes, and the partitions a held fetch would wait on."""
         response = pb.FetchResponse()
         read_committed = request.isolation_level == READ_COMMITTED
-        budget = request.max_bytes if request.max_bytes > 0 else 50 * 1024 * 1024
+        budget = _fetch_budget(request.max_bytes)
         total_bytes = 0
         readable: list[Partition] = []
         for topic in request.topics:

@@ -5,7 +5,7 @@ truncated C to ``min(8, 10)`` and fetched ``(8, epoch 3)`` for ever; the followe
 walks back through C's own epoch cache (KIP-279) and truncates to 5. Everything here is
 the broker's own code on real logs on disk: :class:`~replica.fetcher.ReplicaFetcher`
 builds each fetch and performs each answer (``_request``/``_handle``), the leader's
-:class:`~replica.broker_service.BrokerService` answers it (``_read_all``); only the gRPC
+:class:`~replica.broker_service.BrokerService` answers it (``Fetch``, not held); only the gRPC
 hop between them is left out.
 """
 
@@ -15,7 +15,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
+import grpc
 import pytest
 
 from replica.batch_header import validate_batches
@@ -110,7 +112,9 @@ class Cluster:
         before = self.brokers[follower].partition.log_end_offset
         request, sent = fetcher._request()
         assert request is not None, f"broker {follower} has nothing to fetch"
-        response, _, _ = self.brokers[fetcher.source_id].service._read_all(request)
+        request.max_wait_ms = 0  # answered from one pass: nothing here waits for more
+        context = cast(grpc.aio.ServicerContext, None)
+        response = await self.brokers[fetcher.source_id].service.Fetch(request, context)
         await fetcher._handle(response, sent)
         after = self.brokers[follower].partition.log_end_offset
         if after < before:

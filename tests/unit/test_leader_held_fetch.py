@@ -86,13 +86,22 @@ def _follower_fetch(b_offset: int = 0, max_wait_ms: int = MAX_WAIT_MS) -> pb.Fet
 
 
 async def _held(
-    service: BrokerService, request: pb.FetchRequest | None = None
+    logs: LogManager, service: BrokerService, request: pb.FetchRequest | None = None
 ) -> asyncio.Task[pb.FetchResponse]:
+    """The fetch, started and waiting on its partitions (it made its first pass)."""
+    holding = asyncio.Event()
+    original = logs.partitions[B].add_data_waiter
+
+    def add_data_waiter(waiter: asyncio.Future[None], replica: bool = False) -> None:
+        original(waiter, replica)
+        holding.set()
+
+    logs.partitions[B].add_data_waiter = add_data_waiter  # type: ignore[method-assign]
     context = cast(grpc.aio.ServicerContext, None)
     task = asyncio.create_task(service.Fetch(request or _follower_fetch(), context))
-    # One loop turn: the fetch makes its first pass and waits on its partitions' waiters
-    # (nothing else is on the loop to run first).
-    await asyncio.sleep(0)
+    async with asyncio.timeout(EXPECT_S):
+        await holding.wait()
+    logs.partitions[B].add_data_waiter = original  # type: ignore[method-assign]
     assert not task.done(), "an idle leader answered a fetch it should hold"
     return task
 
@@ -105,7 +114,7 @@ async def test_a_held_fetch_answers_the_partition_that_got_records_and_leaves_th
     leader: tuple[LogManager, BrokerService],
 ) -> None:
     logs, service = leader
-    task = await _held(service)
+    task = await _held(logs, service)
     data = bytearray(encode_batch([b"one", b"two"]))
     logs.partitions[A].append_as_leader(data, validate_batches(data, 1 << 20), 1, _now_ms())
     async with asyncio.timeout(EXPECT_S):
@@ -119,7 +128,7 @@ async def test_a_partition_that_stops_being_led_ends_a_held_fetch_with_its_error
     leader: tuple[LogManager, BrokerService],
 ) -> None:
     logs, service = leader
-    task = await _held(service)
+    task = await _held(logs, service)
     logs.partitions[B].become_follower(EPOCH + 1, replica_id=LEADER, leader_id=3)
     async with asyncio.timeout(EXPECT_S):
         response = await task
@@ -142,7 +151,7 @@ async def test_an_idle_partition_whose_high_watermark_moved_during_the_wait_is_t
     appended = b.append_as_leader(data, validate_batches(data, 1 << 20), 1, _now_ms())
     await b.wait_flushed(appended.required_offset)
     # The follower holds both records; broker 3 has not fetched yet, so the HW stays 0.
-    task = await _held(service, _follower_fetch(b_offset=2, max_wait_ms=200))
+    task = await _held(logs, service, _follower_fetch(b_offset=2, max_wait_ms=200))
     assert b.high_watermark == 0
     b.on_follower_fetch(3, 2, EPOCH, EPOCH, _now_ms())  # broker 3 catches up: HW 2
     assert b.high_watermark == 2
