@@ -7,6 +7,7 @@ from pathlib import Path
 
 import grpc
 
+from cluster.node_health import check_health
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from cluster.wire import controller_pb2 as cpb
@@ -102,13 +103,18 @@ class QuorumCluster:
             return None
 
     def healthy(self) -> bool:
-        """Every live node answers, knows a controller, and lists every live broker."""
+        """Every live broker answers, knows a controller, lists every live broker, and says
+        itself it is healthy (registered, unfenced, metadata applied: what ``cluster up``
+        waits for). Metadata alone can list a broker its controller does not count yet, and
+        a topic created then cannot place three replicas."""
         live = {n.node_id for n in self.alive_brokers()}
         for node in self.alive_brokers():
             metadata = self.metadata(node)
             if metadata is None or metadata.controller_id < 0:
                 return False
             if {b.node_id for b in metadata.brokers} != live:
+                return False
+            if not check_health(node.address, RPC_TIMEOUT_S).healthy:
                 return False
         return True
 
