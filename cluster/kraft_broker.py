@@ -31,6 +31,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from cluster.broker_frontend import BrokerFrontend
 from cluster.controller_client import ControllerClient
@@ -71,6 +72,9 @@ from replica.txn_service import TransactionService, TxnServiceConfig
 __all__ = ["ControllerClient", "KRaftBroker"]
 
 log = logging.getLogger(__name__)
+
+_PARALLEL_OPENS = 8
+"""Partitions a broker opens at once when the metadata gives it new ones."""
 
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 2.5
 """Enough when a quorum answers (~0.1 s); bounded because the last node of a stopping
@@ -557,10 +561,26 @@ class KRaftBroker(BrokerFrontend):
     def _open_all(
         self, missing: list[tuple[TopicPartition, str, Mapping[str, str]]]
     ) -> list[Partition]:
-        opened = []
-        for tp, topic_id, configs in missing:
+        """Open the partitions; those that cannot be opened are logged and left out.
+
+        Several at once: each new log fsyncs its files and directory, and under write load
+        one such fsync waits for the journal commit that carries the load's data. One after
+        another, the 50 partitions of ``__consumer_offsets`` took a node 18 s under an
+        ``acks=all`` load; concurrent fsyncs share commits.
+        """
+
+        def open_one(item: tuple[TopicPartition, str, Mapping[str, str]]) -> Partition | None:
+            tp, topic_id, configs = item
             try:
-                opened.append(self._logs.open_partition(tp, topic_id, configs))
+                return self._logs.open_partition(tp, topic_id, configs)
             except LograftError as exc:
                 log.error("cannot host partition partition=%s error=%s", tp, exc)
-        return opened
+                return None
+
+        if len(missing) == 1:
+            results = [open_one(missing[0])]
+        else:
+            workers = min(_PARALLEL_OPENS, len(missing))
+            with ThreadPoolExecutor(workers, thread_name_prefix="open-partition") as pool:
+                results = list(pool.map(open_one, missing))
+        return [partition for partition in results if partition is not None]
