@@ -564,9 +564,10 @@ class KRaftBroker(BrokerFrontend):
         """Open the partitions; those that cannot be opened are logged and left out.
 
         Several at once: each new log fsyncs its files and directory, and under write load
-        one such fsync waits for the journal commit that carries the load's data. One after
-        another, the 50 partitions of ``__consumer_offsets`` took a node 18 s under an
-        ``acks=all`` load; concurrent fsyncs share commits.
+        one such fsync waits for the journal commit that carries the load's data; concurrent
+        fsyncs share commits. One after another, the 50 partitions of ``__consumer_offsets``
+        took a node of a chaos run 18 s; with 8 at once they open in about half the time
+        (0.5 s against 0.8-0.9 s under a 60 k/s ``acks=all`` load).
         """
 
         def open_one(item: tuple[TopicPartition, str, Mapping[str, str]]) -> Partition | None:
@@ -577,10 +578,7 @@ class KRaftBroker(BrokerFrontend):
                 log.error("cannot host partition partition=%s error=%s", tp, exc)
                 return None
 
-        if len(missing) == 1:
-            results = [open_one(missing[0])]
-        else:
-            workers = min(_PARALLEL_OPENS, len(missing))
-            with ThreadPoolExecutor(workers, thread_name_prefix="open-partition") as pool:
-                results = list(pool.map(open_one, missing))
+        workers = min(_PARALLEL_OPENS, len(missing))
+        with ThreadPoolExecutor(workers, thread_name_prefix="open-partition") as pool:
+            results = list(pool.map(open_one, missing))
         return [partition for partition in results if partition is not None]

@@ -99,9 +99,11 @@ async def _held(
     logs.partitions[B].add_data_waiter = add_data_waiter  # type: ignore[method-assign]
     context = cast(grpc.aio.ServicerContext, None)
     task = asyncio.create_task(service.Fetch(request or _follower_fetch(), context))
-    async with asyncio.timeout(EXPECT_S):
-        await holding.wait()
-    logs.partitions[B].add_data_waiter = original  # type: ignore[method-assign]
+    try:
+        async with asyncio.timeout(EXPECT_S):
+            await holding.wait()
+    finally:
+        logs.partitions[B].add_data_waiter = original  # type: ignore[method-assign]
     assert not task.done(), "an idle leader answered a fetch it should hold"
     return task
 
