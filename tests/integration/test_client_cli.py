@@ -282,6 +282,22 @@ def test_cli_perf(node: NodeProcess) -> None:
     consume = _cli(node, "perf", "consume", "--topic", "perf", "--messages", "4000", "--json")
     assert consume.returncode == 0, consume.stderr
     assert b'"records": 4000' in consume.stdout
+    # A record the producer refuses fails the run with its error, not a figure.
+    too_large = _cli(
+        node,
+        "perf",
+        "produce",
+        "--topic",
+        "perf",
+        "--num-records",
+        "3",
+        "--record-size",
+        str(2 * 1024 * 1024),
+        "--json",
+    )
+    assert too_large.returncode != 0
+    assert b"MESSAGE_TOO_LARGE" in too_large.stderr
+    assert b"records_per_sec" not in too_large.stdout
 
 
 def _json_lines(output: bytes) -> list[dict[str, Any]]:
