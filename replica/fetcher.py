@@ -114,6 +114,8 @@ class ReplicaFetcher:
         # A partition whose answer was an error waits until this loop time, or until its
         # follower core is replaced (a new leader or epoch from the metadata image).
         self._delayed: dict[TopicPartition, tuple[FollowerState, float]] = {}
+        self._failed_logs: set[TopicPartition] = set()
+        """Partitions whose log failed or closed, reported once (no longer fetched)."""
         self._changed = asyncio.Event()
         self._channel = PeerChannel(
             address,
@@ -161,7 +163,10 @@ class ReplicaFetcher:
         assert task is not None
         while True:
             self._changed.clear()
-            request, sent = self._request()
+            request, sent, unflushed = self._request()
+            if unflushed:
+                await self._flush_left_over(unflushed)
+                continue  # ask again: this request left them out
             if request is None:
                 await self._wait_for_work()
                 continue
@@ -205,11 +210,26 @@ class ReplicaFetcher:
             async with asyncio.timeout(timeout):
                 await self._changed.wait()
 
-    def _request(self) -> tuple[pb.FetchRequest | None, dict[TopicPartition, _Sent]]:
+    def _request(
+        self,
+    ) -> tuple[pb.FetchRequest | None, dict[TopicPartition, _Sent], list[Partition]]:
+        """The next fetch (None: nothing to ask for now), what each partition of it asked,
+        and the partitions left out because records they appended are not flushed yet.
+
+        A fetch offset tells the leader that this replica has, on disk, everything below it
+        (that is what an ``acks=all`` record waits for), so a partition is asked for only
+        when its durable end (:attr:`~replica.partition.Partition.durable_end`) is its log
+        end. Normally it is (:meth:`_handle` flushes before the next fetch); after a failed
+        flush or a crash in the handling it is not, and the caller flushes it first. A log that failed (a failed ``fdatasync``: the kernel may
+        have dropped what it held) is not fetched for at all: the leader stops counting this
+        replica as caught up and takes it out of the ISR, as Kafka does when a log
+        directory goes offline.
+        """
         now = asyncio.get_running_loop().time()
         max_wait_ms = self._fetch_max_wait_ms
         topics: dict[str, list[pb.FetchPartition]] = {}
         sent: dict[TopicPartition, _Sent] = {}
+        unflushed: list[Partition] = []
         for tp, epoch in self.partitions.items():
             partition = self._logs.partitions.get(tp)
             state = partition.follower_state if partition is not None else None
@@ -222,6 +242,19 @@ class ReplicaFetcher:
                     max_wait_ms = min(max_wait_ms, int((delayed[1] - now) * 1000) + 1)
                     continue
                 del self._delayed[tp]
+            partition_log = partition.log
+            if partition_log.failed:
+                if tp not in self._failed_logs:
+                    self._failed_logs.add(tp)
+                    log.warning(
+                        "replica log failed or closed, not fetching partition=%s source=%d",
+                        tp,
+                        self.source_id,
+                    )
+                continue
+            if partition.durable_end < partition_log.log_end_offset:
+                unflushed.append(partition)
+                continue
             core_request = state.fetch_request(
                 partition.log_end_offset, partition.leader_epoch_cache
             )
@@ -240,7 +273,7 @@ class ReplicaFetcher:
                 )
             )
         if not topics:
-            return None, sent
+            return None, sent, unflushed
         request = pb.FetchRequest(
             replica_id=self.node_id,
             max_wait_ms=max_wait_ms,
@@ -248,7 +281,24 @@ class ReplicaFetcher:
             max_bytes=FETCH_MAX_BYTES,
             topics=[pb.FetchTopic(name=name, partitions=parts) for name, parts in topics.items()],
         )
-        return request, sent
+        return request, sent, unflushed
+
+    async def _flush_left_over(self, unflushed: list[Partition]) -> None:
+        """Flush what earlier answers appended and did not get to disk, before any fetch
+        claims it; after a failure, wait out the back-off (a failed ``fdatasync`` has failed
+        the log, which is then no longer fetched)."""
+        flushed = await outcomes([partition.flush_now() for partition in unflushed])
+        failed = False
+        for partition, outcome in zip(unflushed, flushed, strict=True):
+            if isinstance(outcome, InvariantError):
+                raise outcome
+            if isinstance(outcome, BaseException):
+                failed = True
+                log.error(
+                    "replica flush failed partition=%s error=%r", partition.topic_partition, outcome
+                )
+        if failed:
+            await asyncio.sleep(RETRY_BACKOFF_S)
 
     async def _handle(
         self, response: pb.FetchResponse, sent: Mapping[TopicPartition, _Sent]

@@ -175,7 +175,7 @@ class Partition:
             log_end_offset=self.log.log_end_offset,
             high_watermark=self._high_watermark,
             now_ms=now_ms,
-            durable_end_offset=self._durable_end(),
+            durable_end_offset=self.durable_end,
         )
         self.leader_epoch = leader_epoch
         log.info(
@@ -317,7 +317,11 @@ class Partition:
         """A copy of the log's leader-epoch cache as it is now."""
         return self.log.leader_epoch_cache
 
-    def _durable_end(self) -> int:
+    @property
+    def durable_end(self) -> int:
+        """One past the last offset this replica counts as its own: the flushed offset
+        under ``flush.policy=fsync``, the log end under ``interval``. A leader's high
+        watermark and a follower's fetch offset never claim more."""
         if self.log.config.flush_policy == FlushPolicy.FSYNC:
             return self.log.flushed_offset
         return self.log.log_end_offset
@@ -497,7 +501,7 @@ class Partition:
         result = self.log.append(records, headers, leader.leader_epoch, now_ms)
         for header in result.headers:
             self.producer_state.on_appended(header, marker)
-        leader.on_local_append(self.log.log_end_offset, self._durable_end())
+        leader.on_local_append(self.log.log_end_offset, self.durable_end)
         self._wake(self._replica_waiters)
         self._on_replication_progress()
         return result
@@ -801,7 +805,7 @@ class Partition:
         """The log flushed (or, under ``flush.policy=interval``, appended): HW may move."""
         leader = self._leader
         if leader is not None:
-            durable = self._durable_end()
+            durable = self.durable_end
             # A follower that just became leader may flush below what its state knows.
             if durable > leader.durable_end_offset:
                 leader.on_local_flush(durable)

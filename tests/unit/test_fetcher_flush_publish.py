@@ -8,11 +8,14 @@ fetcher's, whose high watermark may cover records appended since and not flushed
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
 
 import replica.fetcher as fetcher_module
+import replica.partition as partition_module
 from cluster.wire import broker_pb2 as pb
 from replica.batch_header import assign_offsets
 from replica.fetcher import ReplicaFetcher, _Sent, to_core_response
@@ -101,21 +104,61 @@ async def test_a_high_watermark_left_unpublished_by_a_failed_flush_is_asked_for_
         raise OSError("disk full")
 
     try:
-        _, sent = fetcher._request()
+        _, sent, _ = fetcher._request()
         monkeypatch.setattr(partition, "flush_now", failing_flush)
         await fetcher._handle(_answer(_records(0, 1), 2), sent)
         state = partition.follower_state
         assert state is not None
         assert (state.high_watermark, partition.high_watermark) == (2, 0)
+        # Its fetch offset would claim offsets 0 and 1 on disk: it is left out until a
+        # flush gets them there.
+        request, _, unflushed = fetcher._request()
+        assert request is None
+        assert unflushed == [partition]
 
         monkeypatch.setattr(partition, "flush_now", real_flush_now)
-        await partition.flush_now()  # a later flush gets the records to disk
-        request, sent = fetcher._request()
+        await fetcher._flush_left_over(unflushed)
+        request, sent, unflushed = fetcher._request()
         assert request is not None
+        assert unflushed == []
+        assert request.topics[0].partitions[0].fetch_offset == 2
         (wanted,) = request.topics[0].partitions
         assert wanted.known_high_watermark == 0
         # The leader, whose high watermark is 2, answers it (nothing new but the HW).
         await fetcher._handle(_answer(b"", 2), sent)
         assert partition.high_watermark == 2 == partition.log.flushed_offset
     finally:
+        partition.log.close()
+
+
+async def test_a_replica_whose_fdatasync_failed_claims_nothing_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a failed fdatasync the kernel may have dropped the records: the log fails and
+    the replica stops fetching it, so the leader never counts those records as on this
+    replica's disk (it takes the replica out of the ISR instead)."""
+    logs = LogManager(tmp_path, LogConfig(), _now_ms)
+    partition = logs.open_partition(TP, "topic-id", {})
+    partition.become_follower(1, replica_id=1, leader_id=2)
+    logs.adopt_partition(partition)
+    fetcher = ReplicaFetcher(1, 2, "127.0.0.1:1", logs, _now_ms)
+    fetcher.set_partitions({TP: 1})
+    monkeypatch.setattr(fetcher_module, "RETRY_BACKOFF_S", 0.0)
+    monkeypatch.setattr(partition_module, "loop_flusher", lambda: None)  # no C thread
+
+    def failing_fdatasync(fd: int) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    try:
+        _, sent, _ = fetcher._request()
+        monkeypatch.setattr(os, "fdatasync", failing_fdatasync)
+        await fetcher._handle(_answer(_records(0, 1), 2), sent)
+        assert (partition.log_end_offset, partition.log.flushed_offset) == (2, 0)
+        assert partition.log.failed
+
+        request, _, unflushed = fetcher._request()
+        assert request is None
+        assert unflushed == []
+    finally:
+        monkeypatch.undo()
         partition.log.close()

@@ -110,7 +110,7 @@ class Cluster:
         """One replica fetch of ``follower`` from its leader, answered and performed."""
         fetcher = self.fetchers[follower]
         before = self.brokers[follower].partition.log_end_offset
-        request, sent = fetcher._request()
+        request, sent, _ = fetcher._request()
         assert request is not None, f"broker {follower} has nothing to fetch"
         request.max_wait_ms = 0  # answered from one pass: nothing here waits for more
         context = cast(grpc.aio.ServicerContext, None)
