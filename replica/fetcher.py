@@ -220,10 +220,10 @@ class ReplicaFetcher:
         (that is what an ``acks=all`` record waits for), so a partition is asked for only
         when its durable end (:attr:`~replica.partition.Partition.durable_end`) is its log
         end. Normally it is (:meth:`_handle` flushes before the next fetch); after a failed
-        flush or a crash in the handling it is not, and the caller flushes it first. A log that failed (a failed ``fdatasync``: the kernel may
-        have dropped what it held) is not fetched for at all: the leader stops counting this
-        replica as caught up and takes it out of the ISR, as Kafka does when a log
-        directory goes offline.
+        flush or a crash in the handling it is not, and the caller flushes it first. A log
+        that failed (a failed ``fdatasync``: the kernel may have dropped what it held) is
+        not fetched for at all: the leader stops counting this replica as caught up and
+        takes it out of the ISR, as Kafka does when a log directory goes offline.
         """
         now = asyncio.get_running_loop().time()
         max_wait_ms = self._fetch_max_wait_ms
