@@ -143,12 +143,13 @@ PRODUCER_CONFIGS: tuple[ConfigDef, ...] = (
     *COMMON_CONFIGS,
     ConfigDef("acks", -1, _acks, "0: no acknowledgement, 1: leader, all (-1): every ISR"),
     ConfigDef("linger.ms", 5, int_at_least(0), "wait this long for a batch to fill"),
-    # Kafka's default is 16 KiB; librdkafka's (confluent-kafka) is 1 000 000. A partition
-    # has at most five batches in flight (idempotence), so batch.size bounds what one
-    # partition moves per round trip; batches are not preallocated here, so a large value
-    # costs no memory until records fill it (docs/for-kafka-users.md, issue 15). Below
-    # max.message.bytes (1 MiB + 12) with room for the record-size estimate's error.
-    ConfigDef("batch.size", 1_000_000, int_at_least(0), "bytes per partition batch"),
+    # Kafka's default is 16 KiB. A partition has at most five batches in flight
+    # (idempotence), so batch.size bounds what one partition moves per round trip; batches
+    # are not preallocated here, so a large value costs no memory until records fill it.
+    # Half of a consumer's max.partition.fetch.bytes (1 MiB): a fetch still carries two
+    # batches, where 1 MB batches left one per fetch and cut a consumer's rate by a fifth
+    # (docs/for-kafka-users.md, issue 15).
+    ConfigDef("batch.size", 524_288, int_at_least(0), "bytes per partition batch"),
     ConfigDef("compression.type", 0, _compression, "none, gzip, snappy, lz4 or zstd"),
     ConfigDef("max.request.size", 1048576, int_at_least(1), "largest request (record bytes)"),
     ConfigDef(

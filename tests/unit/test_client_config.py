@@ -54,7 +54,7 @@ def test_producer_defaults_are_kafkas() -> None:
     config = resolve_config("producer", PRODUCER_CONFIGS, None, {})
     assert config["acks"] == -1
     assert config["linger.ms"] == 5
-    assert config["batch.size"] == 1_000_000
+    assert config["batch.size"] == 524_288
     assert config["max.request.size"] == 1048576
     assert config["delivery.timeout.ms"] == 120000
     assert config["max.in.flight.requests.per.connection"] == 5
