@@ -92,6 +92,20 @@ def to_core_response(
     return FetchResponse(epoch, offset, result.high_watermark, batches, headers[-1].next_offset)
 
 
+async def _flush_together(partitions: list[Partition]) -> list[bool]:
+    """Flush ``partitions`` together (one fdatasync each, in parallel); whether each one's
+    flush succeeded. A failure is logged; a broken invariant propagates (the node halts)."""
+    flushed = await outcomes([partition.flush_now() for partition in partitions])
+    for partition, outcome in zip(partitions, flushed, strict=True):
+        if isinstance(outcome, InvariantError):
+            raise outcome
+        if isinstance(outcome, BaseException):
+            log.error(
+                "replica flush failed partition=%s error=%r", partition.topic_partition, outcome
+            )
+    return [not isinstance(outcome, BaseException) for outcome in flushed]
+
+
 class ReplicaFetcher:
     """Fetches every partition this broker follows from one leader broker."""
 
@@ -287,17 +301,7 @@ class ReplicaFetcher:
         """Flush what earlier answers appended and did not get to disk, before any fetch
         claims it; after a failure, wait out the back-off (a failed ``fdatasync`` has failed
         the log, which is then no longer fetched)."""
-        flushed = await outcomes([partition.flush_now() for partition in unflushed])
-        failed = False
-        for partition, outcome in zip(unflushed, flushed, strict=True):
-            if isinstance(outcome, InvariantError):
-                raise outcome
-            if isinstance(outcome, BaseException):
-                failed = True
-                log.error(
-                    "replica flush failed partition=%s error=%r", partition.topic_partition, outcome
-                )
-        if failed:
+        if not all(await _flush_together(unflushed)):
             await asyncio.sleep(RETRY_BACKOFF_S)
 
     async def _handle(
@@ -334,14 +338,10 @@ class ReplicaFetcher:
                     self._delay(tp, asked.state)
         if not appended:
             return
-        flushed = await outcomes([asked.partition.flush_now() for asked in appended])
-        for done, outcome in zip(appended, flushed, strict=True):
-            if isinstance(outcome, InvariantError):
-                raise outcome
-            if isinstance(outcome, BaseException):
-                tp = done.partition.topic_partition
-                log.error("replica flush failed partition=%s error=%r", tp, outcome)
-                self._delay(tp, done.state)
+        flushed = await _flush_together([asked.partition for asked in appended])
+        for done, ok in zip(appended, flushed, strict=True):
+            if not ok:
+                self._delay(done.partition.topic_partition, done.state)
             elif done.partition.follower_state is done.state:
                 # Not if the role changed during the flush: the high watermark is another
                 # fetcher's then, over records this flush may not have covered.

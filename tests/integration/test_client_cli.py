@@ -260,22 +260,28 @@ def test_cli_produce_and_consume(node: NodeProcess) -> None:
     assert tail.stdout.decode().splitlines() == ["k1\tv1", "k2\tv2"]
 
 
+def _perf_produce(
+    node: NodeProcess, records: int, size: int, *extra: str
+) -> subprocess.CompletedProcess[bytes]:
+    return _cli(
+        node,
+        "perf",
+        "produce",
+        "--topic",
+        "perf",
+        "--num-records",
+        str(records),
+        "--record-size",
+        str(size),
+        "--json",
+        *extra,
+    )
+
+
 def test_cli_perf(node: NodeProcess) -> None:
     _create(node, "perf", 1)
     for extra in ([], ["--bulk"]):
-        run = _cli(
-            node,
-            "perf",
-            "produce",
-            "--topic",
-            "perf",
-            "--num-records",
-            "2000",
-            "--record-size",
-            "100",
-            "--json",
-            *extra,
-        )
+        run = _perf_produce(node, 2000, 100, *extra)
         assert run.returncode == 0, run.stderr
         assert b'"records_per_sec"' in run.stdout
         assert b'"latency_ms_p99"' in run.stdout
@@ -283,18 +289,7 @@ def test_cli_perf(node: NodeProcess) -> None:
     assert consume.returncode == 0, consume.stderr
     assert b'"records": 4000' in consume.stdout
     # A record the producer refuses fails the run with its error, not a figure.
-    too_large = _cli(
-        node,
-        "perf",
-        "produce",
-        "--topic",
-        "perf",
-        "--num-records",
-        "3",
-        "--record-size",
-        str(2 * 1024 * 1024),
-        "--json",
-    )
+    too_large = _perf_produce(node, 3, 2 * 1024 * 1024)
     assert too_large.returncode != 0
     assert b"MESSAGE_TOO_LARGE" in too_large.stderr
     assert b"records_per_sec" not in too_large.stdout

@@ -21,6 +21,7 @@ from replica.batch_header import assign_offsets
 from replica.fetcher import ReplicaFetcher, _Sent, to_core_response
 from replica.follower_fetch import NextFetch, handle_fetch_response
 from replica.log_manager import LogManager
+from replica.partition import Partition
 from replica.topic_config import LogConfig
 from replica.topic_partition import TopicPartition
 from tests.unit.log_fixtures import headers_of, make_batch
@@ -45,6 +46,19 @@ def _answer(records: bytes, high_watermark: int) -> pb.FetchResponse:
         partition=TP.partition, high_watermark=high_watermark, records=records
     )
     return response
+
+
+def _following(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Partition, ReplicaFetcher]:
+    """A partition following node 2 at epoch 1, and a fetcher (never started) for it whose
+    back-off is over at once."""
+    logs = LogManager(tmp_path, LogConfig(), _now_ms)
+    partition = logs.open_partition(TP, "topic-id", {})
+    partition.become_follower(1, replica_id=1, leader_id=2)
+    logs.adopt_partition(partition)
+    fetcher = ReplicaFetcher(1, 2, "127.0.0.1:1", logs, _now_ms)
+    fetcher.set_partitions({TP: 1})
+    monkeypatch.setattr(fetcher_module, "RETRY_BACKOFF_S", 0.0)  # retried at the next fetch
+    return partition, fetcher
 
 
 async def test_a_role_change_during_the_flush_publishes_no_high_watermark(
@@ -91,13 +105,7 @@ async def test_a_high_watermark_left_unpublished_by_a_failed_flush_is_asked_for_
     """The fetch names the lower of the core's and the published high watermark: a leader
     leaves out a partition whose high watermark the follower names, so naming the core's
     after a failed flush would leave the published one behind until the leader's moved."""
-    logs = LogManager(tmp_path, LogConfig(), _now_ms)
-    partition = logs.open_partition(TP, "topic-id", {})
-    partition.become_follower(1, replica_id=1, leader_id=2)
-    logs.adopt_partition(partition)
-    fetcher = ReplicaFetcher(1, 2, "127.0.0.1:1", logs, _now_ms)
-    fetcher.set_partitions({TP: 1})
-    monkeypatch.setattr(fetcher_module, "RETRY_BACKOFF_S", 0.0)  # retried at the next fetch
+    partition, fetcher = _following(tmp_path, monkeypatch)
     real_flush_now = partition.flush_now
 
     async def failing_flush() -> None:
@@ -121,8 +129,8 @@ async def test_a_high_watermark_left_unpublished_by_a_failed_flush_is_asked_for_
         request, sent, unflushed = fetcher._request()
         assert request is not None
         assert unflushed == []
-        assert request.topics[0].partitions[0].fetch_offset == 2
         (wanted,) = request.topics[0].partitions
+        assert wanted.fetch_offset == 2
         assert wanted.known_high_watermark == 0
         # The leader, whose high watermark is 2, answers it (nothing new but the HW).
         await fetcher._handle(_answer(b"", 2), sent)
@@ -137,13 +145,7 @@ async def test_a_replica_whose_fdatasync_failed_claims_nothing_more(
     """After a failed fdatasync the kernel may have dropped the records: the log fails and
     the replica stops fetching it, so the leader never counts those records as on this
     replica's disk (it takes the replica out of the ISR instead)."""
-    logs = LogManager(tmp_path, LogConfig(), _now_ms)
-    partition = logs.open_partition(TP, "topic-id", {})
-    partition.become_follower(1, replica_id=1, leader_id=2)
-    logs.adopt_partition(partition)
-    fetcher = ReplicaFetcher(1, 2, "127.0.0.1:1", logs, _now_ms)
-    fetcher.set_partitions({TP: 1})
-    monkeypatch.setattr(fetcher_module, "RETRY_BACKOFF_S", 0.0)
+    partition, fetcher = _following(tmp_path, monkeypatch)
     monkeypatch.setattr(partition_module, "loop_flusher", lambda: None)  # no C thread
 
     def failing_fdatasync(fd: int) -> None:
