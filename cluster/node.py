@@ -30,6 +30,7 @@ from pathlib import Path
 import grpc
 
 from cluster import halt
+from cluster.allocator import keep_freed_memory
 from cluster.durable import create_directories, write_file_atomically
 from cluster.errors import (
     InconsistentClusterIdError,
@@ -641,6 +642,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    keep_freed_memory()
     try:
         config = NodeConfig.from_settings(node_settings(args), Path)
         asyncio.run(_serve(config))
