@@ -17,6 +17,11 @@ separate client process and ``--runs`` times (the report gives every run and the
   consumer with default settings: decoded records/s.
 * ``idle``: CPU (% of one core) and RSS of each node over ``--idle-s`` seconds with nothing
   running, after the runs above (their topics exist).
+* ``one_node_killed``: then one node is killed (SIGKILL) and, with the same three-node
+  bootstrap list, one record is sent at once to each partition of the six-partition RF 3
+  topic (``acks=all``): the seconds from the kill to each acknowledgement (the partitions
+  that had the node in their ISR wait for ``replica.lag.time.max.ms`` to drop it, those it
+  led for a new leader), then ``send_acksall_rf3`` and ``sync_send`` again on two nodes.
 
 Prints one JSON document and writes it to bench/results/client_paths.json.
 
@@ -29,6 +34,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import sys
 import tempfile
@@ -84,6 +90,25 @@ print(json.dumps({"p50_ms": round(latencies[len(latencies) // 2], 3),
 """
 
 
+# One record to each partition right after a node was killed: when is each acknowledged?
+_RECOVER = """
+import json, sys, time
+from cluster.client import Producer
+boot, topic, killed_at = sys.argv[1], sys.argv[2], float(sys.argv[3])
+acked = {}
+with Producer(bootstrap_servers=boot, acks="all", linger_ms=0) as producer:
+    futures = [
+        producer.send(topic, b"x" * 100, partition=p,
+                      callback=lambda f, p=p: acked.__setitem__(p, time.time() - killed_at))
+        for p in range(len(producer.partitions_for(topic)))
+    ]
+    for future in futures:
+        future.result(timeout=120)  # a record not acknowledged by then fails the benchmark
+    producer.flush()
+print(json.dumps({"acked_after_s": [round(acked[p], 2) for p in sorted(acked)]}))
+"""
+
+
 def _create(bootstrap: str, topic: str, partitions: int, replicas: int) -> None:
     from cluster.client import AdminClient, NewTopic
 
@@ -118,6 +143,31 @@ def _idle(data: str, seconds: float) -> dict[str, Any]:
     }
     total = round(sum(n["cpu_percent"] for n in per_node.values()), 2)
     return {"seconds": seconds, "total_cpu_percent_of_one_core": total, "nodes": per_node}
+
+
+def _one_node_killed(data: str, bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
+    nodes = json.loads(Path(data, "cluster.json").read_text())["nodes"]
+    victim = nodes[-1]
+    killed_at = time.time()
+    os.kill(victim["pid"], signal.SIGKILL)  # a node of the cluster this script started
+    recovery = _client(_RECOVER, bootstrap, "send-rf3", str(killed_at))
+    send = [
+        _client(_SEND, bootstrap, "send-rf3", "all", str(args.records)) for _ in range(args.runs)
+    ]
+    sync = [_client(_SYNC, bootstrap, "sync-rf3", str(args.sync_records)) for _ in range(args.runs)]
+    return {
+        "killed_node": victim["node_id"],
+        "acked_after_kill_s": recovery["acked_after_s"],
+        "send_acksall_rf3": {
+            "median_records_per_s": _median(send, "records_per_s"),
+            "runs": send,
+        },
+        "sync_send": {
+            "median_p50_ms": _median(sync, "p50_ms"),
+            "median_p99_ms": _median(sync, "p99_ms"),
+            "runs": sync,
+        },
+    }
 
 
 def _median(runs: list[dict[str, Any]], field: str) -> float:
@@ -197,6 +247,7 @@ def main() -> None:
             },
         }
         report["idle"] = _idle(data, args.idle_s)
+        report["one_node_killed"] = _one_node_killed(data, bootstrap, args)
     write_report(report, ROOT / "bench" / "results" / "client_paths.json")
 
 
