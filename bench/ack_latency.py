@@ -10,12 +10,16 @@ so a rate above what the client and cluster can do measures the maximum (``--rat
 1000000``). Reports p50/p99 per rate and run, the median of ``--runs``, and writes
 bench/results/ack_latency.json.
 
-``--gc-freeze`` has the client call ``gc.freeze()`` after its warm-up, as a busy Python
-producer should: at high rates the client's own full collections (every object its imports
-made, scanned again and again) otherwise stall it for 10-30 ms at a time, and those stalls
-are the p99.
+``--callback`` chooses how the client times its records: ``lambda`` (the default) gives
+``send`` a new lambda per record that holds its send time; ``shared`` gives every record one
+function, which finds the record's send time by its offset, as the docs advise: the
+producer then keeps nothing alive per record. ``--gc-freeze`` has the client call
+``gc.freeze()`` after its warm-up: what a busy producer keeps alive per record sets off full
+collections of every object its imports made, which stall it for 8-14 ms at a time, and
+those stalls are the p99.
 
-Usage: python bench/ack_latency.py [--rates 50,200,1000] [--seconds 5] [--runs 3] [--gc-freeze]
+Usage: python bench/ack_latency.py [--rates 50,200,1000] [--seconds 5] [--runs 3]
+       [--gc-freeze] [--callback lambda|shared]
 """
 
 from __future__ import annotations
@@ -39,23 +43,35 @@ boot, topic, rate, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3]), float
 # An array, not a list: a list of a million floats is walked by every full collection
 # and would add the benchmark's own pauses to the producer's.
 latencies = array("d")
+count = int(rate * seconds)
+sent_at = array("d", bytes(8 * count))
 with Producer(bootstrap_servers=boot, acks="all", linger_ms=0) as producer:
     for _ in range(50):
-        producer.send(topic, b"w" * 100).result(timeout=30)
+        first_offset = producer.send(topic, b"w" * 100).result(timeout=30).offset + 1
     if sys.argv[5] == "freeze":
         gc.freeze()
+
+    def on_delivery(future):
+        # One function for every record: its send time is found by its offset (this
+        # client is the partition's only writer).
+        latencies.append(time.perf_counter() - sent_at[future.result().offset - first_offset])
+
     start = time.perf_counter()
     cpu_start = time.process_time()
-    for i in range(int(rate * seconds)):
+    for i in range(count):
         due = start + i / rate
         while (now := time.perf_counter()) < due:
             time.sleep(min(due - now, 0.001))  # pacing the sends, not synchronising
         sent = time.perf_counter()
-        producer.send(
-            topic,
-            b"x" * 100,
-            callback=lambda _, sent=sent: latencies.append(time.perf_counter() - sent),
-        )
+        if sys.argv[6] == "shared":
+            sent_at[i] = sent
+            producer.send(topic, b"x" * 100, callback=on_delivery)
+        else:
+            producer.send(
+                topic,
+                b"x" * 100,
+                callback=lambda _, sent=sent: latencies.append(time.perf_counter() - sent),
+            )
     producer.flush()
     done = time.perf_counter()
     cpu_s = time.process_time() - cpu_start
@@ -71,13 +87,17 @@ print(json.dumps({
 
 
 def _one_run(
-    bootstrap: str, pids: list[int], rate: float, seconds: float, gc_freeze: bool
+    bootstrap: str,
+    pids: list[int],
+    rate: float,
+    seconds: float,
+    gc_freeze: bool,
+    callback: str,
 ) -> dict[str, Any]:
     before = {pid: cpu_seconds(pid) for pid in pids}
     gc_mode = "freeze" if gc_freeze else "default"
-    result = run_json(
-        [sys.executable, "-c", _CLIENT, bootstrap, "acks", str(rate), str(seconds), gc_mode]
-    )
+    client = [sys.executable, "-c", _CLIENT, bootstrap, "acks", str(rate), str(seconds)]
+    result = run_json([*client, gc_mode, callback])
     result["node_cpu_percent"] = sorted(
         (round((cpu_seconds(pid) - before[pid]) / seconds * 100, 1) for pid in pids), reverse=True
     )
@@ -93,6 +113,12 @@ def main() -> None:
     parser.add_argument(
         "--gc-freeze", action="store_true", help="the client calls gc.freeze() after warm-up"
     )
+    parser.add_argument(
+        "--callback",
+        choices=("lambda", "shared"),
+        default="lambda",
+        help="a new lambda per record (the default) or one function for every record",
+    )
     args = parser.parse_args()
     rates = [float(rate) for rate in args.rates.split(",")]
     report: dict[str, Any] = {
@@ -101,7 +127,12 @@ def main() -> None:
         "each node's share of one core over the run (the partition leader first), client CPU "
         "the producer process's from its first paced send to its flush; achieved_rate is "
         "records over that time (a rate above the maximum measures the maximum); client "
-        + ("calls gc.freeze() after warm-up" if args.gc_freeze else "with Python's default gc"),
+        + ("calls gc.freeze() after warm-up" if args.gc_freeze else "with Python's default gc")
+        + (
+            ", one callback function for every record"
+            if args.callback == "shared"
+            else ", a new lambda per record as the callback"
+        ),
         "runs": args.runs,
         "rates": {},
     }
@@ -116,7 +147,7 @@ def main() -> None:
         pids = [node["pid"] for node in json.loads(Path(data, "cluster.json").read_text())["nodes"]]
         for rate in rates:
             runs = [
-                _one_run(bootstrap, pids, rate, args.seconds, args.gc_freeze)
+                _one_run(bootstrap, pids, rate, args.seconds, args.gc_freeze, args.callback)
                 for _ in range(args.runs)
             ]
             report["rates"][str(int(rate))] = {
