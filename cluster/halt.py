@@ -15,6 +15,10 @@ Three places can see such an error, and each is covered here:
   :class:`HaltOnInvariantInterceptor` wraps every handler;
 * code that catches broad exceptions to keep a loop alive re-raises it first
   (``except InvariantError: raise`` before ``except Exception``).
+
+A partition log whose files an I/O error left in doubt halts the node too
+(:func:`halt_on_log_failure`, exit status :data:`LOG_DIR_FAILURE_EXIT_CODE`), as Kafka stops
+a broker whose every log directory went offline.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Generator
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -33,8 +38,10 @@ from cluster.errors import InvariantError
 
 __all__ = [
     "HALT_EXIT_CODE",
+    "LOG_DIR_FAILURE_EXIT_CODE",
     "HaltOnInvariantInterceptor",
     "halt",
+    "halt_on_log_failure",
     "install",
 ]
 
@@ -44,6 +51,10 @@ HALT_EXIT_CODE = 70
 """The exit status of a node halted by a broken invariant (``EX_SOFTWARE``)."""
 
 T = TypeVar("T")
+
+
+LOG_DIR_FAILURE_EXIT_CODE = 74
+"""The exit status of a node halted because its data directory failed (``EX_IOERR``)."""
 
 
 def halt(error: BaseException, where: str) -> NoReturn:
@@ -56,11 +67,35 @@ def halt(error: BaseException, where: str) -> NoReturn:
         HALT_EXIT_CODE,
         exc_info=error,
     )
+    _exit(HALT_EXIT_CODE)
+
+
+def halt_on_log_failure(directory: Path, error: BaseException) -> NoReturn:
+    """A partition's log met an I/O error that leaves its files in doubt: end the process.
+
+    Kafka takes such a log directory offline and stops a broker that has no other; a
+    lograft node has one data directory. Carrying on, it would keep leading the partition
+    and answer ``KAFKA_STORAGE_ERROR`` to every write until someone restarted it; halted,
+    its session with the controller lapses, a replica in the ISR takes over the partitions it
+    led, and a restart recovers its logs from what they synced.
+    """
+    log.critical(
+        "log directory failed, halting node dir=%s error_type=%s error=%s exit_code=%d",
+        directory,
+        type(error).__name__,
+        error,
+        LOG_DIR_FAILURE_EXIT_CODE,
+        exc_info=error,
+    )
+    _exit(LOG_DIR_FAILURE_EXIT_CODE)
+
+
+def _exit(code: int) -> NoReturn:
     for handler in logging.getLogger().handlers:
         with contextlib.suppress(Exception):  # a broken handler must not stop the halt
             handler.flush()
     sys.stderr.flush()
-    os._exit(HALT_EXIT_CODE)
+    os._exit(code)
 
 
 def _on_task_done(task: asyncio.Future[Any]) -> None:

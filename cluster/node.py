@@ -140,14 +140,20 @@ class Node:
     """One lograft process: a gRPC server per listener, its log manager and its tasks."""
 
     def __init__(self, config: NodeConfig, *, halt_on_invariant: bool = False) -> None:
-        """``halt_on_invariant``: a broken invariant ends the process (the node's own
-        process sets it; an in-process test leaves it off to see the error instead)."""
+        """``halt_on_invariant``: a broken invariant, or an I/O error that fails a
+        partition's log, ends the process (the node's own process sets it; an in-process
+        test leaves it off to see the error instead)."""
         self.config = config
         self._halt_on_invariant = halt_on_invariant
         self.cluster_id = load_or_create_identity(
             config.data_dir, config.node_id, quorum_cluster_id(config)
         )
-        self.logs = LogManager(config.data_dir, config.log_defaults, wall_clock_ms)
+        self.logs = LogManager(
+            config.data_dir,
+            config.log_defaults,
+            wall_clock_ms,
+            on_log_failure=halt.halt_on_log_failure if halt_on_invariant else None,
+        )
         self._logs_changed = asyncio.Event()
         self.logs.add_listener(self._logs_changed.set)
         self._servers: list[grpc.aio.Server] = []

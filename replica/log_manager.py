@@ -27,7 +27,7 @@ from cluster.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from replica.log.partition_log import PartitionLog
+from replica.log.partition_log import LogFailureHandler, PartitionLog
 from replica.log.replication_offset_checkpoint import (
     read_high_watermarks,
     write_high_watermarks,
@@ -64,9 +64,16 @@ class LogManager:
     """Owns every ``Partition`` of the node and the topic definitions."""
 
     def __init__(
-        self, data_dir: Path, default_config: LogConfig, now_ms: Callable[[], int]
+        self,
+        data_dir: Path,
+        default_config: LogConfig,
+        now_ms: Callable[[], int],
+        on_log_failure: LogFailureHandler | None = None,
     ) -> None:
+        """``on_log_failure`` is given to every partition log it opens
+        (:meth:`PartitionLog.open`)."""
         self.data_dir = data_dir
+        self._on_log_failure = on_log_failure
         self.default_config = default_config
         self._now_ms = now_ms
         self.topics: dict[str, TopicInfo] = {}
@@ -273,7 +280,9 @@ class LogManager:
         ):
             log.warning("moving aside directory of another topic dir=%s", directory)
             remove_directories([_mark_deleted(directory)])
-        partition_log = PartitionLog.open(directory, self.log_config_for(configs), self._now_ms())
+        partition_log = PartitionLog.open(
+            directory, self.log_config_for(configs), self._now_ms(), self._on_log_failure
+        )
         if not marker.exists():
             write_file_atomically(marker, f"topic_id={topic_id}\n".encode())
         try:
@@ -318,7 +327,9 @@ class LogManager:
                 directory = self.data_dir / f"{topic.name}-{index}"
                 if fresh and directory.exists():
                     remove_directories([_mark_deleted(directory)])
-                partition_log = PartitionLog.open(directory, config, self._now_ms())
+                partition_log = PartitionLog.open(
+                    directory, config, self._now_ms(), self._on_log_failure
+                )
                 try:
                     if partition_log.flushed_offset < partition_log.log_end_offset:
                         # Recovered bytes that survived a crash sit in the page cache; make

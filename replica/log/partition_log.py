@@ -40,7 +40,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -72,12 +72,16 @@ __all__ = [
     "RECOVERY_POINT_FILE",
     "AppendResult",
     "FsyncJobs",
+    "LogFailureHandler",
     "PartitionLog",
     "PendingFlush",
     "delete_files",
 ]
 
 log = logging.getLogger(__name__)
+
+LogFailureHandler = Callable[[Path, BaseException], None]
+"""Told of the I/O error that failed a partition's log: its directory and the error."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,12 +151,20 @@ class PartitionLog:
 
     Failure: an I/O error that leaves the files in doubt (a failed ``fdatasync``, an append
     that cannot be undone) marks the log failed, and every later write or flush raises
-    ``KafkaStorageError`` (Kafka takes the log directory offline). Reads keep working.
+    ``KafkaStorageError`` (Kafka takes the log directory offline). Reads keep working. The
+    first such error is also handed to ``on_failure`` (see :meth:`open`).
     """
 
-    def __init__(self, directory: Path, config: LogConfig, loaded: LoadedLog) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        loaded: LoadedLog,
+        on_failure: LogFailureHandler | None = None,
+    ) -> None:
         """Use :meth:`open`."""
         self._directory = directory
+        self._on_failure = on_failure
         self._local = LocalLog(
             directory, config, loaded.segments, loaded.recovered, loaded.flushed_offset
         )
@@ -171,13 +183,23 @@ class PartitionLog:
         self._cleaning = CleaningState(loaded.cleaner_checkpoint)
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, now_ms: int) -> PartitionLog:
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        now_ms: int,
+        on_failure: LogFailureHandler | None = None,
+    ) -> PartitionLog:
         """Open (creating if needed) the log in ``directory``, recovering it as needed
         (see :mod:`replica.log.log_loader`).
 
-        Raises ``KafkaStorageError`` if the directory cannot be read or written.
+        ``on_failure(directory, error)`` is called once, with the log's lock held and from
+        whichever thread met it, by the first I/O error that marks the log failed (not by
+        one during :meth:`close`): the node halts there, as Kafka stops a broker whose log
+        directory went offline. Raises ``KafkaStorageError`` if the directory cannot be read
+        or written.
         """
-        return cls(directory, config, load_log(directory, config, now_ms))
+        return cls(directory, config, load_log(directory, config, now_ms), on_failure)
 
     # ---- properties -----------------------------------------------------------------------
 
@@ -326,9 +348,10 @@ class PartitionLog:
         """The write path shared by both appends; the lock is held. See :meth:`append`."""
         try:
             self._local.write(records, headers, now_ms)
-        except KafkaStorageError:
+        except KafkaStorageError as exc:
             # The segment written to is the active one, even if the write rolled first.
-            self._failed = self._failed or self._local.segments[-1].damaged
+            if self._local.segments[-1].damaged:
+                self._mark_failed(exc)
             raise
 
     def roll_if_due(self, now_ms: int) -> bool:
@@ -360,7 +383,7 @@ class PartitionLog:
             try:
                 removed_bytes, removed_segments = self._local.truncate_to(offset)
             except (OSError, KafkaStorageError) as exc:
-                self._failed = True
+                self._mark_failed(exc)
                 raise KafkaStorageError(
                     f"truncating log dir={self._directory} to {offset} failed: {exc}"
                 ) from exc
@@ -447,8 +470,8 @@ class PartitionLog:
                 reason = "retention.ms" if position < expired_by_time else "retention.bytes"
                 try:
                     self._local.delete_oldest(paths, reason)
-                except KafkaStorageError:
-                    self._failed = True
+                except KafkaStorageError as exc:
+                    self._mark_failed(exc)
                     raise
                 # Per segment, so that a failed rename later in the loop leaves it in step.
                 self._epochs.start_moved(self.log_start_offset)
@@ -523,7 +546,7 @@ class PartitionLog:
             try:
                 return self._cleaning.finish_swap(self._local, result, replaced, now_ms)
             except (OSError, KafkaStorageError) as exc:
-                self._failed = True
+                self._mark_failed(exc)
                 raise KafkaStorageError(
                     f"cleaner swap of dir={self._directory} failed after commit: {exc}; the "
                     "next open finishes it"
@@ -578,10 +601,17 @@ class PartitionLog:
     def _sync_failed(self, exc: OSError) -> KafkaStorageError:
         # After a failed fsync the kernel may have dropped the dirty pages: retrying could
         # "succeed" without the data. Give up on this log, as Kafka does.
-        with self._lock:
-            self._failed = True
         log.error("fdatasync failed dir=%s error=%s", self._directory, exc)
+        with self._lock:
+            self._mark_failed(exc)
         return KafkaStorageError(f"flush of dir={self._directory} failed: {exc}")
+
+    def _mark_failed(self, error: BaseException) -> None:
+        """The lock is held: mark the log failed and, the first time, tell ``on_failure``."""
+        first = not self._failed and not self._closed
+        self._failed = True
+        if first and self._on_failure is not None:
+            self._on_failure(self._directory, error)
 
     def _publish_flush(self, target: int) -> int:
         # Before the flushed offset is published: every recovery point persisted from it

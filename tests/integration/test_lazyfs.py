@@ -25,6 +25,7 @@ import pytest
 from chaos.lazyfs import LazyFS, LazyStore, fuse_available
 from chaos.lazyfs.store import PAGE_SIZE, RENAME_EXCHANGE, RENAME_NOREPLACE, Unsynced
 from cluster.errors import KafkaStorageError
+from cluster.halt import LOG_DIR_FAILURE_EXIT_CODE
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from replica.log.partition_log import PartitionLog
 from replica.records import encode_batch
@@ -451,6 +452,32 @@ def test_power_loss_keeps_every_record_acknowledged_under_the_default_flush_poli
     assert not missing, (
         f"{len(missing)} acknowledged records lost (dropped {dropped}): {missing[:3]}"
     )
+    assert stored == acked
+
+
+@needs_fuse
+def test_a_node_whose_disk_fails_halts_and_restarts_with_every_acknowledged_record(
+    lazyfs: LazyFS, tmp_path: Path
+) -> None:
+    """Kafka stops a broker whose only log directory failed; a node that kept running would
+    lead its partitions on and answer KAFKA_STORAGE_ERROR to every write until restarted."""
+    node = NodeOnMount(data_dir=lazyfs.mountpoint / "node-1", log_dir=tmp_path)
+    node.start()
+    try:
+        acked = produce_acked(node, "failing")
+        lazyfs.crash()  # the node's open files answer EIO from now on
+        with grpc.insecure_channel(node.address) as channel:
+            stub = pb_grpc.BrokerStub(channel)
+            with contextlib.suppress(grpc.RpcError):  # the node may be gone before it answers
+                result = produce(stub, "failing", 0, encode_batch([b"after"]), acks=1)
+                assert result.error_code != 0, "acknowledged a write its disk refused"
+        assert node.process is not None
+        assert node.process.wait(timeout=30) == LOG_DIR_FAILURE_EXIT_CODE
+        assert "log directory failed, halting node" in node.read_log()
+        node.start()
+        stored = stored_values(node, "failing")
+    finally:
+        node.kill()
     assert stored == acked
 
 

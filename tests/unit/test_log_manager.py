@@ -9,7 +9,7 @@ import pytest
 
 from cluster.errors import KafkaStorageError, TopicAlreadyExistsError
 from replica.batch_header import validate_batches
-from replica.log.partition_log import PartitionLog
+from replica.log.partition_log import LogFailureHandler, PartitionLog
 from replica.log_manager import LogManager
 from replica.records import encode_batch
 from replica.topic_config import LogConfig
@@ -66,10 +66,12 @@ def test_failed_creation_leaves_no_topic_and_no_directories(
     manager = _manager(tmp_path)
     real_open = PartitionLog.open
 
-    def open_or_fail(directory: Path, config: LogConfig, now_ms: int) -> PartitionLog:
+    def open_or_fail(
+        directory: Path, config: LogConfig, now_ms: int, on_failure: LogFailureHandler | None
+    ) -> PartitionLog:
         if directory.name == "broken-2":
             raise OSError(24, "Too many open files")
-        return real_open(directory, config, now_ms)
+        return real_open(directory, config, now_ms, on_failure)
 
     monkeypatch.setattr(PartitionLog, "open", open_or_fail)
     with pytest.raises(KafkaStorageError):

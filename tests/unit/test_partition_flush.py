@@ -286,6 +286,33 @@ def test_a_failed_fdatasync_on_the_fsync_thread_fails_the_waiters_and_the_log(
     assert _flush_through(tmp_path, monkeypatch, _FailingFlusher).type is KafkaStorageError
 
 
+def test_the_first_failed_fdatasync_is_handed_to_the_log_failure_handler_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The node halts in this handler (cluster.halt.halt_on_log_failure): Kafka stops a
+    # broker whose log directory failed rather than keep leading with it.
+    monkeypatch.setattr(partition_module, "loop_flusher", _FailingFlusher)
+    failures: list[tuple[Path, BaseException]] = []
+
+    async def scenario() -> None:
+        log = PartitionLog.open(
+            tmp_path,
+            LogConfig(),
+            int(time.time() * 1000),
+            on_failure=lambda directory, error: failures.append((directory, error)),
+        )
+        partition = Partition(TP, log)
+        with pytest.raises(KafkaStorageError):
+            await partition.wait_flushed(_append(log, 1))
+        with pytest.raises(KafkaStorageError):
+            _append(log, 1)
+        log.close()
+
+    asyncio.run(scenario())
+    assert [(directory, type(error)) for directory, error in failures] == [(tmp_path, OSError)]
+    assert isinstance(failures[0][1], OSError) and failures[0][1].errno == errno.EIO
+
+
 class _LostFlusher(_FailingFlusher):
     """A fsync thread that loses its jobs' outcomes (a bug)."""
 
