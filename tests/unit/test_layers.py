@@ -106,6 +106,7 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("cluster/framed/*", Layer.SHELL),  # halt on a broken invariant; shells re-raise through it
     # -- 5. Node and tools: the process, and what users run.
     ("cluster/node.py", Layer.NODE),
+    ("cluster/allocator.py", Layer.NODE),  # the node process's malloc thresholds
     ("cluster/node_health.py", Layer.NODE),  # NodeHealth: the service and `lograft node health`
     ("cluster/container.py", Layer.NODE),  # the image's entrypoint: env -> lograft node
     ("cluster/kraft_broker.py", Layer.NODE),
