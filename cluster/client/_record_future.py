@@ -7,14 +7,10 @@ completes once, whatever the batch holds. A ``RecordFuture`` is three slots: the
 record's index in the batch and its timestamp; its ``RecordMetadata`` is made only when asked
 for. A waiting thread gets an ``Event`` made on demand; callbacks are kept only for the
 records that have them, in a ``deque`` that callers append to without a lock (see
-``RecordFuture.add_done_callback``). For a callback given to ``send`` itself the deque holds
-only the callback, and the record's index and timestamp go into an array beside it; the
-future it is called with is made when the batch completes. The future ``send`` returned is
-then freed at once when the caller drops it, so that a producer with one callback function
-for every record keeps no object alive per record while its batch is in flight. That matters
-because whatever a busy producer keeps alive for a few milliseconds is promoted through the
-garbage collector's generations, and every promoted few thousand trigger a full collection
-that stops every thread of the process.
+``RecordFuture.add_done_callback``). A callback given to ``send`` itself rides in its
+future's ``_callback`` slot and the deque holds that future: one object kept per record until
+its batch completes instead of two, which matters because whatever a busy producer keeps
+alive for a few milliseconds feeds the garbage collector's full collections.
 
 The interface is ``concurrent.futures.Future``'s, as far as a producer's future can have it
 (Kafka's ``FutureRecordMetadata`` too cannot be cancelled): ``result``, ``exception``,
@@ -25,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,7 +54,6 @@ class BatchOutcome:
 
     __slots__ = (
         "_event",
-        "_send_callback_records",
         "append_time",
         "base_offset",
         "callbacks",
@@ -77,31 +71,12 @@ class BatchOutcome:
         self.append_time = -1
         self.error: BaseException | None = None
         self._event: threading.Event | None = None
-        self.callbacks: deque[
-            Callable[[RecordFuture], object] | tuple[RecordFuture, Callable[[RecordFuture], object]]
-        ]
+        self.callbacks: deque[RecordFuture | tuple[RecordFuture, Callable[[RecordFuture], object]]]
         self.callbacks = deque()
-        """Callbacks not yet run, in the order they were added: one given to ``send`` (its
-        record's index and timestamp are in ``_send_callback_records``), or a (future,
-        callback) pair from ``add_done_callback``. Appended to and taken from without a lock
-        (deque's ``append``, ``popleft`` and ``remove`` are atomic), each taken, and so run,
-        once."""
-        self._send_callback_records: array[int] | None = None
-
-    def add_send_callback(
-        self, callback: Callable[[RecordFuture], object], index: int, timestamp_ms: int
-    ) -> None:
-        """Queue the callback given to ``send`` for the batch's record ``index``.
-
-        The producer calls it under its accumulator's lock, while the batch is open: every
-        such callback is queued before the batch can complete, in the order of its records.
-        """
-        records = self._send_callback_records
-        if records is None:
-            records = self._send_callback_records = array("q")
-        records.append(index)
-        records.append(timestamp_ms)
-        self.callbacks.append(callback)
+        """Callbacks not yet run, in the order they were added: a future whose ``_callback``
+        slot holds one given to ``send``, or a (future, callback) pair from
+        ``add_done_callback``. Appended to and taken from without a lock (deque's ``append``,
+        ``popleft`` and ``remove`` are atomic), each taken, and so run, once."""
 
     def succeed(self, base_offset: int, log_append_time_ms: int) -> None:
         """The batch was written at ``base_offset`` (-1 with ``acks=0``)."""
@@ -127,11 +102,8 @@ class BatchOutcome:
     def _wake(self, event: threading.Event | None) -> None:
         if event is not None:
             event.set()
-        # The callbacks not yet taken, in the order they were added; those given to send
-        # take their records' index and timestamp in the same order.
+        # The callbacks not yet taken, in the order they were added.
         take = self.callbacks.popleft
-        records = self._send_callback_records
-        position = 0
         while True:
             try:
                 entry = take()
@@ -140,10 +112,9 @@ class BatchOutcome:
             if isinstance(entry, tuple):
                 _run_callback(*entry)
             else:
-                assert records is not None, "a send callback was queued without its record"
-                future = RecordFuture(self, records[position], records[position + 1])
-                position += 2
-                _run_callback(future, entry)
+                callback = entry._callback
+                assert callback is not None, "a future queued for its callback has none"
+                _run_callback(entry, callback)
 
     def wait(self, timeout: float | None) -> bool:
         """Wait until the batch is done, at most ``timeout`` seconds; whether it is."""
@@ -168,12 +139,20 @@ def _run_callback(future: RecordFuture, callback: Callable[[RecordFuture], objec
 class RecordFuture:
     """The outcome of one ``Producer.send``: its ``RecordMetadata`` or its typed error."""
 
-    __slots__ = ("_index", "_outcome", "_timestamp")
+    __slots__ = ("_callback", "_index", "_outcome", "_timestamp")
 
-    def __init__(self, outcome: BatchOutcome, index: int, timestamp_ms: int) -> None:
+    def __init__(
+        self,
+        outcome: BatchOutcome,
+        index: int,
+        timestamp_ms: int,
+        callback: Callable[[RecordFuture], object] | None = None,
+    ) -> None:
         self._outcome = outcome
         self._index = index
         self._timestamp = timestamp_ms
+        self._callback = callback
+        """The callback given to ``send``, if any: the producer queues the future for it."""
 
     @classmethod
     def failed(cls, topic: str, partition: int, error: BaseException) -> RecordFuture:

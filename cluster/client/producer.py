@@ -479,10 +479,8 @@ class Producer:
 
         ``callback(future)``, if given, runs when the record is done, as if added with the
         future's ``add_done_callback`` (Kafka's ``send(record, callback)``); callbacks of one
-        partition's records run in the order they were sent. The future it gets reports the
-        same outcome as the one ``send`` returns but is not the same object: given here, the
-        producer keeps nothing alive per record but the callback itself, so one function for
-        every record keeps the garbage collector's full collections away.
+        partition's records run in the order they were sent. Given here, it costs the
+        producer less than ``add_done_callback`` and keeps fewer objects alive per record.
 
         Blocks (at most ``max.block.ms``) for the topic's metadata the first time and while
         ``buffer.memory`` is full; if that fails, ``send`` itself raises the typed error
@@ -583,15 +581,15 @@ class Producer:
                 assert batch is not None, "a record went into no batch after room was made"
             outcome = batch.outcome
             assert outcome is not None
-            index = batch.record_count - 1
+            future = RecordFuture(outcome, batch.record_count - 1, ts, callback)
             if callback is not None:
                 # Queued under the lock: the batch cannot be drained, so not completed,
                 # before its callback is in place.
-                outcome.add_send_callback(callback, index, ts)
+                outcome.callbacks.append(future)
             drain_here = acc.sender_wanted and self._sender.take_wake_locked()
         if drain_here:
             self._sender.drain_here()
-        return RecordFuture(outcome, index, ts)
+        return future
 
     def send_bulk(
         self,

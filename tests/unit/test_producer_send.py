@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
 
 import pytest
 
-from cluster.client import Producer, RecordFuture, RecordMetadata
+from cluster.client import Producer
 from cluster.errors import InvalidRecordError, MessageTooLargeError
 from replica.records import iter_records
 from tests.unit.producer_fixtures import TIMEOUT_S, FakeLeader, Plan, fake_leader
@@ -114,24 +113,3 @@ def test_a_callback_given_to_send_gets_the_error_of_its_record(fake: FakeLeader)
             future.result(timeout=TIMEOUT_S)
         producer.flush(timeout=TIMEOUT_S)
     assert [type(e) for e in errors] == [MessageTooLargeError, InvalidRecordError]
-
-
-def test_records_waiting_with_one_shared_callback_keep_no_future_alive(fake: FakeLeader) -> None:
-    done: list[RecordMetadata] = []
-
-    def on_delivery(future: RecordFuture) -> None:
-        done.append(future.result())
-
-    def futures_alive() -> set[int]:
-        return {id(o) for o in gc.get_objects() if isinstance(o, RecordFuture)}
-
-    with _producer(fake, linger_ms=60_000) as producer:
-        gc.collect()  # earlier tests' futures
-        before = futures_alive()
-        for i in range(100):
-            producer.send("t", b"v", partition=1, timestamp_ms=1_000 + i, callback=on_delivery)
-        # The batch is still open (60 s linger): whatever is alive now lives until it is
-        # answered, and a busy producer's garbage collector would walk it again and again.
-        assert futures_alive() - before == set()
-        producer.flush(timeout=TIMEOUT_S)
-    assert done == [RecordMetadata("t", 1, i, 1_000 + i) for i in range(100)]
