@@ -13,7 +13,8 @@ bench/results/ack_latency.json.
 ``--callback`` chooses how the client times its records: ``lambda`` (the default) gives
 ``send`` a new lambda per record that holds its send time; ``shared`` gives every record one
 function, which finds the record's send time by its offset, as the docs advise: the
-producer then keeps nothing alive per record. ``--gc-freeze`` has the client call
+producer then keeps one object alive per record (its future), not two. ``--gc-freeze``
+has the client call
 ``gc.freeze()`` after its warm-up: what a busy producer keeps alive per record sets off full
 collections of every object its imports made, which stall it for 8-14 ms at a time, and
 those stalls are the p99.
