@@ -13,11 +13,10 @@ bench/results/ack_latency.json.
 ``--callback`` chooses how the client times its records: ``lambda`` (the default) gives
 ``send`` a new lambda per record that holds its send time; ``shared`` gives every record one
 function, which finds the record's send time by its offset, as the docs advise: the
-producer then keeps one object alive per record (its future), not two. ``--gc-freeze``
-has the client call
-``gc.freeze()`` after its warm-up: what a busy producer keeps alive per record sets off full
-collections of every object its imports made, which stall it for 8-14 ms at a time, and
-those stalls are the p99.
+producer then keeps one object alive per record (its future), not two. ``--gc-freeze`` has
+the client call ``gc.freeze()`` after its warm-up: what a busy producer keeps alive per
+record sets off full collections of every object its imports made, which stall it for
+8-14 ms at a time, and those stalls are the p99.
 
 Usage: python bench/ack_latency.py [--rates 50,200,1000] [--seconds 5] [--runs 3]
        [--gc-freeze] [--callback lambda|shared]
@@ -45,7 +44,8 @@ boot, topic, rate, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3]), float
 # and would add the benchmark's own pauses to the producer's.
 latencies = array("d")
 count = int(rate * seconds)
-sent_at = array("d", bytes(8 * count))
+shared = sys.argv[6] == "shared"
+sent_at = array("d", bytes(8 * count if shared else 0))
 with Producer(bootstrap_servers=boot, acks="all", linger_ms=0) as producer:
     for _ in range(50):
         first_offset = producer.send(topic, b"w" * 100).result(timeout=30).offset + 1
@@ -64,7 +64,7 @@ with Producer(bootstrap_servers=boot, acks="all", linger_ms=0) as producer:
         while (now := time.perf_counter()) < due:
             time.sleep(min(due - now, 0.001))  # pacing the sends, not synchronising
         sent = time.perf_counter()
-        if sys.argv[6] == "shared":
+        if shared:
             sent_at[i] = sent
             producer.send(topic, b"x" * 100, callback=on_delivery)
         else:

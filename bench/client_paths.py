@@ -19,9 +19,10 @@ separate client process and ``--runs`` times (the report gives every run and the
   running, after the runs above (their topics exist).
 * ``one_node_killed``: then one node is killed (SIGKILL) and, with the same three-node
   bootstrap list, one record is sent at once to each partition of the six-partition RF 3
-  topic (``acks=all``): the seconds from the kill to each acknowledgement (the partitions
-  that had the node in their ISR wait for ``replica.lag.time.max.ms`` to drop it, those it
-  led for a new leader), then ``send_acksall_rf3`` and ``sync_send`` again on two nodes.
+  topic (``acks=all``): the seconds from the kill to each acknowledgement (every partition
+  waits for the controller to fence the node, after ``broker.session.timeout.ms``, which
+  drops it from the ISRs and moves the leadership of those it led), then
+  ``send_acksall_rf3`` and ``sync_send`` again on two nodes.
 
 Prints one JSON document and writes it to bench/results/client_paths.json.
 
@@ -104,7 +105,6 @@ with Producer(bootstrap_servers=boot, acks="all", linger_ms=0) as producer:
     ]
     for future in futures:
         future.result(timeout=120)  # a record not acknowledged by then fails the benchmark
-    producer.flush()
 print(json.dumps({"acked_after_s": [round(acked[p], 2) for p in sorted(acked)]}))
 """
 

@@ -26,7 +26,7 @@ from cluster.errors import KafkaStorageError
 from replica import flush_worker
 from replica import partition as partition_module
 from replica.batch_header import validate_batches
-from replica.log.partition_log import PartitionLog
+from replica.log.partition_log import LogFailureHandler, PartitionLog
 from replica.partition import INLINE_FLUSH_MAX_S, Partition
 from replica.records import encode_batch
 from replica.topic_config import LogConfig
@@ -260,14 +260,17 @@ class _FailingFlusher:
 
 
 def _flush_through(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flusher: type[_FailingFlusher]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    flusher: type[_FailingFlusher],
+    on_failure: LogFailureHandler | None = None,
 ) -> pytest.ExceptionInfo[Exception]:
     """A group commit through ``flusher``: what it raised to the waiting produce. Checks
     that nothing was published as flushed, the log takes no more writes, and it closes."""
     monkeypatch.setattr(partition_module, "loop_flusher", flusher)
 
     async def scenario() -> pytest.ExceptionInfo[Exception]:
-        log = PartitionLog.open(tmp_path, LogConfig(), int(time.time() * 1000))
+        log = PartitionLog.open(tmp_path, LogConfig(), int(time.time() * 1000), on_failure)
         partition = Partition(TP, log)
         with pytest.raises(Exception) as raised:
             await partition.wait_flushed(_append(log, 1))
@@ -291,24 +294,14 @@ def test_the_first_failed_fdatasync_is_handed_to_the_log_failure_handler_once(
 ) -> None:
     # The node halts in this handler (cluster.halt.halt_on_log_failure): Kafka stops a
     # broker whose log directory failed rather than keep leading with it.
-    monkeypatch.setattr(partition_module, "loop_flusher", _FailingFlusher)
     failures: list[tuple[Path, BaseException]] = []
-
-    async def scenario() -> None:
-        log = PartitionLog.open(
-            tmp_path,
-            LogConfig(),
-            int(time.time() * 1000),
-            on_failure=lambda directory, error: failures.append((directory, error)),
-        )
-        partition = Partition(TP, log)
-        with pytest.raises(KafkaStorageError):
-            await partition.wait_flushed(_append(log, 1))
-        with pytest.raises(KafkaStorageError):
-            _append(log, 1)
-        log.close()
-
-    asyncio.run(scenario())
+    raised = _flush_through(
+        tmp_path,
+        monkeypatch,
+        _FailingFlusher,
+        on_failure=lambda directory, error: failures.append((directory, error)),
+    )
+    assert raised.type is KafkaStorageError
     assert [(directory, type(error)) for directory, error in failures] == [(tmp_path, OSError)]
     assert isinstance(failures[0][1], OSError) and failures[0][1].errno == errno.EIO
 
