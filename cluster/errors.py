@@ -13,6 +13,7 @@ __all__ = [
     "BatchNotCommittedError",
     "BrokerIdNotRegisteredError",
     "BrokerNotAvailableError",
+    "ClusterAuthorizationFailedError",
     "ConcurrentTransactionsError",
     "CoordinatorLoadInProgressError",
     "CoordinatorNotAvailableError",
@@ -74,6 +75,7 @@ __all__ = [
     "TransactionAbortableError",
     "TransactionAbortedError",
     "TransactionCoordinatorFencedError",
+    "TransactionalIdAuthorizationFailedError",
     "TransactionalIdNotFoundError",
     "UnassignedPartitionError",
     "UnknownLeaderEpochError",
@@ -85,6 +87,7 @@ __all__ = [
     "UnstableOffsetCommitError",
     "UnsupportedAssignorError",
     "UnsupportedCompressionTypeError",
+    "UnsupportedVersionError",
     "error_for_code",
     "error_type_named",
 ]
@@ -639,6 +642,28 @@ class TransactionAbortableError(LograftError):
     error_name = "TRANSACTION_ABORTABLE"
 
 
+class UnsupportedVersionError(LograftError):
+    """The broker does not support the request, its version, or a feature it asks for."""
+
+    code = 35
+    error_name = "UNSUPPORTED_VERSION"
+
+
+class ClusterAuthorizationFailedError(LograftError):
+    """The client may not perform a cluster action (e.g. idempotent writes, Kafka's
+    ``IDEMPOTENT_WRITE`` on the cluster)."""
+
+    code = 31
+    error_name = "CLUSTER_AUTHORIZATION_FAILED"
+
+
+class TransactionalIdAuthorizationFailedError(LograftError):
+    """The client may not use this ``transactional.id``."""
+
+    code = 53
+    error_name = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+
+
 class RebalanceInProgressError(LograftError):
     """The group is rebalancing (classic protocol); rejoin."""
 
@@ -668,6 +693,9 @@ _BY_CODE: dict[int, type[LograftError]] = {
         RebalanceInProgressError,
         GroupAuthorizationFailedError,
         UnstableOffsetCommitError,
+        UnsupportedVersionError,
+        ClusterAuthorizationFailedError,
+        TransactionalIdAuthorizationFailedError,
         OffsetOutOfRangeError,
         CorruptMessageError,
         UnknownTopicOrPartitionError,

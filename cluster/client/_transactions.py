@@ -11,7 +11,11 @@ the epoch of the next transaction (transactions version 2). ``prepare_transactio
 
 Errors follow Kafka's classes. *Fatal* (the producer can only be closed): another producer
 of the id took over (``PRODUCER_FENCED``, or ``INVALID_PRODUCER_EPOCH`` on a write), the id
-maps to another producer, an invalid state. *Abortable* (abort, then go on): any other
+maps to another producer, an invalid state, a request the broker does not support, the
+client not authorized for the id or the cluster. From then on ``begin_transaction``,
+``send``, ``send_offsets_to_transaction``, ``commit_transaction``, ``abort_transaction``,
+``prepare_transaction``, ``complete_transaction`` and ``init_transactions`` raise that
+error, whichever call or record met it first. *Abortable* (abort, then go on): any other
 failure of a write or of a call in the transaction. A method called in the wrong state
 raises ``IllegalStateError``.
 
@@ -25,11 +29,13 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from cluster.errors import (
+    ClusterAuthorizationFailedError,
     IllegalStateError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
@@ -38,8 +44,10 @@ from cluster.errors import (
     ProducerFencedError,
     TransactionAbortableError,
     TransactionAbortedError,
+    TransactionalIdAuthorizationFailedError,
     TransactionalIdNotFoundError,
     TransactionCoordinatorFencedError,
+    UnsupportedVersionError,
     error_for_code,
 )
 from cluster.wire import broker_pb2 as pb
@@ -60,7 +68,12 @@ _FATAL = (
     InvalidTxnStateError,
     TransactionCoordinatorFencedError,
     TransactionalIdNotFoundError,
+    UnsupportedVersionError,
+    ClusterAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
 )
+"""Errors after which the producer can only be closed: every later transactional call
+raises the error (Kafka's fatal errors: fenced, unsupported, not authorized)."""
 
 
 class TxnClientState(enum.Enum):
@@ -140,6 +153,7 @@ class TransactionManager:
     def init_transactions(self, keep_prepared: bool = False) -> None:
         """InitProducerId for the transactional id, retried within ``max.block.ms``."""
         with self._lock:
+            self._raise_if_fatal_locked()
             if self.state not in (TxnClientState.UNINITIALIZED, TxnClientState.READY):
                 raise IllegalStateError(f"init_transactions in state {self.state.value}")
         request = pb.InitProducerIdRequest(
@@ -148,7 +162,8 @@ class TransactionManager:
             enable_2pc=self._two_phase,
             keep_prepared_txn=keep_prepared,
         )
-        response = self._call("InitProducerId", request, self._max_block_ms)
+        with self._recording(fatal_only=True):
+            response = self._call("InitProducerId", request, self._max_block_ms)
         with self._lock:
             self._sequencer.set_producer_id(response.producer_id, response.producer_epoch)
             self._added.clear()
@@ -236,7 +251,7 @@ class TransactionManager:
             member_epoch=member_epoch,
             topics=[pb.OffsetCommitTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
         )
-        try:
+        with self._recording(fatal_only=False):
             response = group_calls.call(
                 group_id, "TxnOffsetCommit", request, _raise_error, timeout_ms=self._max_block_ms
             )
@@ -246,10 +261,6 @@ class TransactionManager:
                         raise error_for_code(
                             p.error_code, p.error_message or f"{topic.name}-{p.partition}"
                         )
-        except LograftError as exc:
-            with self._lock:
-                self._set_error_locked(exc)
-            raise
 
     def identity(self) -> tuple[int, int]:
         """The producer id and epoch the open transaction writes with."""
@@ -274,6 +285,7 @@ class TransactionManager:
     def prepared_matches(self, prepared: PreparedTxnState) -> bool:
         """Whether ``prepared`` names the transaction kept open (KIP-939)."""
         with self._lock:
+            self._raise_if_fatal_locked()
             if self.state is not TxnClientState.PREPARED:
                 raise IllegalStateError(f"complete_transaction in state {self.state.value}")
             return self._ongoing == prepared
@@ -281,9 +293,7 @@ class TransactionManager:
     def begin_end(self, commit: bool) -> None:
         """Check that the transaction may end this way now; mark it ending."""
         with self._lock:
-            if self.state is TxnClientState.FATAL_ERROR:
-                assert self.error is not None
-                raise self.error
+            self._raise_if_fatal_locked()
             allowed = {
                 TxnClientState.IN_TRANSACTION,
                 TxnClientState.PREPARED,
@@ -302,8 +312,14 @@ class TransactionManager:
             self._wake.notify()
 
     def end(self, commit: bool) -> None:
-        """EndTxn: commit or abort (the batches are all complete); take the next epoch."""
+        """EndTxn: commit or abort (the batches are all complete); take the next epoch.
+
+        Raises the error a record or a call of the transaction met while it was flushed:
+        a fatal one whether committing or aborting, an abortable one when committing."""
         with self._lock:
+            # The flush may have failed the transaction after begin_end checked it (a record
+            # fenced while its partition was added): such a transaction never ends normally.
+            self._raise_if_fatal_locked()
             if commit and self.state is TxnClientState.ABORTABLE_ERROR:
                 assert self.error is not None
                 raise self.error
@@ -316,13 +332,10 @@ class TransactionManager:
                 producer_epoch=epoch,
                 committed=commit,
             )
-            try:
+            # Only a fatal error changes the state: after any other, the same end may be
+            # called again.
+            with self._recording(fatal_only=True):
                 response = self._call("EndTxn", request, self._max_block_ms)
-            except LograftError as exc:
-                if isinstance(exc, _FATAL):
-                    with self._lock:
-                        self._set_error_locked(exc)
-                raise
             producer_id, epoch = response.producer_id, response.producer_epoch
         with self._lock:
             self._sequencer.set_producer_id(producer_id, epoch)
@@ -437,6 +450,11 @@ class TransactionManager:
                 else TransactionAbortableError(f"the transaction must be aborted: {error}")
             )
 
+    def _raise_if_fatal_locked(self) -> None:
+        if self.state is TxnClientState.FATAL_ERROR:
+            assert self.error is not None
+            raise self.error
+
     def _raise_if_failed_locked(self) -> None:
         if self.state in (TxnClientState.ABORTABLE_ERROR, TxnClientState.FATAL_ERROR):
             assert self.error is not None
@@ -445,12 +463,24 @@ class TransactionManager:
             raise IllegalStateError("call init_transactions first")
 
     def _in_transaction_call(self, method: str, request: Any) -> Any:
-        try:
+        with self._recording(fatal_only=False):
             return self._call(method, request, self._max_block_ms)
+
+    @contextmanager
+    def _recording(self, *, fatal_only: bool) -> Iterator[None]:
+        """Record the error the block raises (only a fatal one with ``fatal_only``), and
+        raise the producer's fatal error instead once it has one: a write refused for its
+        epoch raises ``ProducerFencedError``, as every later call does."""
+        try:
+            yield
         except LograftError as exc:
             with self._lock:
-                self._set_error_locked(exc)
-            raise
+                if not fatal_only or isinstance(exc, _FATAL):
+                    self._set_error_locked(exc)
+                fatal = self.error if self.state is TxnClientState.FATAL_ERROR else None
+            if fatal is None or fatal is exc:
+                raise
+            raise fatal from exc
 
     def _call(self, method: str, request: Any, timeout_ms: int) -> Any:
         return self._calls.call(

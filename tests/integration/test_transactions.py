@@ -132,6 +132,33 @@ def test_a_zombie_producer_is_fenced_and_its_records_stay_invisible(
     assert b"zombie-1" in _read_all(grouped, "payments", 1, "read_uncommitted", 2)
 
 
+def test_a_producer_fenced_between_transactions_never_reports_a_commit(
+    grouped: QuorumCluster,
+) -> None:
+    """Producer A commits, B of the same id initialises, A begins, sends and commits: A's
+    partition is refused (PRODUCER_FENCED) and the commit raises, as do A's later calls."""
+    _topic(grouped, "fenced", 1)
+    first = Producer(bootstrap_servers=grouped.bootstrap, transactional_id="fenced-tx")
+    first.init_transactions()
+    with first.transaction():
+        first.send("fenced", b"a-1")
+    with Producer(bootstrap_servers=grouped.bootstrap, transactional_id="fenced-tx") as second:
+        second.init_transactions()
+        first.begin_transaction()
+        lost = first.send("fenced", b"a-2")
+        with pytest.raises(ProducerFencedError):
+            first.commit_transaction()
+        assert isinstance(lost.exception(timeout=READ_TIMEOUT_S), ProducerFencedError)
+        with pytest.raises(ProducerFencedError):
+            first.begin_transaction()
+        with pytest.raises(ProducerFencedError):
+            first.abort_transaction()
+        first.close()
+        with second.transaction():
+            second.send("fenced", b"b-1")
+    assert _read_all(grouped, "fenced", 1, "read_committed", 2) == [b"a-1", b"b-1"]
+
+
 def _start_pipeline(cluster: QuorumCluster, log_path: Path) -> subprocess.Popen[bytes]:
     with open(log_path, "ab") as log_file:
         return subprocess.Popen(

@@ -221,11 +221,81 @@ class FakeLeader(pb_grpc.BrokerServicer):  # type: ignore[misc]
             result.batch_base_offsets.extend(h.base_offset for h in appended)
 
 
+@dataclass
+class FakeTxnCoordinator(FakeLeader):
+    """``FakeLeader`` that is also every transactional id's and group's coordinator.
+
+    ``InitProducerId`` of a transactional id bumps its epoch; ``EndTxn`` answers the next
+    epoch (transactions version 2). Each transactional call can be scripted to fail:
+    ``errors[method]`` holds the codes its next calls answer.
+    """
+
+    errors: dict[str, deque[int]] = field(default_factory=dict)
+    epochs: dict[str, tuple[int, int]] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+
+    def fail_next(self, method: str, code: int) -> None:
+        """The next call of ``method`` answers ``code``."""
+        with self.cond:
+            self.errors.setdefault(method, deque()).append(code)
+
+    def _scripted(self, method: str) -> int:
+        with self.cond:
+            self.calls.append(method)
+            queued = self.errors.get(method)
+            return queued.popleft() if queued else 0
+
+    def FindCoordinator(self, request: Any, context: Any) -> Any:
+        return pb.FindCoordinatorResponse(node_id=1, host="127.0.0.1", port=self.port)
+
+    def InitProducerId(self, request: Any, context: Any) -> Any:
+        if not request.transactional_id:
+            return super().InitProducerId(request, context)
+        code = self._scripted("InitProducerId")
+        if code:
+            return pb.InitProducerIdResponse(error_code=code, error_message="scripted")
+        with self.cond:
+            known = self.epochs.get(request.transactional_id)
+            if known is None:
+                known = (self.next_producer_id, -1)
+                self.next_producer_id += 1
+            producer_id, epoch = known[0], known[1] + 1
+            self.epochs[request.transactional_id] = (producer_id, epoch)
+        return pb.InitProducerIdResponse(
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            ongoing_txn_producer_id=-1,
+            ongoing_txn_producer_epoch=-1,
+        )
+
+    def AddPartitionsToTxn(self, request: Any, context: Any) -> Any:
+        code = self._scripted("AddPartitionsToTxn")
+        return pb.AddPartitionsToTxnResponse(error_code=code, error_message=_message(code))
+
+    def AddOffsetsToTxn(self, request: Any, context: Any) -> Any:
+        code = self._scripted("AddOffsetsToTxn")
+        return pb.AddOffsetsToTxnResponse(error_code=code, error_message=_message(code))
+
+    def TxnOffsetCommit(self, request: Any, context: Any) -> Any:
+        code = self._scripted("TxnOffsetCommit")
+        return pb.TxnOffsetCommitResponse(error_code=code, error_message=_message(code))
+
+    def EndTxn(self, request: Any, context: Any) -> Any:
+        code = self._scripted("EndTxn")
+        if code:
+            return pb.EndTxnResponse(error_code=code, error_message="scripted")
+        with self.cond:
+            producer_id, epoch = self.epochs[request.transactional_id]
+            self.epochs[request.transactional_id] = (producer_id, epoch + 1)
+        return pb.EndTxnResponse(producer_id=producer_id, producer_epoch=epoch + 1)
+
+
 @contextmanager
-def fake_leader() -> Iterator[FakeLeader]:
-    """A running ``FakeLeader``; on a clean exit, asserts it saw no protocol violation."""
+def fake_leader(kind: type[FakeLeader] = FakeLeader) -> Iterator[FakeLeader]:
+    """A running ``FakeLeader`` (or ``kind``); on a clean exit, asserts it saw no protocol
+    violation."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-    leader = FakeLeader()
+    leader = kind()
     pb_grpc.add_BrokerServicer_to_server(leader, server)
     leader.port = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -234,3 +304,7 @@ def fake_leader() -> Iterator[FakeLeader]:
     finally:
         server.stop(grace=None)
     assert leader.violations == []
+
+
+def _message(code: int) -> str:
+    return "scripted" if code else ""
