@@ -579,9 +579,15 @@ class Sender:
             self._retire_locked([batch], acked=True)
 
     def _fail(self, batches: list[ProducerBatch], error: BaseException) -> None:
-        if batches and self._transactions is not None:
-            with self._acc.lock:
+        if not batches:
+            return
+        # The producer's state learns of the failure before the caller does (Kafka's order):
+        # a record sent as soon as this future fails must be sequenced, and checked against
+        # the transaction, knowing that this batch failed.
+        with self._acc.lock:
+            if self._transactions is not None:
                 self._transactions.on_batch_failed_locked(error)
+            self._resolve_sequences_locked(batches, acked=False)
         for batch in batches:
             self._delivery.failed(batch, error)
             log.warning(
@@ -600,14 +606,19 @@ class Sender:
                 self._retire_locked([batch], acked=False)
 
     def _retire_locked(self, batches: list[ProducerBatch], acked: bool) -> None:
+        self._resolve_sequences_locked(batches, acked)
+        self._acc.retire_locked(batches)
+
+    def _resolve_sequences_locked(self, batches: list[ProducerBatch], acked: bool) -> None:
         sequencer = self.sequencer
+        if sequencer is None:
+            return
         incomplete = self._acc.incomplete
         for batch in batches:
             if batch.seq not in incomplete:
                 continue  # retired already: failed by close while its answer was handled
-            if batch.base_sequence >= 0 and sequencer is not None:
+            if batch.base_sequence >= 0:
                 sequencer.resolve(batch, acked)
-        self._acc.retire_locked(batches)
 
     def _fail_or_retry(self, batches: list[ProducerBatch], error: LograftError) -> None:
         now = self._clock.monotonic()
