@@ -624,8 +624,9 @@ class Sender:
         now = self._clock.monotonic()
         retry: list[ProducerBatch] = []
         for batch in batches:
+            retriable = self._retriable(batch, error)
             if (
-                self._retriable(batch, error)
+                retriable
                 and batch.attempts < self._retries
                 and now + self._backoff_s < batch.deadline
                 and not self._acc.closed
@@ -634,7 +635,7 @@ class Sender:
                 batch.retry_at = now + self._backoff_s
                 retry.append(batch)
             else:
-                self._fail([batch], error)
+                self._fail([batch], Sequencer.error_giving_up(batch, error) if retriable else error)
         if not retry:
             return
         log.info(

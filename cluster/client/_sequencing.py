@@ -20,12 +20,19 @@ It holds the producer id and epoch and, per partition, the batch sequences
   expects next, so the partition ``needs_bump``.
 * ``retriable``: ``OUT_OF_ORDER_SEQUENCE_NUMBER`` for a batch sent while its predecessor was
   unresolved means the request overtook it (gRPC may reorder the requests of a channel):
-  retry. Sent right after an acknowledged batch, it is a real gap: fail the batch (which
-  then breaks the partition's sequence, as above). Any other error keeps its own flag; a
-  fenced or invalid epoch is not retriable and breaks the sequence the same way.
-  ``on_error`` answers the same for a sequenced batch and also records what the error
-  proves: the leader looks a batch up among the producer's last five before it checks the
-  sequence, so ``OUT_OF_ORDER_SEQUENCE_NUMBER`` means it does not hold the batch.
+  retry. Sent right after an acknowledged batch, it is a real gap: the leader lost
+  sequences it had acknowledged (an unclean election, a power loss under
+  ``flush.policy=interval``). Any other error keeps its own flag; a fenced or invalid epoch
+  is not retriable and breaks the sequence the same way.
+  ``on_error`` answers for a sequenced batch and also records what the error proves: the
+  leader looks a batch up among the producer's last five before it checks the sequence, so
+  ``OUT_OF_ORDER_SEQUENCE_NUMBER`` means it does not hold the batch. An idempotent producer
+  then retries a real gap too (Kafka's KIP-360): the partition's sequence is broken, so the
+  batch goes again re-sequenced under a new epoch, instead of failing. A transactional
+  producer fails it (its transaction must abort). ``error_giving_up``: a batch that may not
+  go again although the error let it (``delivery.timeout.ms`` or ``retries`` ran out) fails
+  with that error, except ``OUT_OF_ORDER_SEQUENCE_NUMBER``, which only asked for a resend:
+  it fails as timed out.
 * ``restart``: bump the epoch locally (KIP-360; a new producer id, from InitProducerId, once
   the epoch is exhausted) and restart a broken partition at sequence 0, re-sequencing the
   batches that wait for a retry, once nothing of it is in flight and none of those batches
@@ -62,7 +69,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from cluster.errors import LograftError, OutOfOrderSequenceNumberError
+from cluster.errors import LograftError, OutOfOrderSequenceNumberError, RequestTimedOutError
 from replica.topic_partition import TopicPartition
 
 __all__ = [
@@ -349,9 +356,35 @@ class Sequencer:
         does not hold it, and no earlier attempt wrote it: the batch is not written. Any
         other error proves nothing (a lost response or a timeout may follow a write, and an
         earlier attempt may have been written).
+
+        OUT_OF_ORDER_SEQUENCE_NUMBER right after an acknowledged batch (a real gap: the
+        leader lost sequences it had acknowledged) breaks the partition's sequence, and an
+        idempotent producer retries the batch: ``restart`` bumps the epoch and re-sequences
+        it from 0 once nothing of the partition is in flight (Kafka's KIP-360). A
+        transactional producer fails it, as ``retriable`` says.
         """
         if isinstance(error, OutOfOrderSequenceNumberError) and batch.base_sequence >= 0:
             batch.maybe_written = False
+            sequences = self.partitions.get(batch.tp)
+            if (
+                batch.follows_acked
+                and not self.transactional
+                and sequences is not None
+                and batch in sequences.window
+            ):
+                log.info(
+                    "leader lost acknowledged sequences, restarting under a new epoch "
+                    "topic=%s partition=%d producer_id=%d producer_epoch=%d base_sequence=%d "
+                    "error=%s",
+                    batch.tp.topic,
+                    batch.tp.partition,
+                    batch.producer_id,
+                    batch.producer_epoch,
+                    batch.base_sequence,
+                    error,
+                )
+                sequences.needs_bump = True
+                return True
         return self.retriable(batch, error)
 
     @staticmethod
@@ -362,11 +395,33 @@ class Sequencer:
         sent before its predecessor was acknowledged: the predecessor was in flight (or
         being retried) and the request overtook it, so the batch goes again once the
         predecessor is resolved. Sent right after an acknowledged batch, it means the broker
-        lost sequences: the batch fails and its partition restarts under a new epoch.
+        lost sequences: not retriable as it stands (``on_error`` retries it under a new
+        epoch for an idempotent producer; a transactional one fails it).
         """
         if isinstance(error, OutOfOrderSequenceNumberError) and batch.base_sequence >= 0:
             return not batch.follows_acked
         return error.retriable
+
+    @staticmethod
+    def error_giving_up(batch: SequencedBatch, error: LograftError) -> LograftError:
+        """What ``batch`` fails with when ``error`` let it go again but it may not
+        (``delivery.timeout.ms`` or ``retries`` ran out, or the producer closed).
+
+        ``error`` itself, as Kafka reports a batch's last retriable error, except
+        OUT_OF_ORDER_SEQUENCE_NUMBER: that answer only asked for a resend (after the
+        predecessor the request overtook, or re-sequenced under a new epoch), so the
+        batch fails as timed out, with the leader's answer in the message. It is what a
+        batch right after one that ran out of time gets: it may have been written, so it
+        goes once more under its own sequence, and the leader answers that it does not
+        hold the predecessor.
+        """
+        if isinstance(error, OutOfOrderSequenceNumberError) and batch.base_sequence >= 0:
+            return RequestTimedOutError(
+                f"gave up on {batch.record_count} records for {batch.tp.topic}-"
+                f"{batch.tp.partition} (delivery.timeout.ms or retries ran out) before they "
+                f"could be sent again after {error}"
+            )
+        return error
 
     @staticmethod
     def header_sequence(batch: SequencedBatch) -> int:

@@ -28,10 +28,12 @@ How it works, as in Kafka's Java producer:
   not do); a batch sent before goes alone, once every earlier batch of its partition is
   resolved, and new batches of the partition wait meanwhile.
   ``OUT_OF_ORDER_SEQUENCE_NUMBER`` for a batch sent while its predecessor was unresolved is
-  retried; for one sent after its predecessor was acknowledged, it fails the batch. A batch
-  that fails for good leaves the partition's sequence broken: once nothing of the partition
-  is in flight the producer bumps its epoch locally (Kafka's KIP-360; a new producer id when
-  the epoch is exhausted) and the partition restarts at sequence 0. Idempotence needs
+  retried; for one sent after its predecessor was acknowledged (the leader lost sequences it
+  had acknowledged), the batch goes again under a new epoch (a transactional producer fails
+  it). A batch that fails for good, or such a gap, leaves the partition's sequence broken:
+  once nothing of the partition is in flight the producer bumps its epoch locally (Kafka's
+  KIP-360; a new producer id when the epoch is exhausted) and the partition restarts at
+  sequence 0. Idempotence needs
   ``acks=all``, ``retries`` > 0 and at most five requests in flight: left unset, any other
   setting turns it off; set to true, it is a config error. Without idempotence a retried
   batch may land after a later one, or twice.

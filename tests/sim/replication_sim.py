@@ -319,6 +319,7 @@ class _SimLog:
         for epoch, record_id in records:
             replica.cache.assign(epoch, len(replica.log))  # the log assigns as it appends
             replica.log.append((epoch, record_id))
+        self._sim.on_replica_appended(replica, fetch_offset)
 
     def truncate_diverged(self, offset: int) -> None:
         replica = self._replica
@@ -332,6 +333,7 @@ class _SimLog:
         replica.synced = min(replica.synced, offset)
         replica.cache.truncate_from_end(offset)
         replica.high_watermark = min(replica.high_watermark, offset)
+        self._sim.on_replica_truncated(replica)
 
 
 class ReplicationSimulator:
@@ -400,9 +402,21 @@ class ReplicationSimulator:
         raise SimulationFailure(
             f"seed={self.seed} t={self.now_ms}ms phase={'faulty' if self.faulty else 'healed'}: "
             f"{detail}\n  swarm: {self.cfg}\n  controller: {self.controller.meta} "
-            f"fenced={self.controller.fenced}\n{states}\n  replay: {replay_command(self.seed)}\n"
+            f"fenced={self.controller.fenced}\n{states}\n  replay: {self.replay_command()}\n"
             f"  last events:\n{recent}"
         )
+
+    def replay_command(self) -> str:
+        """The command that replays this schedule alone."""
+        return replay_command(self.seed)
+
+    # --- what a subclass keeps beside the log (the broker's producer state) -------------
+
+    def on_replica_appended(self, replica: Replica, start: int) -> None:
+        """A follower appended fetched entries from offset ``start`` to its log end."""
+
+    def on_replica_truncated(self, replica: Replica) -> None:
+        """A follower truncated its diverged tail; its log now ends at ``len(log)``."""
 
     # --- running --------------------------------------------------------------------------
 

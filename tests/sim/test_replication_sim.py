@@ -8,6 +8,11 @@ once. A failure names its seed and replays with::
 
     LOGRAFT_REPL_SIM_SEED=<seed> .venv/bin/pytest tests/sim/test_replication_sim.py -k replay
 
+The same schedules with an idempotent ``acks=all`` producer (``tests/sim/producer_sim.py``,
+issue 40: the client's sequencing core against every replica's producer state, kill-alls
+among the faults) run seeds ``0..N-1`` of ``LOGRAFT_PRODUCER_SIM_SCHEDULES`` (default 100)
+and replay with ``LOGRAFT_PRODUCER_SIM_SEED=<seed> ... -k producer_replay``.
+
 The module prints the seeds run and the invariant checks passed at the end.
 """
 
@@ -19,6 +24,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.sim.producer_sim import (
+    ProducerConfig,
+    ScriptedProducerReplication,
+    run_producer_seed,
+)
 from tests.sim.replication_sim import (
     ReplicationSimulator,
     ReplRunResult,
@@ -161,3 +171,75 @@ def test_issue_10_history_converges_through_the_fetch_step(seed: int) -> None:
     assert (c, 5) in sim.truncated_to
     logs = [sim.replicas[r].log for r in (a, b, c)]
     assert logs[0] == logs[1] == logs[2] and len(logs[0]) == 10
+
+
+# ---- an idempotent producer over the replicated partition (issue 40) ----------------------------
+
+DEFAULT_PRODUCER_SCHEDULES = 100
+
+
+@pytest.mark.parametrize("chunk", range(2))
+def test_producer_schedules_keep_every_batch_once_in_order(chunk: int) -> None:
+    """Seeds of ``tests/sim/producer_sim.py`` (``LOGRAFT_PRODUCER_SIM_SCHEDULES``, default
+    100): crashes, kill-alls, partitions and lost messages under an idempotent ``acks=all``
+    producer. Acknowledged batches stay once at their offsets, nothing is written twice or
+    out of order, and no batch fails with a sequencing error."""
+    if "LOGRAFT_PRODUCER_SIM_SEED" in os.environ:
+        pytest.skip("LOGRAFT_PRODUCER_SIM_SEED set: only the replay test runs")
+    total = int(os.environ.get("LOGRAFT_PRODUCER_SIM_SCHEDULES", DEFAULT_PRODUCER_SCHEDULES))
+    per_chunk = -(-total // 2)
+    for seed in range(chunk * per_chunk, min(total, (chunk + 1) * per_chunk)):
+        TOTALS.add(run_producer_seed(seed))
+
+
+def test_producer_replay_seed() -> None:
+    """Replays ``LOGRAFT_PRODUCER_SIM_SEED`` (seed 0 when unset)."""
+    TOTALS.add(run_producer_seed(int(os.environ.get("LOGRAFT_PRODUCER_SIM_SEED", 0))))
+
+
+def test_kill_all_the_batch_after_one_that_ran_out_of_time_fails_as_timed_out() -> None:
+    """Issue 40's kill-all finding, as a schedule.
+
+    Batches 1 and 2 reach leader 1 only (its followers cannot fetch) when all three nodes
+    are killed. The controller fences 1, 2 and 3 in turn; 3 comes back first and leads with
+    itself as its only in-sync replica, so with ``min.insync.replicas=2`` it refuses the
+    retries of batch 1 (NOT_ENOUGH_REPLICAS) until batch 1's ``delivery.timeout.ms`` runs out.
+    Batch 2 may have been written, so it goes once more under its own sequence just as
+    replica 1 rejoins the ISR; leader 3 never held batch 1 and answers
+    OUT_OF_ORDER_SEQUENCE_NUMBER within batch 2's last ``retry.backoff.ms``. The producer used
+    to fail batch 2 with that answer; it fails as timed out, and the partition goes on under
+    a new epoch.
+    """
+    producer = ProducerConfig(
+        batch_interval_ms=10,
+        request_timeout_ms=100,
+        retry_backoff_ms=20,
+        delivery_timeout_ms=1000,
+        metadata_max_age_ms=50,
+        kill_all_weight=0,
+        slow_request=0.0,
+    )
+    sim = ScriptedProducerReplication(0, min_insync_replicas=2, session_ms=60, producer=producer)
+    sim.run_for(100)
+    warm_up = sim.send_batch()
+    sim.run_for(100)
+    assert warm_up.index in sim.report.acked
+    sim.cut_replication(1)
+    sim.send_batch()
+    sim.run_for(10)
+    sim.send_batch()
+    sim.run_for(20)
+    sim.kill_all()
+    sim.blocked = set()
+    sim.restart_at(3, 150)
+    sim.restart_at(1, 950)
+    sim.restart_at(2, 1450)
+    sim.run_for(2000)
+    assert sim.controller.elections[-2:] == [(3, None), (4, 3)]
+    assert sim.checks["leader_answered_OUT_OF_ORDER_SEQUENCE_NUMBER"] == 1
+    assert sim.report.failed == {1: "NOT_ENOUGH_REPLICAS", 2: "REQUEST_TIMED_OUT"}
+    after = sim.send_batch()
+    sim.run_for(200)
+    assert after.index in sim.report.acked
+    assert (after.producer_epoch, after.base_sequence) == (1, 0)
+    sim.check_producer()

@@ -16,6 +16,7 @@ import pytest
 
 from cluster.client import Producer, TopicPartition
 from cluster.client._accumulator import ProducerBatch, requeue
+from cluster.client._clock import ManualClock
 from cluster.client._sequencing import PartitionSequences
 from cluster.client.producer import PRODUCER_CONFIGS
 from cluster.errors import (
@@ -32,6 +33,7 @@ from replica.batch_header import (
     validate_batches,
     with_producer_fields,
 )
+from replica.producer_state import ProducerStateManager
 from replica.records import RecordBatchBuilder, encode_batch, iter_records
 from tests.unit.producer_fixtures import (
     PRODUCER_ID,
@@ -358,20 +360,65 @@ def test_callers_sending_while_the_sender_waits_keep_each_threads_order(
         ]
 
 
-def test_a_real_gap_fails_the_batch_and_the_partition_restarts_under_a_new_epoch(
+def test_a_real_gap_restarts_the_partition_under_a_new_epoch_and_writes_the_batch(
     fake: FakeLeader,
 ) -> None:
+    """KIP-360 (issue 40): the leader lost a sequence it had acknowledged; nothing fails.
+
+    The leader's producer state is rebuilt from a log that lacks the second acknowledged
+    batch (an unclean election; a power loss under ``flush.policy=interval``), so it
+    answers the third batch OUT_OF_ORDER_SEQUENCE_NUMBER. The producer bumps its epoch and
+    sends that batch again from sequence 0.
+    """
     fake.add_topic("t", 1)
     with _producer(fake) as producer:
-        producer.send("t", b"warm-up").result(timeout=TIMEOUT_S)
-        fake.plans.append(Plan(error=OutOfOrderSequenceNumberError.code))
-        with pytest.raises(OutOfOrderSequenceNumberError):
-            producer.send("t", b"lost").result(timeout=TIMEOUT_S)
+        producer.send("t", b"first").result(timeout=TIMEOUT_S)
+        producer.send("t", b"second").result(timeout=TIMEOUT_S)
+        first = _idempotent_headers(fake, "t", 0)[0]
+        with fake.cond:  # the leader's state as a log holding only the first batch gives it
+            lost_state = ProducerStateManager()
+            lost_state.rebuild_from_batches([first])
+            fake.states[("t", 0)] = lost_state
+        third = producer.send("t", b"third").result(timeout=TIMEOUT_S)
         after = producer.send("t", b"after").result(timeout=TIMEOUT_S)
+    assert (third.offset, after.offset) == (2, 3)
+    assert fake.values("t", 0) == [b"first", b"second", b"third", b"after"]
+    attempts = [r.headers[0] for r in fake.received if _values(r) == [b"third"]]
+    assert [(h.producer_epoch, h.base_sequence) for h in attempts] == [(0, 2), (1, 0)]
+    assert not fake.violations
+
+
+def test_a_batch_whose_time_runs_out_on_an_out_of_order_answer_fails_as_timed_out(
+    fake: FakeLeader,
+) -> None:
+    """Issue 40's kill-all finding: OUT_OF_ORDER_SEQUENCE_NUMBER only asks for a resend; a
+    batch with no time left for it fails as timed out, and the partition goes on."""
+    fake.add_topic("t", 1)
+    clock = ManualClock()
+    config = {
+        "bootstrap.servers": f"127.0.0.1:{fake.port}",
+        "linger.ms": 0,
+        "retry.backoff.ms": 100,
+        "delivery.timeout.ms": 1000,
+    }
+    producer = Producer._with_clock(clock, config)
+    try:
+        producer.send("t", b"warm-up").result(timeout=TIMEOUT_S)
+        gate = threading.Event()
+        fake.plans.append(Plan(gate=gate, error=OutOfOrderSequenceNumberError.code))
+        late = producer.send("t", b"late")
+        assert fake.held.wait(TIMEOUT_S)
+        clock.advance(0.95)  # the answer comes within the batch's last retry.backoff.ms
+        gate.set()
+        with pytest.raises(RequestTimedOutError, match="OUT_OF_ORDER_SEQUENCE_NUMBER"):
+            late.result(timeout=TIMEOUT_S)
+        after = producer.send("t", b"after").result(timeout=TIMEOUT_S)
+    finally:
+        producer.close(timeout=0)  # on a manual clock, close must not wait for anything
     assert after.offset == 1
     assert fake.values("t", 0) == [b"warm-up", b"after"]
     last = _idempotent_headers(fake, "t", 0)[-1]
-    assert (last.producer_id, last.producer_epoch, last.base_sequence) == (PRODUCER_ID, 1, 0)
+    assert (last.producer_epoch, last.base_sequence) == (1, 0)
 
 
 def test_a_written_batch_whose_response_was_lost_is_not_written_again_after_a_bump(

@@ -30,6 +30,7 @@ from cluster.errors import (
     NetworkError,
     NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
+    RequestTimedOutError,
 )
 from replica.batch_header import BatchHeader
 from replica.producer_state import Duplicate, ProducerStateManager
@@ -202,6 +203,75 @@ def test_other_errors_keep_their_own_flag_and_unsequenced_batches_are_not_specia
     assert Sequencer.retriable(Batch(base_sequence=0), NotLeaderOrFollowerError("x"))
     assert not Sequencer.retriable(Batch(base_sequence=0), MessageTooLargeError("x"))
     assert not Sequencer.retriable(Batch(), OutOfOrderSequenceNumberError("x"))
+
+
+def _one_record(producer_id: int, epoch: int, sequence: int, base_offset: int) -> BatchHeader:
+    return BatchHeader(0, base_offset, 59, 0, 2, 0, 0, 0, 0, 0, producer_id, epoch, sequence, 1)
+
+
+def test_a_leader_that_lost_acknowledged_sequences_gets_the_batch_under_a_new_epoch() -> None:
+    """KIP-360 (issue 40): a real gap restarts the partition's sequence, it fails nothing.
+
+    The old leader acknowledged sequences 0 and 1; the new one holds only 0 (elected
+    uncleanly, or its unflushed tail was lost under ``flush.policy=interval``). The next
+    batch follows an acknowledged one, so OUT_OF_ORDER_SEQUENCE_NUMBER is a real gap: the
+    producer bumps its epoch and sends the batch again from sequence 0, which the leader
+    takes.
+    """
+    sequencer, sequences = _sequencer()
+    for acked in (Batch(), Batch()):
+        _send(sequencer, sequences, acked)
+        sequencer.resolve(acked, acked=True)
+    new_leader = ProducerStateManager()
+    new_leader.rebuild_from_batches([_one_record(7, 0, 0, 0)])  # its log lacks sequence 1
+    batch = Batch()
+    _send(sequencer, sequences, batch)
+    assert batch.follows_acked
+    with pytest.raises(OutOfOrderSequenceNumberError) as answer:
+        new_leader.check_batches([_one_record(7, 0, batch.base_sequence, 2)])
+    assert sequencer.on_error(batch, answer.value)  # retried, not failed
+    _retry(batch)
+    assert sequencer.restart(TP, sequences) == EpochBump(TP, 7, 1)
+    assert (batch.producer_epoch, batch.base_sequence, batch.maybe_written) == (1, 0, False)
+    assert sequencer.may_send(sequences, batch, 0, 0, joins_request=False)
+    _send(sequencer, sequences, batch)
+    (plan,) = new_leader.check_batches([_one_record(7, 1, batch.base_sequence, 2)])
+    assert not isinstance(plan, Duplicate)
+
+
+def test_a_transactional_producer_fails_the_batch_of_a_real_gap() -> None:
+    sequencer = Sequencer(transactional=True)
+    sequencer.set_producer_id(7, 0)
+    sequences = sequencer.partition(TP)
+    sequencer.restart(TP, sequences)
+    first, second = Batch(), Batch()
+    _send(sequencer, sequences, first)
+    sequencer.resolve(first, acked=True)
+    _send(sequencer, sequences, second)
+    assert not sequencer.on_error(second, OutOfOrderSequenceNumberError("gap"))
+
+
+def test_a_resend_that_runs_out_of_time_fails_as_timed_out_not_out_of_order() -> None:
+    """Issue 40: the batch after one that ran out of delivery.timeout.ms.
+
+    The batch may have been written, so it goes once more under its own sequence; the
+    leader does not hold its predecessor and answers OUT_OF_ORDER_SEQUENCE_NUMBER, which
+    only asks for a resend. With no time left, the batch fails as timed out.
+    """
+    sequencer, sequences = _sequencer()
+    warm_up, expired, last = Batch(), Batch(), Batch()
+    _send(sequencer, sequences, warm_up)
+    sequencer.resolve(warm_up, acked=True)
+    _send(sequencer, sequences, expired)
+    _send(sequencer, sequences, last)
+    sequencer.resolve(expired, acked=False)  # delivery.timeout.ms, never written
+    error = OutOfOrderSequenceNumberError("out of order sequence: 2 (incoming sequence)")
+    assert sequencer.on_error(last, error)
+    given_up = Sequencer.error_giving_up(last, error)
+    assert isinstance(given_up, RequestTimedOutError)
+    assert "OUT_OF_ORDER_SEQUENCE_NUMBER: out of order sequence: 2" in str(given_up)
+    other = NotLeaderOrFollowerError("moved")
+    assert Sequencer.error_giving_up(last, other) is other  # the last answer, as in Kafka
 
 
 # ---- a broken sequence --------------------------------------------------------------------------
