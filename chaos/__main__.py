@@ -27,6 +27,13 @@ from chaos.workload import WORKLOADS
 __all__ = ["main"]
 
 
+def _setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
+    return key.strip(), value.strip()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0])
@@ -42,6 +49,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=TARGETS,
         default="local",
         help="where the cluster runs: local processes, or docker-compose.yml (needs the image)",
+    )
+    run_parser.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N CPU-bound processes spin beside the nodes for the whole run (a busy machine)",
+    )
+    run_parser.add_argument(
+        "--node-config",
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="KEY=VALUE",
+        help="a node setting for this run (repeatable), e.g. broker.session.timeout.ms=6000",
     )
     run_parser.add_argument("--results", type=Path, default=Path("chaos-results"))
     run_parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -88,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             workload=args.workload,
             results_dir=args.results,
             target=args.target,
+            busy=args.busy,
+            node_configs=tuple(args.node_config),
         )
     )
     if args.json:
@@ -99,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{summary['duration_s']:g} s): {summary['operations']} operations, "
             f"{summary['faults']} faults, sends {summary['sends']}, "
             f"anomalies: {anomalies or 'none'}, recovery ms by fault "
-            f"{summary['recovery_ms_by_fault']}; "
+            f"{summary['recovery_ms_by_fault']}, cluster events {summary['events']}; "
             f"results in {summary['results']}"
         )
     return 0 if summary["valid"] else 1

@@ -205,6 +205,11 @@ class Target(Protocol):
         stopped, or ``None`` when this target cannot reach it."""
         ...
 
+    def node_log(self, node: int) -> Path | None:
+        """The file ``node`` logs to (every incarnation appends), or ``None`` when this
+        target cannot read it."""
+        ...
+
     def slow_disk(self, node: int, milliseconds: float) -> None:
         """Make every fsync of ``node`` take ``milliseconds`` longer (0: normal again);
         :class:`TargetError` when this target cannot."""
@@ -420,6 +425,9 @@ class LocalTarget(_AdminLookups):
 
     def node_data_dir(self, node: int) -> Path | None:
         return self.cluster.node(node).data_dir
+
+    def node_log(self, node: int) -> Path | None:
+        return self.cluster.node(node).log_path
 
     def set_clock(self, node: int, offset_s: int) -> None:
         if self._clocks is None:
@@ -689,6 +697,9 @@ class ComposeTarget(_AdminLookups):
         self.docker("unpause", self.container(node))
 
     def node_data_dir(self, node: int) -> Path | None:
+        return None
+
+    def node_log(self, node: int) -> Path | None:
         return None
 
     def slow_disk(self, node: int, milliseconds: float) -> None:

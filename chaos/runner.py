@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos.busy import BusyLoops
 from chaos.checker import CheckResult, FinalState, check
 from chaos.history import HistoryWriter, Op
 from chaos.nemesis import (
@@ -36,6 +37,7 @@ from chaos.nemesis import (
     Target,
     under_replicated,
 )
+from chaos.node_events import mark_logs, read_events
 from chaos.report import render_report
 from chaos.scenarios import scenario, schedule
 from chaos.workload import (
@@ -78,6 +80,10 @@ class RunOptions:
     partitions: int = 3
     group_consumers: int = 2
     send_interval_s: float = 0.005
+    busy: int = 0
+    """CPU-bound processes spinning beside the nodes for the whole run (``--busy``)."""
+    node_configs: tuple[tuple[str, str], ...] = ()
+    """Node settings on top of ``NODE_CONFIGS`` (``--node-config key=value``)."""
 
 
 def _wait_recovered(bootstrap: str, topic: str, timeout_s: float) -> tuple[list[str], float]:
@@ -105,12 +111,13 @@ def _check_target(options: RunOptions) -> None:
 
 def _make_target(options: RunOptions, out: Path) -> Target:
     chosen = scenario(options.scenario)
+    configs = {**NODE_CONFIGS, **dict(options.node_configs)}
     if options.target == "compose":
-        return ComposeTarget(out / "compose", configs=NODE_CONFIGS)
+        return ComposeTarget(out / "compose", configs=configs)
     return LocalTarget(
         out / "cluster",
         nodes=3,
-        configs=NODE_CONFIGS,
+        configs=configs,
         netns=chosen.needs_network,
         lazyfs=chosen.needs_disk,
         clocks=chosen.needs_clocks,
@@ -136,6 +143,8 @@ def run(options: RunOptions) -> dict[str, Any]:
     nemesis = Nemesis(target, history, (TOPIC, 0))
     replica_logs: ReplicaLogs | None = None
     closed = False
+    busy = BusyLoops(options.busy, options.duration_s + WORKER_GRACE_S + RECOVERY_TIMEOUT_S)
+    node_logs = {n: path for n in target.node_ids if (path := target.node_log(n)) is not None}
     try:
         with AdminClient({"bootstrap.servers": bootstrap}) as admin:
             topic = NewTopic(TOPIC, options.partitions, 3, dict(workload.topic_configs))
@@ -145,6 +154,8 @@ def run(options: RunOptions) -> dict[str, Any]:
             # and creating them under the load and its fsyncs took a node up to 20 s, which
             # left the group consumers idle for most of a 25 s run.
             admin.list_consumer_group_offsets(GROUP)
+        busy.start()
+        log_marks = mark_logs(node_logs)
         started = time.monotonic()
         worker_deadline = started + options.duration_s + WORKER_GRACE_S
         producers = [
@@ -184,6 +195,8 @@ def run(options: RunOptions) -> dict[str, Any]:
             producer.join(timeout=60)
             producer.close()
         short, recovery_wait_s = _wait_recovered(bootstrap, TOPIC, RECOVERY_TIMEOUT_S)
+        busy.stop()
+        events = read_events(node_logs, log_marks)
         for consumer in consumers:
             consumer.stop()
         for consumer in consumers:
@@ -205,6 +218,7 @@ def run(options: RunOptions) -> dict[str, Any]:
             ),
         )
     finally:
+        busy.stop()
         for worker in (*producers, *consumers):
             worker.stop()
         if not closed:
@@ -225,6 +239,10 @@ def run(options: RunOptions) -> dict[str, Any]:
         "recovery_ms": [ms for _, ms in result.recovery_ms],
         "recovery_ms_by_fault": _recovery_by_fault(ops, result),
         "recovery_wait_s": recovery_wait_s,
+        "busy": options.busy,
+        # From the nodes' logs, from the start of the load to the ISRs whole again (local
+        # target only: zeros where the logs cannot be read).
+        "events": events.to_json(),
         "replicas_compared": replica_logs is not None,
         "group_consumers_replaced": sum(
             c.replaced for c in consumers if isinstance(c, GroupConsumerWorker)

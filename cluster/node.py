@@ -40,6 +40,7 @@ from cluster.errors import (
 )
 from cluster.framed.server import FramedListener, Handler
 from cluster.kraft_broker import ControllerClient, KRaftBroker
+from cluster.loop_monitor import LoopLagMonitor
 from cluster.node_config import NodeConfig, NodeListener
 from cluster.node_health import NodeHealthService, health_main
 from cluster.wire import broker_pb2_grpc as pb_grpc
@@ -283,6 +284,7 @@ class Node:
         for starter in self._starters:
             await starter()
         self._tasks = [
+            asyncio.create_task(LoopLagMonitor(config.node_id).run(), name="loop-lag"),
             asyncio.create_task(self._housekeeping(), name="housekeeping"),
             asyncio.create_task(self._interval_flusher(), name="interval-flusher"),
             asyncio.create_task(self._high_watermark_checkpointer(), name="hw-checkpoint"),

@@ -107,6 +107,7 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     # -- 5. Node and tools: the process, and what users run.
     ("cluster/node.py", Layer.NODE),
     ("cluster/allocator.py", Layer.NODE),  # the node process's malloc thresholds
+    ("cluster/loop_monitor.py", Layer.NODE),  # the event loop's lag, logged
     ("cluster/node_health.py", Layer.NODE),  # NodeHealth: the service and `lograft node health`
     ("cluster/container.py", Layer.NODE),  # the image's entrypoint: env -> lograft node
     ("cluster/kraft_broker.py", Layer.NODE),
