@@ -5,10 +5,14 @@ caller, from the event loop. Each cycle follows the core's contract (``controlle
 
 1. make the ticks that have elapsed -- but never past the first tick the core says may act
    (``ticks_until_due``): time the loop could not give the core (a stall) is not made up
-   at once, as with a periodic ticker -- then step every message received since the last
+   at once, as with a periodic ticker; and the first cycle after a stall stops one tick
+   short of acting (:class:`LoopTicks`), so that what peers sent meanwhile is stepped
+   before a timeout is judged -- then step every message received since the last
    cycle. The only timer is armed for that first tick that may act, so an idle node wakes
    for its long polls and timeouts, not every ``tick_ms``;
-2. take the ``Ready``; persist it with ``storage.write`` on a worker thread (it fsyncs);
+2. take the ``Ready``; persist it with ``storage.write`` on the driver's own writer thread
+   (it fsyncs; a thread of its own, so the write never queues behind other blocking work of
+   the node in the loop's default executor);
 3. only then send its messages — those for a peer whose ``Step`` call is waiting for an
    answer go back in that call's reply, the rest go out as new ``Step`` calls. A call whose
    ``FetchRequest`` the core holds (long poll) stays open across cycles until the core
@@ -26,6 +30,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -51,7 +56,7 @@ from controller.raft import (
     Storage,
 )
 
-__all__ = ["RaftDriver", "RaftStorage", "RaftTransport", "StateMachine"]
+__all__ = ["LoopTicks", "RaftDriver", "RaftStorage", "RaftTransport", "StateMachine"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +64,10 @@ log = logging.getLogger(__name__)
 STEP_TIMEOUT_S = 2.0
 #: Timers may fire this early; a tick this close to due counts as due.
 TICK_SLACK_S = 1e-6
+#: A metadata log write (with its fsync) this slow is logged.
+SLOW_WRITE_S = 0.2
+#: A cycle this late (event loop time past its due tick) follows a stall of the loop.
+STALL_S = 0.2
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -149,6 +158,49 @@ class _Proposal:
     )
 
 
+class LoopTicks:
+    """How many of the core's ticks the event loop's time is worth, cycle by cycle.
+
+    Ticks are made for the time passed, but never past the first that may act
+    (``until_due``). After a stall of the loop -- a cycle that starts ``STALL_S`` or more
+    late, because the machine was busy or a callback ran long -- the first cycle stops one
+    tick short of acting: the messages peers sent while this node could not run are stepped
+    first, so a follower whose loop stalled hears its leader's answers before its election
+    timeout is judged, and a leader hears its voters before its quorum check. Only one cycle
+    in a row is held back, so a node stalled again and again still acts a tick later.
+    """
+
+    def __init__(self, tick_s: float, now: float) -> None:
+        self.tick_s = tick_s
+        self.next_tick_at = now + tick_s
+        """When the next tick falls due (event loop time); ticks before it have been made."""
+        self._held_back = False
+
+    def take(self, now: float, until_due: int) -> int:
+        """The ticks to make at ``now``, when the first that may act is ``until_due`` ticks
+        away (>= 1)."""
+        if now < self.next_tick_at - TICK_SLACK_S:
+            return 0
+        elapsed = 1 + int((now - self.next_tick_at + TICK_SLACK_S) / self.tick_s)
+        limit = until_due
+        stalled = now - self.due_at(until_due) >= STALL_S
+        if stalled and not self._held_back and elapsed >= until_due:
+            limit = until_due - 1
+            self._held_back = True
+        else:
+            self._held_back = False
+        ticks = min(elapsed, limit)
+        if ticks == elapsed:
+            self.next_tick_at += ticks * self.tick_s
+        else:
+            self.next_tick_at = now + self.tick_s
+        return ticks
+
+    def due_at(self, until_due: int) -> float:
+        """When the first tick that may act falls due (event loop time)."""
+        return self.next_tick_at + (until_due - 1) * self.tick_s
+
+
 class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
     """Runs one ``RaftNode``; also the gRPC servicer of the ``Raft`` service."""
 
@@ -164,16 +216,17 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
     ) -> None:
         self.config = config
         self._storage = storage
+        self._writer = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"raft-log-{config.node_id}"
+        )
         self._transport = transport
         self._state_machine = state_machine
         self._node = RaftNode(config, storage, rng)
-        self._tick_s = tick_ms / 1000
+        self._ticks = LoopTicks(tick_ms / 1000, 0.0)
         self._on_ready = on_ready
         self._inbound: list[_Inbound] = []
         #: The Step call each peer waits on, by peer: its answers go back in its reply.
         self._calls: dict[int, _Inbound] = {}
-        #: When the next tick falls due (event loop time); ticks before it have been made.
-        self._next_tick_at = 0.0
         self._tick_timer: asyncio.TimerHandle | None = None
         self._wakeup = asyncio.Event()
         self._proposals: dict[int, _Proposal] = {}
@@ -186,7 +239,7 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
 
     async def start(self) -> None:
         """Start ticking and processing."""
-        self._next_tick_at = asyncio.get_running_loop().time() + self._tick_s
+        self._ticks = LoopTicks(self._ticks.tick_s, asyncio.get_running_loop().time())
         self._tasks = [asyncio.create_task(self._run(), name=f"raft-{self.config.node_id}")]
         self._arm_tick_timer()
 
@@ -198,6 +251,8 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
         for task in (*self._tasks, *self._sends):
             task.cancel()
         await asyncio.gather(*self._tasks, *self._sends, return_exceptions=True)
+        # A write the cancelled cycle started finishes before the storage may be closed.
+        await asyncio.to_thread(self._writer.shutdown, wait=True)
         self._fail_proposals("the node is stopping")
         await self._transport.close()
 
@@ -263,22 +318,15 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
     # ---- the loop -----------------------------------------------------------------------
 
     def _make_elapsed_ticks(self) -> None:
-        """Tick the core for the time passed, up to the first tick that may act."""
+        """Tick the core for the time passed, up to the first tick that may act (see
+        :class:`LoopTicks`)."""
         now = asyncio.get_running_loop().time()
-        if now < self._next_tick_at - TICK_SLACK_S:
-            return
-        elapsed = 1 + int((now - self._next_tick_at + TICK_SLACK_S) / self._tick_s)
-        ticks = min(elapsed, self._node.ticks_until_due())
-        for _ in range(ticks):
+        for _ in range(self._ticks.take(now, self._node.ticks_until_due())):
             self._node.tick()
-        if ticks == elapsed:
-            self._next_tick_at += ticks * self._tick_s
-        else:
-            self._next_tick_at = now + self._tick_s
 
     def _arm_tick_timer(self) -> None:
         """Wake the loop when the first tick that may act falls due."""
-        when = self._next_tick_at + (self._node.ticks_until_due() - 1) * self._tick_s
+        when = self._ticks.due_at(self._node.ticks_until_due())
         if self._tick_timer is not None:
             self._tick_timer.cancel()
         self._tick_timer = asyncio.get_running_loop().call_at(when, self._wakeup.set)
@@ -314,7 +362,19 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
         while self._node.has_ready():
             ready = self._node.ready()
             if ready.must_sync:
-                await asyncio.get_running_loop().run_in_executor(None, self._storage.write, ready)
+                loop = asyncio.get_running_loop()
+                started = loop.time()
+                await loop.run_in_executor(self._writer, self._storage.write, ready)
+                took_s = loop.time() - started
+                if took_s >= SLOW_WRITE_S:
+                    # Nothing else of the quorum moves on this node meanwhile: a slow write
+                    # can cost a leader its followers' patience.
+                    log.warning(
+                        "raft log write slow node_id=%d ms=%d entries=%d",
+                        self.config.node_id,
+                        round(took_s * 1000),
+                        len(ready.entries),
+                    )
             for message in ready.messages:
                 call = self._calls.get(message.dst)
                 if call is not None and call.reply is not None and not call.reply.done():
