@@ -145,7 +145,9 @@ class KRaftBroker(BrokerFrontend):
         self._fetchers = ReplicaFetcherManager(
             endpoint.node_id, logs, wall_clock_ms, fetch_max_wait_ms=fetch_wait_ms
         )
-        self.groups = GroupService(logs, lambda: self._topic_counts)
+        self.groups = GroupService(
+            logs, lambda: self._topic_counts, image_leader_epoch=self._leader_epoch_in_image
+        )
         """Group coordinators for the ``__consumer_offsets`` partitions led here."""
         txn_config = (
             TxnServiceConfig(
@@ -160,7 +162,11 @@ class KRaftBroker(BrokerFrontend):
             lambda: self._machine.image, endpoint.listener, self.next_producer_id
         )
         self.transactions = TransactionService(
-            logs, lambda: self._topic_counts, self._txn_peers, txn_config
+            logs,
+            lambda: self._topic_counts,
+            self._txn_peers,
+            txn_config,
+            image_leader_epoch=self._leader_epoch_in_image,
         )
         """Transaction coordinators for the ``__transaction_state`` partitions led here."""
         self._topic_counts: dict[str, int] = {}
@@ -313,6 +319,16 @@ class KRaftBroker(BrokerFrontend):
         return self.broker_epoch
 
     # ---- the image decides what this broker hosts and leads -----------------------------
+
+    def _leader_epoch_in_image(self, tp: TopicPartition) -> int | None:
+        """The leader epoch at which the applied image has this broker lead ``tp`` (None:
+        another broker or nobody). The coordinators check it on every request: the image
+        is ahead of the partitions' roles until :meth:`_sync` acts on it."""
+        topic = self._machine.image.topic(tp.topic)
+        state = topic.partitions.get(tp.partition) if topic is not None else None
+        if state is None or state.leader != self.node_id:
+            return None
+        return state.leader_epoch
 
     def _on_image(self, previous: MetadataImage, image: MetadataImage) -> None:
         self._latest_image = image

@@ -1,28 +1,37 @@
 """Reading and writing a coordinator's internal-topic partition (``__consumer_offsets``,
-``__transaction_state``): the replay at load, and the ``acks=all`` append before an answer.
+``__transaction_state``): the replay at load, the ``acks=all`` append before an answer, and
+the leader epoch at which this broker leads the partition now.
 
 Both coordinators keep their state as keyed records in a compacted partition they lead; the
-shells here share how those records are read back and how new ones are made durable.
+shells here share how those records are read back, how new ones are made durable, and what
+each request's leadership check (:mod:`replica.coordinator_leadership`) is given.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from replica.batch_builder import RecordBatchBuilder
 from replica.batch_header import BatchHeader, check_stored_batch, iter_headers, validate_batches
 from replica.partition import Partition
 from replica.record_codec import decode_records
 from replica.records import Record, encode_batch
+from replica.topic_partition import TopicPartition
 
 __all__ = [
     "APPEND_TIMEOUT_S",
+    "ImageLeaderEpoch",
     "append_acks_all",
     "append_transactional_acks_all",
     "iter_log_batches",
     "iter_log_records",
+    "leader_epoch_here",
 ]
+
+ImageLeaderEpoch = Callable[[TopicPartition], int | None]
+"""The leader epoch at which the broker's applied metadata image has it lead a partition
+(``None``: another broker or nobody leads it there)."""
 
 APPEND_TIMEOUT_S = 30.0
 """How long a coordinator waits for its records to reach every in-sync replica."""
@@ -98,3 +107,25 @@ async def append_transactional_acks_all(
     leader_epoch = partition.leader_epoch  # the append's: nothing ran in between
     async with asyncio.timeout(APPEND_TIMEOUT_S):
         await partition.wait_acked(required_offset, -1, leader_epoch)
+
+
+def leader_epoch_here(
+    partition: Partition | None, image_leader_epoch: ImageLeaderEpoch | None
+) -> int | None:
+    """The leader epoch at which this broker leads ``partition`` now; ``None`` if it does
+    not (or does not host it).
+
+    Its replica must lead, and so must the broker's applied metadata image when
+    ``image_leader_epoch`` is given: the image is applied as soon as the record is
+    committed, and the replica changes role only when the broker gets round to acting on
+    it (the broker's ``FindCoordinator`` answers from the image meanwhile). An image
+    newer than the replica's role counts with its newer epoch.
+    """
+    if partition is None or not partition.is_leader:
+        return None
+    if image_leader_epoch is None:
+        return partition.leader_epoch
+    in_image = image_leader_epoch(partition.topic_partition)
+    if in_image is None:
+        return None
+    return max(in_image, partition.leader_epoch)

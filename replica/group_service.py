@@ -2,8 +2,13 @@
 
 For every partition of ``__consumer_offsets`` this broker leads, a
 :class:`~replica.group.GroupCoordinator` is loaded by replaying the partition's records
-(``COORDINATOR_LOAD_IN_PROGRESS`` meanwhile); it is closed when leadership moves
-(``NOT_COORDINATOR``). Every call that changes state returns records; they are appended to
+(``COORDINATOR_LOAD_IN_PROGRESS`` meanwhile), for the leader epoch it leads at; it is closed
+when leadership moves, and a new one is loaded if the broker leads the partition again at a
+newer epoch. Every request first checks, in the same step as its answer, that the broker
+still leads the partition at the coordinator's epoch, per its replica and its metadata image
+(``NOT_COORDINATOR`` otherwise): the coordinators are closed only when the broker acts on an
+image, after it was applied (and after the broker's ``FindCoordinator`` names the new
+leader). Every call that changes state returns records; they are appended to
 the partition as one batch with ``acks=all`` semantics (on every in-sync replica) *before*
 the answer goes out, and calls of one partition run one at a time so the log holds them in
 the order the coordinator made them. If an append fails, the coordinator is ahead of its
@@ -26,13 +31,16 @@ from cluster.errors import (
     CoordinatorLoadInProgressError,
     LograftError,
     NotCoordinatorError,
+    NotLeaderOrFollowerError,
 )
 from replica.clocks import interval_clock_ms, wall_clock_ms
 from replica.control_records import decode_marker
 from replica.coordinator_log import (
+    ImageLeaderEpoch,
     append_acks_all,
     append_transactional_acks_all,
     iter_log_batches,
+    leader_epoch_here,
 )
 from replica.group import (
     CoordinatorState,
@@ -79,10 +87,14 @@ class GroupService:
         config: GroupCoordinatorConfig | None = None,
         now_ms: Callable[[], int] = wall_clock_ms,
         interval_clock_ms: Callable[[], int] = interval_clock_ms,
+        image_leader_epoch: ImageLeaderEpoch | None = None,
     ) -> None:
         """``now_ms`` stamps what the coordinator appends; ``interval_clock_ms`` (monotonic)
-        times member sessions and rebalances (see :mod:`replica.clocks`)."""
+        times member sessions and rebalances (see :mod:`replica.clocks`).
+        ``image_leader_epoch``: where the broker's metadata image has it lead a partition
+        (without it, the replicas' roles alone say which partitions are led here)."""
         self._logs = logs
+        self._image_leader_epoch = image_leader_epoch
         self._partition_counts = partition_counts
         self._config = config or GroupCoordinatorConfig()
         self._now_ms = now_ms
@@ -110,18 +122,23 @@ class GroupService:
             self._unload(index)
 
     def sync(self) -> None:
-        """Load coordinators for offsets partitions led here; close the others."""
+        """Load coordinators for offsets partitions led here (again, if the leader epoch
+        moved); close the others."""
         led = {
-            tp.partition
+            tp.partition: partition.leader_epoch
             for tp, partition in self._logs.partitions.items()
             if tp.topic == OFFSETS_TOPIC and partition.is_leader
         }
-        for index in list(self._slots):
-            if index not in led:
+        for index, slot in list(self._slots.items()):
+            if led.get(index) != slot.coordinator.leader_epoch:
                 self._unload(index)
-        for index in led:
+        for index, epoch in led.items():
             if index not in self._slots:
-                slot = _Slot(GroupCoordinator(random.Random(), self._config, partition=index))
+                slot = _Slot(
+                    GroupCoordinator(
+                        random.Random(), self._config, partition=index, leader_epoch=epoch
+                    )
+                )
                 self._slots[index] = slot
                 slot.loader = asyncio.create_task(
                     self._load(index, slot), name=f"group-load-{index}"
@@ -189,6 +206,7 @@ class GroupService:
     # ---- requests --------------------------------------------------------------------------
 
     def _slot_for(self, group_id: str) -> tuple[int, _Slot]:
+        """The group's coordinator, if it may answer now (:meth:`_check_leadership`)."""
         count = self._partition_counts().get(OFFSETS_TOPIC, 0)
         if count <= 0:
             raise NotCoordinatorError(f"{OFFSETS_TOPIC} does not exist yet")
@@ -198,9 +216,17 @@ class GroupService:
             raise NotCoordinatorError(
                 f"this broker does not lead {OFFSETS_TOPIC}-{index}, which holds group {group_id!r}"
             )
-        if slot.coordinator.state is CoordinatorState.LOADING:
-            raise CoordinatorLoadInProgressError(f"{OFFSETS_TOPIC}-{index} is loading")
+        self._check_leadership(index, slot)
         return index, slot
+
+    def _check_leadership(self, index: int, slot: _Slot) -> None:
+        """Raise unless ``slot``'s coordinator may answer now: it is still the one of
+        partition ``index`` and the broker still leads the partition at its leader epoch.
+        Call it in the same step as the coordinator's answer (no ``await`` in between)."""
+        if self._slots.get(index) is not slot:
+            raise NotCoordinatorError(f"{OFFSETS_TOPIC}-{index} moved")
+        partition = self._logs.partitions.get(TopicPartition(OFFSETS_TOPIC, index))
+        slot.coordinator.check_leadership(leader_epoch_here(partition, self._image_leader_epoch))
 
     async def call(
         self,
@@ -219,8 +245,7 @@ class GroupService:
         """
         index, slot = self._slot_for(group_id)
         async with slot.lock:
-            if self._slots.get(index) is not slot:
-                raise NotCoordinatorError(f"{OFFSETS_TOPIC}-{index} moved")
+            self._check_leadership(index, slot)  # again: the lock may have been waited for
             if producer is not None:
                 partition = self._logs.partitions.get(TopicPartition(OFFSETS_TOPIC, index))
                 if partition is not None:
@@ -273,7 +298,7 @@ class GroupService:
                     )
 
     def read(self, group_id: str, action: Callable[[GroupCoordinator], T]) -> T:
-        """Run a read-only ``action`` on the group's coordinator."""
+        """Run a read-only ``action`` on the group's coordinator (if it may answer now)."""
         _, slot = self._slot_for(group_id)
         return action(slot.coordinator)
 
@@ -282,25 +307,28 @@ class GroupService:
         return self._partition_counts().get(OFFSETS_TOPIC, 0)
 
     def all_coordinators(self) -> list[GroupCoordinator]:
-        """The active coordinators of this broker (for ListGroups).
+        """The coordinators of this broker that may answer now (for ListGroups).
 
         ``COORDINATOR_LOAD_IN_PROGRESS`` while one is still loading, as Kafka answers: a
-        listing without that partition's groups would look complete but is not.
+        listing without that partition's groups would look complete but is not. Those of
+        partitions this broker no longer leads are left out.
         """
-        loading = sorted(
-            index
-            for index, s in self._slots.items()
-            if s.coordinator.state is CoordinatorState.LOADING
-        )
+        answering: list[GroupCoordinator] = []
+        loading: list[int] = []
+        for index, slot in sorted(self._slots.items()):
+            try:
+                self._check_leadership(index, slot)
+            except CoordinatorLoadInProgressError:
+                loading.append(index)
+            except NotCoordinatorError:
+                continue
+            else:
+                answering.append(slot.coordinator)
         if loading:
             raise CoordinatorLoadInProgressError(
                 f"{OFFSETS_TOPIC} partitions {','.join(map(str, loading))} are loading"
             )
-        return [
-            s.coordinator
-            for s in self._slots.values()
-            if s.coordinator.state is CoordinatorState.ACTIVE
-        ]
+        return answering
 
     async def _apply(
         self, index: int, action: Callable[[GroupCoordinator], tuple[GroupRecord, ...]]
@@ -309,10 +337,10 @@ class GroupService:
         if slot is None:
             return
         async with slot.lock:
-            if self._slots.get(index) is not slot:
-                return
-            if slot.coordinator.state is not CoordinatorState.ACTIVE:
-                return
+            try:
+                self._check_leadership(index, slot)
+            except LograftError:
+                return  # not (or no longer) this broker's to change
             try:
                 records = action(slot.coordinator)
                 self._wake_ticker_if_sooner(slot)
@@ -339,6 +367,9 @@ class GroupService:
             if self._slots.get(index) is slot:
                 self._unload(index)
                 self.sync()
+            if isinstance(exc, NotLeaderOrFollowerError):
+                # The leadership ended under the write: the client asks FindCoordinator again.
+                raise NotCoordinatorError(f"{OFFSETS_TOPIC}-{index}: {exc.message}") from exc
             if isinstance(exc, LograftError):
                 raise
             raise NotCoordinatorError(f"{OFFSETS_TOPIC}-{index}: write timed out") from exc

@@ -4,8 +4,10 @@ led here.
 For every partition of ``__transaction_state`` this broker leads, a
 :class:`~replica.txn.TransactionCoordinator` is loaded by replaying the partition's records
 (``COORDINATOR_LOAD_IN_PROGRESS`` meanwhile), with the partition's leader epoch as its
-coordinator epoch; it is dropped when leadership moves (``NOT_COORDINATOR``). As with the
-group coordinator, each call's records are appended ``acks=all`` *before* the answer goes
+coordinator epoch; it is dropped when leadership moves. As with the group coordinator, every
+request first checks, in the same step as its answer, that the broker still leads the
+partition at that epoch, per its replica and its metadata image (``NOT_COORDINATOR``
+otherwise), and each call's records are appended ``acks=all`` *before* the answer goes
 out and before its marker jobs start, calls of one partition run one at a time, and a failed
 append drops the coordinator so that it is loaded again from the log.
 
@@ -30,11 +32,17 @@ from cluster.errors import (
     CoordinatorLoadInProgressError,
     LograftError,
     NotCoordinatorError,
+    NotLeaderOrFollowerError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
 from replica.clocks import wall_clock_ms
-from replica.coordinator_log import append_acks_all, iter_log_records
+from replica.coordinator_log import (
+    ImageLeaderEpoch,
+    append_acks_all,
+    iter_log_records,
+    leader_epoch_here,
+)
 from replica.log_manager import LogManager
 from replica.partition import Partition
 from replica.topic_partition import TopicPartition
@@ -124,10 +132,14 @@ class TransactionService:
         peers: TxnPeers,
         config: TxnServiceConfig | None = None,
         now_ms: Callable[[], int] = wall_clock_ms,
+        image_leader_epoch: ImageLeaderEpoch | None = None,
     ) -> None:
         """``now_ms`` is the wall clock: transaction start times are persisted and compared
-        by whichever broker coordinates next, so a per-process monotonic clock will not do."""
+        by whichever broker coordinates next, so a per-process monotonic clock will not do.
+        ``image_leader_epoch``: where the broker's metadata image has it lead a partition
+        (without it, the replicas' roles alone say which partitions are led here)."""
         self._logs = logs
+        self._image_leader_epoch = image_leader_epoch
         self._partition_counts = partition_counts
         self._peers = peers
         self._config = config or TxnServiceConfig()
@@ -221,6 +233,7 @@ class TransactionService:
     # ---- requests --------------------------------------------------------------------------
 
     def _slot_for(self, transactional_id: str) -> tuple[int, _Slot]:
+        """The id's coordinator, if it may answer now (:meth:`_check_leadership`)."""
         count = self._partition_counts().get(TRANSACTION_STATE_TOPIC, 0)
         if count <= 0:
             raise NotCoordinatorError(f"{TRANSACTION_STATE_TOPIC} does not exist yet")
@@ -231,9 +244,18 @@ class TransactionService:
                 f"this broker does not lead {TRANSACTION_STATE_TOPIC}-{index}, which holds "
                 f"transactional id {transactional_id!r}"
             )
-        if slot.coordinator.loading:
-            raise CoordinatorLoadInProgressError(f"{TRANSACTION_STATE_TOPIC}-{index} is loading")
+        self._check_leadership(index, slot)
         return index, slot
+
+    def _check_leadership(self, index: int, slot: _Slot) -> None:
+        """Raise unless ``slot``'s coordinator may answer now: it is still the one of
+        partition ``index`` and the broker still leads the partition at its coordinator
+        epoch. Call it in the same step as the coordinator's answer (no ``await`` between)."""
+        if self._slots.get(index) is not slot:
+            raise NotCoordinatorError(f"{TRANSACTION_STATE_TOPIC}-{index} moved")
+        slot.coordinator.check_leadership(
+            leader_epoch_here(self._state_partition(index), self._image_leader_epoch)
+        )
 
     async def call(
         self, transactional_id: str, action: Callable[[TransactionCoordinator], Outcome[T]]
@@ -246,8 +268,7 @@ class TransactionService:
         """
         index, slot = self._slot_for(transactional_id)
         async with slot.lock:
-            if self._slots.get(index) is not slot:
-                raise NotCoordinatorError(f"{TRANSACTION_STATE_TOPIC}-{index} moved")
+            self._check_leadership(index, slot)  # again: the lock may have been waited for
             outcome = action(slot.coordinator)
             await self._persist(index, slot, outcome)
         if outcome.error is not None:
@@ -255,19 +276,30 @@ class TransactionService:
         return outcome.result
 
     def read(self, transactional_id: str, action: Callable[[TransactionCoordinator], T]) -> T:
-        """Run a read-only ``action`` on the id's coordinator."""
+        """Run a read-only ``action`` on the id's coordinator (if it may answer now)."""
         _, slot = self._slot_for(transactional_id)
         return action(slot.coordinator)
 
     def all_coordinators(self) -> list[TransactionCoordinator]:
-        """The loaded coordinators of this broker (ListTransactions); raises
-        ``COORDINATOR_LOAD_IN_PROGRESS`` while one is loading, as Kafka answers."""
-        loading = sorted(i for i, s in self._slots.items() if s.coordinator.loading)
+        """The coordinators of this broker that may answer now (ListTransactions); raises
+        ``COORDINATOR_LOAD_IN_PROGRESS`` while one is loading, as Kafka answers. Those of
+        partitions this broker no longer leads are left out."""
+        answering: list[TransactionCoordinator] = []
+        loading: list[int] = []
+        for index, slot in sorted(self._slots.items()):
+            try:
+                self._check_leadership(index, slot)
+            except CoordinatorLoadInProgressError:
+                loading.append(index)
+            except NotCoordinatorError:
+                continue
+            else:
+                answering.append(slot.coordinator)
         if loading:
             raise CoordinatorLoadInProgressError(
                 f"{TRANSACTION_STATE_TOPIC} partitions {','.join(map(str, loading))} are loading"
             )
-        return [s.coordinator for s in self._slots.values()]
+        return answering
 
     async def new_producer_id(self) -> int:
         """A producer id for the core to hand out (drawn before the call: the core is sync)."""
@@ -297,6 +329,12 @@ class TransactionService:
                 if self._slots.get(index) is slot:
                     self._unload(index)
                     self.sync()
+                if isinstance(exc, NotLeaderOrFollowerError):
+                    # The leadership ended under the write: the client asks FindCoordinator
+                    # again.
+                    raise NotCoordinatorError(
+                        f"{TRANSACTION_STATE_TOPIC}-{index}: {exc.message}"
+                    ) from exc
                 if isinstance(exc, LograftError):
                     raise
                 raise NotCoordinatorError(
@@ -351,8 +389,10 @@ class TransactionService:
                 backoff = min(backoff * 2, MARKER_RETRY_BACKOFF_S[1])
         now = self._now_ms()
         async with slot.lock:
-            if self._slots.get(index) is not slot:
-                return
+            try:
+                self._check_leadership(index, slot)
+            except LograftError:
+                return  # the partition's next coordinator restarts the job from the log
             outcome = slot.coordinator.markers_written(
                 job.transactional_id, job.producer_id, job.producer_epoch, now
             )
@@ -400,8 +440,10 @@ class TransactionService:
         action: Callable[[TransactionCoordinator], Outcome[tuple[str, ...]]],
     ) -> None:
         async with slot.lock:
-            if self._slots.get(index) is not slot:
-                return
+            try:
+                self._check_leadership(index, slot)
+            except LograftError:
+                return  # not (or no longer) this broker's to change
             try:
                 await self._persist(index, slot, action(slot.coordinator))
             except LograftError as exc:

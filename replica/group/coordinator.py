@@ -64,6 +64,13 @@ Coordinator lifecycle (:data:`COORDINATOR_TRANSITIONS`)::
 While ``LOADING`` every request gets ``COORDINATOR_LOAD_IN_PROGRESS``; once ``CLOSED``,
 ``NOT_COORDINATOR``. A transition outside the table raises
 :class:`~replica.group.errors.GroupInvariantError`.
+
+**Leadership.** A coordinator is made for the ``leader_epoch`` at which its broker leads the
+partition, and answers only while the broker still leads it at that epoch: before every
+request the shell passes the epoch at which the broker leads the partition now to
+:meth:`GroupCoordinator.check_leadership`, and answers from the coordinator in the same
+step (the rule and its table: :mod:`replica.coordinator_leadership`). Closing it when the
+leadership moves is not enough: the broker learns of the move before it gets round to that.
 """
 
 from __future__ import annotations
@@ -79,6 +86,7 @@ from cluster.errors import (
     GroupNotEmptyError,
     NotCoordinatorError,
 )
+from replica.coordinator_leadership import check_leadership
 from replica.group._config import (
     MAX_CLIENT_ID_LENGTH,
     MAX_GROUP_ID_LENGTH,
@@ -162,6 +170,7 @@ class GroupCoordinator:
     A new coordinator is ``LOADING``: :meth:`replay` the partition's records (any number of
     calls, in log order), then :meth:`complete_load` with the current topic metadata and
     persist what it returns. ``rng`` generates member ids (seed it in tests).
+    ``leader_epoch`` is the partition's leader epoch at which this broker loads it.
     """
 
     def __init__(
@@ -170,9 +179,11 @@ class GroupCoordinator:
         config: GroupCoordinatorConfig | None = None,
         *,
         partition: int = -1,
+        leader_epoch: int = 0,
     ) -> None:
         self._config = config or GroupCoordinatorConfig()
         self._partition = partition
+        self._leader_epoch = leader_epoch
         self._state = CoordinatorState.LOADING
         self._store = GroupStore()
         self._membership = GroupMembership(self._config, self._store, rng)
@@ -184,6 +195,29 @@ class GroupCoordinator:
     def state(self) -> CoordinatorState:
         """``LOADING``, ``ACTIVE`` or ``CLOSED``."""
         return self._state
+
+    @property
+    def leader_epoch(self) -> int:
+        """The leader epoch of the partition's leadership this coordinator serves."""
+        return self._leader_epoch
+
+    def check_leadership(self, leader_epoch: int | None) -> None:
+        """Raise unless this coordinator may answer a request now that its broker leads the
+        partition at ``leader_epoch`` (``None``: it does not): ``NOT_COORDINATOR`` once the
+        leadership it was loaded for is over (or it is ``CLOSED``),
+        ``COORDINATOR_LOAD_IN_PROGRESS`` while it, or the coordinator of a newer leadership
+        of this broker, loads. The shell calls it before every request and answers in the
+        same step (see the module docstring)."""
+        if self._state is CoordinatorState.CLOSED:
+            raise NotCoordinatorError(
+                f"this broker no longer coordinates __consumer_offsets partition {self._partition}"
+            )
+        check_leadership(
+            f"__consumer_offsets-{self._partition}",
+            self._leader_epoch,
+            leader_epoch,
+            loading=self._state is CoordinatorState.LOADING,
+        )
 
     @property
     def config(self) -> GroupCoordinatorConfig:

@@ -37,6 +37,11 @@ jobs. If the append fails this object is ahead of the log: drop it, load a new o
 
 Loading replays the records (the latest per id wins) and :meth:`complete_load` restarts the
 marker jobs of transactions left deciding.
+
+**Leadership.** The coordinator serves only the leadership of its partition it was loaded
+for (its ``coordinator_epoch``): before every request the shell passes the epoch at which
+its broker leads the partition now to :meth:`TransactionCoordinator.check_leadership` and
+answers in the same step (the rule: :mod:`replica.coordinator_leadership`).
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from cluster.errors import (
     LograftError,
     ProducerFencedError,
 )
+from replica.coordinator_leadership import check_leadership
 from replica.topic_partition import TopicPartition, partition_for_name
 from replica.txn.metadata import MAX_PRODUCER_EPOCH, TxnMetadata, TxnRecord, TxnState
 
@@ -169,6 +175,18 @@ class TransactionCoordinator:
         """Loading is over: serve requests; returns the marker jobs of deciding transactions."""
         self.loading = False
         return tuple(self._job(m) for m in self._ids.values() if m.state.is_preparing)
+
+    def check_leadership(self, leader_epoch: int | None) -> None:
+        """Raise unless this coordinator may answer a request now that its broker leads the
+        partition at ``leader_epoch`` (``None``: it does not): ``NOT_COORDINATOR`` once the
+        leadership it was loaded for is over, ``COORDINATOR_LOAD_IN_PROGRESS`` while it, or
+        the coordinator of a newer leadership of this broker, loads."""
+        check_leadership(
+            f"__transaction_state-{self.partition}",
+            self.coordinator_epoch,
+            leader_epoch,
+            loading=self.loading,
+        )
 
     # ---- reading ------------------------------------------------------------------------
 

@@ -68,6 +68,9 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("replica/replication/*", Layer.CORE),
     ("replica/group/*", Layer.CORE),
     ("replica/txn/*", Layer.CORE),  # the transaction coordinator
+    # When a coordinator may answer (its broker still leads its partition at the epoch it
+    # loaded): the rule both coordinator cores share, neither importing the other.
+    ("replica/coordinator_leadership.py", Layer.CORE),
     ("replica/producer_state.py", Layer.CORE),
     ("replica/partition_roles.py", Layer.CORE),  # metadata image -> local partition roles
     ("replica/topic_config.py", Layer.CORE),  # topic config names, types, defaults, checks
@@ -129,13 +132,15 @@ CORE_DEPENDENCIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # nothing of the log or of each other.
     ("controller/raft/*", ("controller.raft", "cluster.errors")),
     ("replica/replication/*", ("replica.replication", "cluster.errors")),
-    # Both coordinators' records share their field codec, replica.coordinator_record_fields.
+    # Both coordinators' records share their field codec, replica.coordinator_record_fields,
+    # and their leadership rule, replica.coordinator_leadership.
     (
         "replica/group/*",
         (
             "replica.group",
             "replica.topic_partition",
             "replica.coordinator_record_fields",
+            "replica.coordinator_leadership",
             "cluster.errors",
         ),
     ),
@@ -145,9 +150,11 @@ CORE_DEPENDENCIES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "replica.txn",
             "replica.topic_partition",
             "replica.coordinator_record_fields",
+            "replica.coordinator_leadership",
             "cluster.errors",
         ),
     ),
+    ("replica/coordinator_leadership.py", ("cluster.errors",)),
 )
 
 FORBIDDEN_IN_CORES = frozenset(
