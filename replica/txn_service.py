@@ -122,6 +122,11 @@ class _Slot:
     jobs: set[asyncio.Task[None]] = field(default_factory=set)
 
 
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class TransactionService:
     """Coordinators for the ``__transaction_state`` partitions this broker leads."""
 
@@ -265,15 +270,35 @@ class TransactionService:
 
         Raises the coordinator's typed error, ``NOT_COORDINATOR`` when this broker does not
         lead the id's partition, or the append's error (the coordinator is then reloaded).
+
+        The decision runs in a task of its own that keeps the coordinator's lock until its
+        records are written and its marker jobs started, even when the caller gives up (gRPC
+        cancels a handler whose client's deadline passed): the coordinator changes its state
+        in memory before the write, so a request cancelled while ``acks=all`` waited for a
+        slow ISR left an ``EndTxn``'s ``PREPARE_COMMIT`` in memory and in the log with no
+        marker job (the transaction hung, and its id answered ``CONCURRENT_TRANSACTIONS``,
+        until the partition's leadership moved), and let the next request decide on state
+        not yet written.
         """
         index, slot = self._slot_for(transactional_id)
+        decision = asyncio.ensure_future(self._decide(index, slot, action))
+        decision.add_done_callback(_retrieved)  # a caller that gave up does not read it
+        outcome = await asyncio.shield(decision)
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.result
+
+    async def _decide(
+        self,
+        index: int,
+        slot: _Slot,
+        action: Callable[[TransactionCoordinator], Outcome[T]],
+    ) -> Outcome[T]:
         async with slot.lock:
             self._check_leadership(index, slot)  # again: the lock may have been waited for
             outcome = action(slot.coordinator)
             await self._persist(index, slot, outcome)
-        if outcome.error is not None:
-            raise outcome.error
-        return outcome.result
+        return outcome
 
     def read(self, transactional_id: str, action: Callable[[TransactionCoordinator], T]) -> T:
         """Run a read-only ``action`` on the id's coordinator (if it may answer now)."""
