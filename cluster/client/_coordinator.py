@@ -6,7 +6,9 @@ broker), caches it per key, and sends one request to it.
 ``NOT_COORDINATOR``, ``COORDINATOR_NOT_AVAILABLE``, ``COORDINATOR_LOAD_IN_PROGRESS`` and
 network failures are retried after ``retry.backoff.ms`` (forgetting the cached
 coordinator, so the next attempt looks it up again) until the call's deadline, as Kafka's
-admin client does. A non-retriable error is raised at once. Thread-safe.
+admin client does. A non-retriable error is raised at once; so is "no broker answered"
+(``NoBrokersAvailableError``), except for the transactional producer, whose calls wait
+for the cluster within ``max.block.ms`` as Kafka's do. Thread-safe.
 
 The consumer's own coordinator handling lives in ``_group_client``; this module serves the
 ``AdminClient``, whose calls are one-shot and name many groups, and the transactional
@@ -25,6 +27,7 @@ from cluster.errors import ConcurrentTransactionsError, LograftError, error_for_
 from cluster.wire import broker_pb2 as pb
 
 from ._connection import BrokerInfo, Connections
+from ._rpc_errors import NoBrokersAvailableError
 
 __all__ = ["GROUP_KEY", "TRANSACTION_KEY", "CoordinatorCalls"]
 
@@ -42,10 +45,19 @@ class CoordinatorCalls:
     ids), over ``conn``; see the module docstring."""
 
     def __init__(
-        self, conn: Connections, *, retry_backoff_ms: int, key_type: int = GROUP_KEY
+        self,
+        conn: Connections,
+        *,
+        retry_backoff_ms: int,
+        key_type: int = GROUP_KEY,
+        wait_for_brokers: bool = False,
     ) -> None:
         self._conn = conn
         self._key_type = key_type
+        # The transactional producer's calls wait within their deadline for a cluster no
+        # broker of which answers (a whole-cluster restart), as Kafka's block for
+        # max.block.ms; the admin client's give up at once (a wrong address list).
+        self._wait_for_brokers = wait_for_brokers
         self._backoff_s = retry_backoff_ms / 1000.0
         self._lock = threading.Lock()
         self._known: dict[str, BrokerInfo] = {}
@@ -110,7 +122,8 @@ class CoordinatorCalls:
                 )
                 return answer(response, coordinator)
             except LograftError as exc:
-                if not exc.retriable:
+                unreachable = self._wait_for_brokers and isinstance(exc, NoBrokersAvailableError)
+                if not exc.retriable and not unreachable:
                     raise
                 backoff_s = self._backoff_s
                 if isinstance(exc, ConcurrentTransactionsError):

@@ -433,7 +433,10 @@ class Producer:
                 timeout_ms=self._int("transaction.timeout.ms"),
                 two_phase=bool(cfg["transaction.two.phase.commit.enable"]),
                 calls=CoordinatorCalls(
-                    self._conn, retry_backoff_ms=backoff_ms, key_type=TRANSACTION_KEY
+                    self._conn,
+                    retry_backoff_ms=backoff_ms,
+                    key_type=TRANSACTION_KEY,
+                    wait_for_brokers=True,
                 ),
                 sequencer=sequencer,
                 lock=self._lock,
@@ -709,7 +712,9 @@ class Producer:
             group_metadata.group_id,
             group_metadata.member_id,
             group_metadata.member_epoch,
-            CoordinatorCalls(self._conn, retry_backoff_ms=self._int("retry.backoff.ms")),
+            CoordinatorCalls(
+                self._conn, retry_backoff_ms=self._int("retry.backoff.ms"), wait_for_brokers=True
+            ),
         )
 
     def commit_transaction(self, timeout: float | None = None) -> None:

@@ -291,13 +291,13 @@ class FakeTxnCoordinator(FakeLeader):
 
 
 @contextmanager
-def fake_leader(kind: type[FakeLeader] = FakeLeader) -> Iterator[FakeLeader]:
-    """A running ``FakeLeader`` (or ``kind``); on a clean exit, asserts it saw no protocol
-    violation."""
+def fake_leader(kind: type[FakeLeader] = FakeLeader, port: int = 0) -> Iterator[FakeLeader]:
+    """A running ``FakeLeader`` (or ``kind``) on ``port`` (0: a free one); on a clean exit,
+    asserts it saw no protocol violation."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     leader = kind()
     pb_grpc.add_BrokerServicer_to_server(leader, server)
-    leader.port = server.add_insecure_port("127.0.0.1:0")
+    leader.port = server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     try:
         yield leader

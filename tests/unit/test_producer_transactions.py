@@ -12,6 +12,9 @@ fake coordinator that answers the scripted error once.
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -165,3 +168,54 @@ def test_a_transaction_fenced_when_its_partition_is_added_never_commits(
             with second.transaction():
                 second.send("t", b"b-1")
     assert fake.values("t", 0) == [b"a-1", b"b-1"]
+
+
+def test_init_transactions_waits_within_max_block_ms_for_a_cluster_no_broker_of_answers() -> None:
+    """A whole-cluster restart: no broker answers when the application starts; Kafka's
+    ``initTransactions`` blocks for ``max.block.ms`` meanwhile instead of failing at once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    retried = threading.Event()
+
+    class Retries(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "coordinator call retry" in record.getMessage():
+                retried.set()
+
+    watcher = logging.getLogger("cluster.client._coordinator")
+    handler, level = Retries(), watcher.level
+    watcher.addHandler(handler)
+    watcher.setLevel(logging.DEBUG)
+    outcome: list[BaseException | None] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": f"127.0.0.1:{port}",
+            "transactional.id": "t",
+            "max.block.ms": int(TIMEOUT_S * 1000),
+            "retry.backoff.ms": 20,
+        }
+    )
+
+    def init() -> None:
+        try:
+            producer.init_transactions()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=init)
+    try:
+        caller.start()
+        assert retried.wait(TIMEOUT_S)  # no broker answered, and the call goes on
+        with fake_leader(FakeTxnCoordinator, port=port) as fake:
+            fake.add_topic("t", 1)
+            caller.join(TIMEOUT_S)
+            assert outcome == [None]
+            with producer.transaction():
+                producer.send("t", b"after the restart")
+            assert fake.values("t", 0) == [b"after the restart"]
+    finally:
+        watcher.removeHandler(handler)
+        watcher.setLevel(level)
+        producer.close()
