@@ -25,10 +25,53 @@ manner of Jepsen's Kafka checker (``jepsen.tests.kafka``):
   the previous one it returned for it, with no ``rebalance`` or ``seek`` of that consumer
   between (one anomaly per poll and partition);
 - ``commit-regression``: a group's acknowledged commit of a partition below an offset whose
-  commit had already been acknowledged before it was invoked;
+  commit had already been acknowledged before it was invoked (a transaction that committed,
+  ``txn`` ``ok``, is an acknowledged commit of its ``offsets``);
 - ``replica-divergence``: replicas holding different values at one offset below the high
   watermark after healing (one anomaly per partition);
-- ``under-replicated-after-heal``: a partition whose ISR stayed short after healing.
+- ``under-replicated-after-heal``: a partition whose ISR stayed short after healing;
+- ``undrained``: a partition the drain could not read after healing (no leader, or its end
+  not reached in time): what was sent to it is unknown, so its acknowledged sends are not
+  counted as lost, nor its polled values as dirty reads;
+- ``node-halted``: a node that halted on a broken invariant or a failed log directory
+  (:mod:`cluster.halt`), as the runner read it from the nodes' logs (one anomaly per node).
+
+The exactly-once checks of a transactional pipeline (the ``txn-pipeline`` workload; they run
+when the history has an ``ok`` ``drain-committed`` op, the output as ``read_committed`` read
+it once every transaction had ended). Its input is the drain of the op's ``source`` topic; the
+group's *final* committed offsets are the last ``ok`` ``offset-fetch`` of its ``group``; each
+output value is ``<input value>|<txn label>`` (:data:`chaos.history.OUTPUT_SEPARATOR`). In a
+pipeline that is exactly once, an input record is in the committed output once if it is
+below its partition's final committed offset, and not at all otherwise:
+
+- ``lost-input``: an input record below the final committed offset that no record of the
+  committed output carries (its offset was committed without its output);
+- ``duplicate-output``: an input record carried by two or more records of the committed
+  output (processed and committed twice);
+- ``output-without-offset``: an input record at or above the final committed offset that
+  the committed output carries (its output was committed without its offset);
+- ``unprocessed-input``: per partition, input records at or above the final committed
+  offset that no output carries: the pipeline had not got to them when the run ended (a
+  liveness failure, not a safety one; also reported when no committed offsets were read);
+- ``aborted-read``: what ``read_committed`` must not see, seen: a record of a transaction
+  its worker aborted (``txn`` ``fail``) in the committed output or in a ``read_committed``
+  poll, a record a ``read_committed`` poll returned that the committed output lacks (it was
+  visible before its transaction aborted), or a committed offset read (``offset-fetch``) that
+  only aborted transactions had committed (one anomaly per transaction, or per partition and
+  offset);
+- ``lost-commit``: a transaction acknowledged committed (``txn`` ``ok``) with outputs the
+  committed output lacks;
+- ``non-atomic-txn``: a transaction of unknown outcome (``info``) of which the committed
+  output holds some outputs but not all;
+- ``committed-offset-regression``: a stable read of a group's committed offsets
+  (``offset-fetch`` with ``isolation`` ``read_committed``) below what a read completed before
+  it was invoked returned, or below the offsets of a transaction acknowledged committed
+  before it was invoked (or without an offset there at all);
+- ``hanging-txn``: an output partition whose last stable offset stayed below its high
+  watermark after every worker had stopped, past the transactions' timeout (a
+  ``drain-committed`` op that ended ``info`` with ``open``: a transaction nobody ends holds
+  ``read_committed`` readers there; the committed output cannot be read, so the checks above
+  that need it are not made). The message names the transaction of the first record held.
 
 A send that ended ``info`` (or never completed) is indeterminate: it may be in the drain or
 not, and neither is an anomaly; it is still held to every other rule (a duplicate of it is
@@ -50,17 +93,31 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from chaos.history import HistoryError, Op
+from chaos.history import OUTPUT_SEPARATOR, HistoryError, Op
 
 __all__ = [
     "HEALING_FAULTS",
     "KINDS",
+    "PIPELINE_KINDS",
     "Anomaly",
     "CheckResult",
     "FinalState",
     "Position",
     "check",
 ]
+
+PIPELINE_KINDS = (
+    "lost-input",
+    "duplicate-output",
+    "output-without-offset",
+    "unprocessed-input",
+    "aborted-read",
+    "lost-commit",
+    "non-atomic-txn",
+    "committed-offset-regression",
+    "hanging-txn",
+)
+"""The kinds of the exactly-once checks of a transactional pipeline."""
 
 KINDS = (
     "lost-write",
@@ -74,6 +131,9 @@ KINDS = (
     "commit-regression",
     "replica-divergence",
     "under-replicated-after-heal",
+    "undrained",
+    "node-halted",
+    *PIPELINE_KINDS,
 )
 """Every anomaly kind the checker reports, in report order."""
 
@@ -103,7 +163,8 @@ class FinalState:
     (``"topic-partition"``) whose ISR was still short once the cluster had had time to
     recover. ``heal_times_ms``: ``(fault op index, time_ms)`` of each heal, when the runner
     knows better than the history's ``fault`` ops when the faults ended (empty: the history's
-    healing faults are used).
+    healing faults are used). ``undrained``: partitions the drain could not read.
+    ``halted_nodes``: one line per node that halted (which node, how often, why).
     """
 
     drained: Mapping[Position, Sequence[tuple[int, str | None]]] = field(
@@ -114,6 +175,8 @@ class FinalState:
     )
     under_replicated_after_heal: Sequence[str] = ()
     heal_times_ms: Sequence[tuple[int, float]] = ()
+    undrained: Sequence[Position] = ()
+    halted_nodes: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,13 +240,14 @@ def check(ops: Sequence[Op], final: FinalState) -> CheckResult:
     sends = [call for call in calls if call.f == "send"]
     send_of = _sends_by_value(sends)
     seen = _Seen.collect(calls, sends, _drained(ops, final))
+    undrained = frozenset(final.undrained)
     anomalies = [
-        *_lost_writes(sends, seen),
+        *_lost_writes(sends, seen, undrained),
         *_duplicates(seen, send_of),
         *_offset_mismatches(seen, send_of),
         *_offset_conflicts(seen),
         *_failed_write_reads(sends, seen),
-        *_dirty_reads(seen, send_of),
+        *_dirty_reads(seen, send_of, undrained),
         *_producer_order(sends, seen),
         *_non_monotonic_polls(ops, calls),
         *_commit_regressions(ops, calls),
@@ -192,10 +256,28 @@ def check(ops: Sequence[Op], final: FinalState) -> CheckResult:
             _anomaly("under-replicated-after-heal", f"{tp} stayed under-replicated after healing")
             for tp in final.under_replicated_after_heal
         ),
+        *(
+            _anomaly(
+                "undrained",
+                f"{topic}-{partition} could not be drained after healing: its acknowledged "
+                "sends are not known to be lost or kept",
+            )
+            for topic, partition in sorted(undrained)
+        ),
+        *(_anomaly("node-halted", line) for line in final.halted_nodes),
+        *_committed_offset_regressions(ops, calls),
+        *_hanging_transactions(calls, seen.drained),
     ]
+    stats = _stats(calls, seen)
+    pipeline = _Pipeline.collect(calls, seen.drained)
+    if pipeline is not None:
+        anomalies += pipeline.anomalies(calls)
+        stats["records-drained-committed"] = sum(len(r) for r in pipeline.committed.values())
     order = {kind: n for n, kind in enumerate(KINDS)}
     anomalies.sort(key=lambda a: (order[a.kind], a.op_indexes, a.message))
-    return CheckResult(tuple(anomalies), _stats(calls, seen), _recovery(calls, sends, final))
+    return CheckResult(
+        tuple(anomalies), dict(sorted(stats.items())), _recovery(calls, sends, final)
+    )
 
 
 # --- pairing and what was observed -----------------------------------------------------
@@ -234,6 +316,13 @@ class _Call:
             if value is not None:
                 return value
         return getattr(self.invoke, name)
+
+
+def _extra(call: _Call, name: str) -> Any:
+    """An extra field (:attr:`Op.extra`) of the completion, else of the invocation."""
+    if call.completion is not None and name in call.completion.extra:
+        return call.completion.extra[name]
+    return call.invoke.extra.get(name)
 
 
 def _pair(ops: Sequence[Op]) -> list[_Call]:
@@ -410,12 +499,19 @@ def _producer_text(call: _Call | None) -> str:
     return f"sent by {call.process}: {what}{acks}, send {call.outcome}"
 
 
-def _lost_writes(sends: Sequence[_Call], seen: _Seen) -> Iterable[Anomaly]:
+def _lost_writes(
+    sends: Sequence[_Call], seen: _Seen, undrained: frozenset[Position] = frozenset()
+) -> Iterable[Anomaly]:
     for call in sends:
         value = call.invoke.value
         if call.outcome != "ok" or value is None or value in seen.drain_slots:
             continue
         slot = _ack_slot(call)
+        sent_to = (
+            (slot[0], slot[1]) if slot is not None else (call.invoke.topic, call.invoke.partition)
+        )
+        if sent_to in undrained:
+            continue  # not read after healing: unknown
         where = f" at {_slot_text(slot)}" if slot is not None else ""
         acks = "" if call.invoke.acks is None else f" (acks={call.invoke.acks})"
         yield _anomaly(
@@ -500,9 +596,11 @@ def _failed_write_reads(sends: Sequence[_Call], seen: _Seen) -> Iterable[Anomaly
         )
 
 
-def _dirty_reads(seen: _Seen, send_of: Mapping[str, _Call]) -> Iterable[Anomaly]:
+def _dirty_reads(
+    seen: _Seen, send_of: Mapping[str, _Call], undrained: frozenset[Position] = frozenset()
+) -> Iterable[Anomaly]:
     for value, slots in seen.polled.items():
-        if value in seen.drain_slots:
+        if value in seen.drain_slots or all((t, p) in undrained for t, p, _ in slots):
             continue
         polls = seen.poll_ops(value)
         sent = send_of.get(value)
@@ -592,7 +690,7 @@ def _commit_regressions(ops: Sequence[Op], calls: Sequence[_Call]) -> Iterable[A
     ok_commits = {
         call.invoke.index: call
         for call in calls
-        if call.f == "commit" and call.outcome == "ok" and call.completion is not None
+        if call.f in ("commit", "txn") and call.outcome == "ok" and call.completion is not None
     }
     by_completion = {call.completion.index: call for call in ok_commits.values() if call.completion}
     committed: dict[tuple[str, str], tuple[int, _Call]] = {}  # acknowledged so far
@@ -631,6 +729,431 @@ def _commit_offsets(call: _Call) -> Mapping[str, int]:
     if offsets is None and call.completion is not None:
         offsets = call.completion.offsets
     return offsets or {}
+
+
+# --- the transactional pipeline ---------------------------------------------------------
+
+
+def _name_position(name: str) -> Position | None:
+    """``"topic/partition"`` as a position; None when it is not one."""
+    topic, _, partition = name.rpartition("/")
+    return (topic, int(partition)) if topic and partition.isdigit() else None
+
+
+def _position_text(tp: Position) -> str:
+    return f"{tp[0]}-{tp[1]}"
+
+
+def input_of(output: str) -> str | None:
+    """The input value an output value of a pipeline carries (None: not an output value)."""
+    value, sep, _label = output.rpartition(OUTPUT_SEPARATOR)
+    return value if sep else None
+
+
+def _txn_label(call: _Call) -> str:
+    label = call.invoke.extra.get("txn")
+    return label if isinstance(label, str) else f"op {call.invoke.index}"
+
+
+def _txn_outputs(call: _Call) -> list[str]:
+    outputs = call.invoke.extra.get("outputs")
+    if not isinstance(outputs, list | tuple):
+        return []
+    return [value for value in outputs if isinstance(value, str)]
+
+
+def _txn_text(call: _Call) -> str:
+    what = {"ok": "committed", "fail": "aborted", "info": "outcome unknown"}[call.outcome]
+    error = call.field("error")
+    return f"txn {_txn_label(call)} of {call.process} ({what}{f': {error}' if error else ''})"
+
+
+def _offset_observations(calls: Sequence[_Call]) -> list[_Call]:
+    return [
+        call
+        for call in calls
+        if call.f == "offset-fetch" and call.outcome == "ok" and call.completion is not None
+    ]
+
+
+@dataclass(slots=True)
+class _Pipeline:
+    """What the exactly-once checks read: the transactions, the committed output, the input
+    and the group's final committed offsets."""
+
+    source: str | None
+    group: str | None
+    txns: list[_Call]
+    txn_of: dict[str, _Call]
+    """output value -> the transaction that wrote it."""
+    committed: dict[Position, list[tuple[int, str | None]]]
+    """The output as ``read_committed`` read it at the end, per partition."""
+    committed_at: dict[str, list[_Slot]]
+    """output value -> where the committed output has it."""
+    inputs: dict[Position, list[tuple[int, str | None]]]
+    final_offsets: dict[Position, int] | None
+    final_op: int | None
+
+    @classmethod
+    def collect(
+        cls, calls: Sequence[_Call], drained: Mapping[Position, Sequence[tuple[int, str | None]]]
+    ) -> _Pipeline | None:
+        drains = [
+            call
+            for call in calls
+            if call.f == "drain-committed" and call.outcome == "ok" and call.completion is not None
+        ]
+        if not drains:
+            return None
+        source_field = drains[-1].invoke.extra.get("source")
+        source = source_field if isinstance(source_field, str) else None
+        group = drains[-1].field("group")
+        txns = [
+            call
+            for call in calls
+            if call.f == "txn" and (group is None or call.field("group") == group)
+        ]
+        txn_of = {value: call for call in txns for value in _txn_outputs(call)}
+        committed: dict[Position, set[tuple[int, str | None]]] = defaultdict(set)
+        for call in drains:
+            assert call.completion is not None
+            for topic, partition, offset, value in call.completion.records or ():
+                committed[(topic, partition)].add((offset, value))
+        ordered = {tp: sorted(records, key=_by_offset) for tp, records in committed.items()}
+        committed_at: dict[str, list[_Slot]] = defaultdict(list)
+        for (topic, partition), records in sorted(ordered.items()):
+            for offset, value in records:
+                if value is not None:
+                    committed_at[value].append((topic, partition, offset))
+        sources = (
+            {source}
+            if source is not None
+            else {
+                tp[0]
+                for call in txns
+                for name in (call.invoke.offsets or {})
+                if (tp := _name_position(name))
+            }
+        )
+        inputs = {tp: list(records) for tp, records in drained.items() if tp[0] in sources}
+        final_offsets: dict[Position, int] | None = None
+        final_op = None
+        observations = sorted(
+            (c for c in _offset_observations(calls) if group is None or c.field("group") == group),
+            key=lambda c: c.completion.index if c.completion is not None else -1,
+        )
+        for call in observations[-1:]:  # the last one completed
+            assert call.completion is not None
+            final_offsets = {
+                tp: offset
+                for name, offset in (call.completion.offsets or {}).items()
+                if (tp := _name_position(name)) is not None
+            }
+            final_op = call.completion.index
+        return cls(
+            source,
+            group,
+            txns,
+            txn_of,
+            ordered,
+            dict(committed_at),
+            inputs,
+            final_offsets,
+            final_op,
+        )
+
+    def anomalies(self, calls: Sequence[_Call]) -> list[Anomaly]:
+        return [
+            *self._exactly_once(),
+            *self._aborted_reads(calls),
+            *self._lost_commits(),
+        ]
+
+    def _carriers(self) -> dict[_Slot, list[tuple[_Slot, str]]]:
+        """input record (topic, partition, offset) -> (where, output value) of every
+        committed output carrying it: the record its transaction read in its place (an
+        output's position in ``outputs`` is its input's in ``records``), else (an output no
+        transaction recorded) every input record with the value the output carries."""
+        read_as: dict[str, _Slot] = {}
+        for call in self.txns:
+            records = call.invoke.records or ()
+            for output, (topic, partition, offset, _) in zip(
+                _txn_outputs(call), records, strict=False
+            ):
+                read_as[output] = (topic, partition, offset)
+        by_value: dict[str, list[_Slot]] = defaultdict(list)
+        for (topic, partition), logged in self.inputs.items():
+            for offset, value in logged:
+                if value is not None:
+                    by_value[value].append((topic, partition, offset))
+        carriers: dict[_Slot, list[tuple[_Slot, str]]] = defaultdict(list)
+        for value, slots in self.committed_at.items():
+            read = read_as.get(value)
+            carried = input_of(value)
+            for source in [read] if read is not None else by_value.get(carried or "", []):
+                carriers[source] += [(slot, value) for slot in slots]
+        return carriers
+
+    def _txn_indexes(self, outputs: Iterable[str]) -> list[int]:
+        return [i for value in outputs if (call := self.txn_of.get(value)) for i in call.indexes]
+
+    def _exactly_once(self) -> Iterable[Anomaly]:
+        carriers = self._carriers()
+        finals = self.final_offsets
+        readers_of: dict[_Slot, list[_Call]] = defaultdict(list)
+        for call in self.txns:
+            for topic, partition, offset, _ in call.invoke.records or ():
+                readers_of[(topic, partition, offset)].append(call)
+        if finals is None and self.inputs:
+            yield _anomaly(
+                "unprocessed-input",
+                f"the group {self.group or '(unknown)'}'s committed offsets were never read: "
+                "nothing can say which input records the pipeline consumed",
+            )
+        for tp, records in sorted(self.inputs.items()):
+            final = finals.get(tp, 0) if finals is not None else None
+            unprocessed: list[int] = []
+            for offset, value in records:
+                if value is None:
+                    continue
+                carried = carriers.get((*tp, offset), [])
+                where = f"{_position_text(tp)}@{offset} ({value})"
+                outputs = [output for _, output in carried]
+                if len(carried) > 1:
+                    yield _anomaly(
+                        "duplicate-output",
+                        f"{where} is carried by {len(carried)} records of the committed output: "
+                        + ", ".join(
+                            f"{_slot_text(slot)} by {self._writer(output)}"
+                            for slot, output in carried[:_MAX_LISTED]
+                        )
+                        + (
+                            f" and {len(carried) - _MAX_LISTED} more"
+                            if len(carried) > _MAX_LISTED
+                            else ""
+                        ),
+                        self._txn_indexes(outputs),
+                    )
+                if final is None:
+                    continue
+                if offset < final and not carried:
+                    readers = readers_of.get((*tp, offset), [])
+                    yield _anomaly(
+                        "lost-input",
+                        f"{where} is below the group's final committed offset {final} of "
+                        f"{_position_text(tp)} but no record of the committed output carries it"
+                        + (
+                            f"; read by {_listed([_txn_text(c) for c in readers])}"
+                            if readers
+                            else "; no transaction read it"
+                        ),
+                        [i for c in readers for i in c.indexes],
+                    )
+                elif offset >= final and carried:
+                    yield _anomaly(
+                        "output-without-offset",
+                        f"{where} is carried by the committed output at "
+                        f"{_listed([_slot_text(slot) for slot, _ in carried])} "
+                        f"({_listed([self._writer(o) for o in outputs])}) but the group's final "
+                        f"committed offset of {_position_text(tp)} is {final}",
+                        self._txn_indexes(outputs),
+                    )
+                elif offset >= final:
+                    unprocessed.append(offset)
+            if unprocessed:
+                yield _anomaly(
+                    "unprocessed-input",
+                    f"{len(unprocessed)} input records of {_position_text(tp)} (from "
+                    f"@{unprocessed[0]}) are in no output: the group's final committed offset "
+                    f"of it is {final}, its end {records[-1][0] + 1}",
+                    () if self.final_op is None else (self.final_op,),
+                )
+
+    def _writer(self, output: str) -> str:
+        call = self.txn_of.get(output)
+        return _txn_text(call) if call is not None else f"{output!r}, written by no transaction"
+
+    def _aborted_reads(self, calls: Sequence[_Call]) -> Iterable[Anomaly]:
+        by_label = {_txn_label(call): call for call in self.txns}
+        # Per transaction (a value no transaction wrote: per value), what showed it.
+        shown: dict[str, tuple[list[str], list[int]]] = defaultdict(lambda: ([], []))
+        for call in self.txns:
+            slots = [s for v in _txn_outputs(call) for s in self.committed_at.get(v, ())]
+            if call.outcome == "fail" and slots:
+                reasons, indexes = shown[_txn_label(call)]
+                reasons.append(
+                    f"the committed output has {_listed([_slot_text(s) for s in slots])}"
+                )
+                indexes += call.indexes
+        output_topics = {topic for topic, _ in self.committed}
+        for call in calls:
+            if (
+                call.f != "poll"
+                or call.outcome != "ok"
+                or call.completion is None
+                or _extra(call, "isolation") != "read_committed"
+            ):
+                continue
+            for topic, partition, offset, value in call.completion.records or ():
+                if topic not in output_topics or value is None:
+                    continue
+                writer = self.txn_of.get(value)
+                aborted = writer is not None and writer.outcome == "fail"
+                if value in self.committed_at and not aborted:
+                    continue
+                reasons, indexes = shown[_txn_label(writer) if writer is not None else value]
+                reasons.append(
+                    f"{call.process} polled {value!r} at {_slot_text((topic, partition, offset))} "
+                    f"(op {call.completion.index})"
+                    + ("" if value in self.committed_at else ", which the committed output lacks")
+                )
+                indexes += ([] if writer is None else list(writer.indexes)) + [
+                    call.completion.index
+                ]
+        for key, (reasons, indexes) in sorted(shown.items()):
+            writer = by_label.get(key)
+            what = (
+                _txn_text(writer) if writer is not None else f"{key!r}, written by no transaction"
+            )
+            yield _anomaly(
+                "aborted-read", f"read_committed saw {what}: {_listed(reasons)}", indexes
+            )
+        yield from self._aborted_offsets(calls)
+
+    def _aborted_offsets(self, calls: Sequence[_Call]) -> Iterable[Anomaly]:
+        """Committed offsets read that no transaction invoked before the read completed
+        committed, but aborted ones."""
+        writers: dict[tuple[str, int], list[_Call]] = defaultdict(list)
+        for call in self.txns:
+            for name, offset in (call.invoke.offsets or {}).items():
+                writers[(name, offset)].append(call)
+        reported: set[tuple[str, int]] = set()
+        for call in _offset_observations(calls):
+            if self.group is not None and call.field("group") != self.group:
+                continue
+            assert call.completion is not None
+            done = call.completion.index
+            for name, offset in sorted((call.completion.offsets or {}).items()):
+                key = (name, offset)
+                committers = [c for c in writers.get(key, []) if c.invoke.index < done]
+                if key in reported or any(c.outcome != "fail" for c in committers):
+                    continue
+                reported.add(key)
+                by = (
+                    f"only {_listed([_txn_text(c) for c in committers])} committed it"
+                    if committers
+                    else "no transaction committed it"
+                )
+                yield _anomaly(
+                    "aborted-read",
+                    f"{call.process} read the group's committed offset of {name} as {offset} "
+                    f"(op {call.completion.index}), but {by}",
+                    (*[i for c in committers for i in c.indexes], call.completion.index),
+                )
+
+    def _lost_commits(self) -> Iterable[Anomaly]:
+        for call in self.txns:
+            outputs = _txn_outputs(call)
+            missing = [v for v in outputs if v not in self.committed_at]
+            if call.outcome == "ok" and missing:
+                yield _anomaly(
+                    "lost-commit",
+                    f"{_txn_text(call)}: the committed output lacks {len(missing)} of its "
+                    f"{len(outputs)} records ({_listed(missing)})",
+                    call.indexes,
+                )
+            elif call.outcome == "info" and 0 < len(missing) < len(outputs):
+                yield _anomaly(
+                    "non-atomic-txn",
+                    f"{_txn_text(call)}: the committed output has {len(outputs) - len(missing)} "
+                    f"of its {len(outputs)} records; it lacks {_listed(missing)}",
+                    call.indexes,
+                )
+
+
+def _hanging_transactions(
+    calls: Sequence[_Call], drained: Mapping[Position, Sequence[tuple[int, str | None]]]
+) -> Iterable[Anomaly]:
+    """Partitions a read_committed drain found held open (``open`` on its completion)."""
+    writers = {value: call for call in calls if call.f == "txn" for value in _txn_outputs(call)}
+    for call in calls:
+        held = _extra(call, "open")
+        if call.f != "drain-committed" or call.outcome == "ok" or not isinstance(held, Mapping):
+            continue
+        for name, ends in sorted(held.items()):
+            tp = _name_position(name)
+            if tp is None or not isinstance(ends, list | tuple) or len(ends) != 2:
+                continue
+            stable, high = ends
+            first = next(((o, v) for o, v in drained.get(tp, ()) if o >= stable), None)
+            writer = writers.get(first[1] or "") if first is not None else None
+            held_by = ""
+            if first is not None:
+                by = _txn_text(writer) if writer is not None else "no transaction of the history"
+                held_by = f"; the first record held, {first[1]!r} at @{first[0]}, is of {by}"
+            yield _anomaly(
+                "hanging-txn",
+                f"{_position_text(tp)}'s last stable offset stayed at {stable}, below its high "
+                f"watermark {high}, after every worker had stopped: a transaction nobody ends "
+                f"holds read_committed readers there{held_by}",
+                (*(writer.indexes if writer is not None else ()), *call.indexes),
+            )
+
+
+def _committed_offset_regressions(ops: Sequence[Op], calls: Sequence[_Call]) -> Iterable[Anomaly]:
+    """Stable reads of committed offsets against what was read or committed before them."""
+    stable = {
+        call.invoke.index: call
+        for call in _offset_observations(calls)
+        if call.invoke.extra.get("isolation") == "read_committed"
+    }
+    by_completion = {
+        call.completion.index: call for call in stable.values() if call.completion is not None
+    }
+    committed_txns = {
+        call.completion.index: call
+        for call in calls
+        if call.f == "txn" and call.outcome == "ok" and call.completion is not None
+    }
+    # (group, partition name) -> (highest offset known to be committed, the op that showed it)
+    known: dict[tuple[str, str], tuple[int, str, tuple[int, ...]]] = {}
+    floors: dict[int, dict[tuple[str, str], tuple[int, str, tuple[int, ...]]]] = {}
+    for op in ops:
+        if op.index in stable:
+            floors[op.index] = dict(known)
+            continue
+        txn = committed_txns.get(op.index)
+        if txn is not None:
+            group = txn.field("group") or ""
+            for name, offset in (txn.invoke.offsets or {}).items():
+                key = (group, name)
+                if key not in known or offset > known[key][0]:
+                    known[key] = (offset, f"{_txn_text(txn)}, acknowledged", txn.indexes)
+            continue
+        call = by_completion.get(op.index)
+        if call is None:
+            continue
+        assert call.completion is not None
+        group = call.field("group") or ""
+        read = call.completion.offsets or {}
+        names = set(call.invoke.partitions or ()) | set(read)
+        for name in sorted(names):
+            floor = floors[call.invoke.index].get((group, name))
+            got = read.get(name)
+            if floor is not None and (got is None or got < floor[0]):
+                seen = "no committed offset" if got is None else str(got)
+                yield _anomaly(
+                    "committed-offset-regression",
+                    f"{call.process} read group {group or '(none)'}'s committed offset of {name} "
+                    f"as {seen} (op {op.index}) after {floor[1]} showed {floor[0]}",
+                    (*floor[2], *call.indexes),
+                )
+            if got is not None and ((group, name) not in known or got > known[(group, name)][0]):
+                known[(group, name)] = (
+                    got,
+                    f"{call.process}'s read (op {op.index})",
+                    call.indexes,
+                )
 
 
 def _replica_divergence(final: FinalState) -> Iterable[Anomaly]:

@@ -26,7 +26,35 @@ One JSON object per line. The fields every op has: ``index`` (its position, 0, 1
 - ``fault``: the nemesis. invoke: ``fault`` ("kill", "pause", "resume", "partition",
   "heal", "power-loss", "restart", ...), ``targets`` (node ids), ``detail``.
 - ``drain``: after healing, every record of every partition from its earliest offset:
-  ok: ``records`` like ``poll``, in offset order.
+  ok: ``records`` like ``poll``, in offset order. invoke: ``topic`` (the topic drained;
+  absent in older histories).
+
+The transactional pipeline (the ``txn-pipeline`` workload) adds these; the checker's
+exactly-once checks read them, every other check reads the pipeline's polls, seeks and
+rebalances (of the input) and the drains as it reads any consumer's:
+
+- ``txn``: one transaction of a pipeline worker: it read ``records`` (the input records of
+  one poll), wrote one output record per input record and committed the group's ``offsets``
+  (the next offsets to read) in the transaction. invoke: ``group``, ``offsets``,
+  ``records``, and extra fields ``txn`` (a label unique in the run), ``transactional_id``
+  and ``outputs`` (the output values, in the order of ``records``: each is
+  ``<input value>|<txn label>``, see :data:`OUTPUT_SEPARATOR`). ok: the commit returned (the
+  worker believes it committed); fail: it certainly did not commit (the commit was never
+  asked for, or ``abort_transaction`` returned); info: unknown (the commit was asked for
+  and its outcome not learnt). Completions carry ``error`` and an extra ``aborted`` (bool).
+- ``txn-init``: a worker's ``init_transactions`` (a new producer of its transactional id,
+  which fences the previous one and ends its open transaction); extra
+  ``transactional_id``.
+- ``offset-fetch``: a read of a group's committed offsets (OffsetFetch; extra
+  ``isolation``: ``read_committed`` when it asked for stable offsets, KIP-447, so that a
+  transaction in flight is waited for). invoke: ``group``, ``partitions``; ok: ``offsets``
+  (partitions without a committed offset are left out).
+- ``drain-committed``: after the workers stopped and every transaction ended, a
+  ``read_committed`` read of every partition of the output topic from its earliest offset
+  (ok: ``records``). invoke: ``topic`` and extra ``source`` (the input topic) and ``group``
+  (the pipeline's group). The output's ``read_uncommitted`` read is an ordinary ``drain``.
+
+A poll with the extra ``isolation`` ``read_committed`` is a ``read_committed`` consumer's.
 
 Every completion carries ``ref``, the index of the invocation it completes: a producer has
 many sends in flight at once, so "the process's next completion" would pair them wrongly.
@@ -55,6 +83,7 @@ from typing import Any, Literal, TextIO
 
 __all__ = [
     "FUNCTIONS",
+    "OUTPUT_SEPARATOR",
     "TYPES",
     "HistoryError",
     "HistoryLineError",
@@ -69,8 +98,23 @@ log = logging.getLogger(__name__)
 
 OpType = Literal["invoke", "ok", "fail", "info"]
 TYPES: tuple[OpType, ...] = ("invoke", "ok", "fail", "info")
-FUNCTIONS = ("send", "poll", "commit", "rebalance", "seek", "fault", "drain")
+FUNCTIONS = (
+    "send",
+    "poll",
+    "commit",
+    "rebalance",
+    "seek",
+    "fault",
+    "drain",
+    "txn",
+    "txn-init",
+    "offset-fetch",
+    "drain-committed",
+)
 """The functions this module documents (others are allowed; the checker ignores them)."""
+
+OUTPUT_SEPARATOR = "|"
+"""Between the input value and the transaction label in a pipeline's output value."""
 
 Record = tuple[str, int, int, "str | None"]
 """One record a poll or the drain read: (topic, partition, offset, value)."""

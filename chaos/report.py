@@ -4,7 +4,8 @@ One self-contained file (inline SVG, no script): per second, the acknowledged se
 with the sends that ended ``info`` (unknown) or ``fail`` stacked on them; the p50 and maximum
 latency of the sends acknowledged in that second as lines on a second scale; each fault as a
 shaded band from its injection to its healing, labelled; then the summary, the recovery after
-each heal, the anomalies by kind and every anomaly with the operations that show it.
+each heal, the anomalies by kind and every anomaly with the operations that show it; a run
+with a transactional pipeline adds its transactions by outcome and error.
 """
 
 from __future__ import annotations
@@ -191,6 +192,24 @@ def _faults(ops: Sequence[Op], recovery: Mapping[int, float | None]) -> str:
     )
 
 
+def _transactions(ops: Sequence[Op]) -> str:
+    """The pipeline's transactions (``txn`` ops) and producer initialisations by outcome and
+    error name; empty when the history has none."""
+    counts: dict[tuple[str, str, str], int] = defaultdict(int)
+    for op in ops:
+        if op.f in ("txn", "txn-init") and op.type != "invoke":
+            error = (op.error or "").split(":")[0]
+            counts[(op.f, op.type, error)] += 1
+    if not counts:
+        return ""
+    outcome = {"ok": "committed", "fail": "aborted", "info": "unknown"}
+    rows = [
+        (f, outcome.get(t, t) if f == "txn" else t, error or "-", n)
+        for (f, t, error), n in sorted(counts.items())
+    ]
+    return "<h2>Transactions</h2>" + _table(rows, ("op", "outcome", "error", "count"))
+
+
 def render_report(summary: Mapping[str, Any], ops: Sequence[Op], result: CheckResult) -> str:
     """The report's HTML text."""
     by_index = {op.index: op for op in ops}
@@ -229,6 +248,7 @@ replicas compared below the high watermark: {"yes" if summary.get("replicas_comp
 · results in <code>{html.escape(str(summary.get("results", "")))}</code></p>
 {_svg(ops)}
 <h2>Faults</h2>{_faults(ops, recovery)}
+{_transactions(ops)}
 <h2>Anomalies by kind</h2>{counts}
 <h2>Anomalies</h2><table><tr><th>kind</th><th>what</th><th>operations</th></tr>
 {"".join(rows) or "<tr><td colspan=3>none</td></tr>"}</table>

@@ -12,7 +12,20 @@ stops the consumers, drains every partition, stops the cluster, reads each repli
 below its high watermark from its data directory (local target), runs the checker and writes
 ``history.jsonl``, ``result.json`` and ``report.html`` into
 ``RESULTS/<scenario>-<workload>-<seed>-<time>/``. The summary it returns is what
-``python -m chaos run --json`` prints.
+``python -m chaos run --json`` prints. A partition the drain cannot read (no leader: its
+replicas halted, or none in sync) is drained no further and named to the checker
+(``undrained``), as is each node that halted, from the nodes' logs (``node-halted``).
+
+A workload with a pipeline (``txn-pipeline``) also creates the output topic, runs
+transactional pipeline workers, a ``read_committed`` reader of the output and an observer of
+the pipeline group's committed offsets in place of the group consumers; after the faults it
+waits (bounded) until the group's committed offsets reach the input's end, stops them, reads
+the committed offsets once more, and drains the output with ``read_uncommitted`` and (once
+every transaction ended) ``read_committed``. Its faults aimed at a leader (``kill-leader``,
+``pause-leader``, ``partition-leader``, ...) aim at the leader of the pipeline group's
+``__consumer_offsets`` partition, its group coordinator (which takes its members'
+heartbeats, transactional offset commits and offset fetches), instead of the input's
+partition 0.
 """
 
 from __future__ import annotations
@@ -37,18 +50,25 @@ from chaos.nemesis import (
     Target,
     under_replicated,
 )
-from chaos.node_events import mark_logs, read_events
+from chaos.node_events import mark_logs, read_events, read_halts
 from chaos.report import render_report
 from chaos.scenarios import scenario, schedule
 from chaos.workload import (
     WORKLOADS,
     AssignConsumerWorker,
     GroupConsumerWorker,
+    OffsetObserver,
+    OpenTransactionsError,
+    PipelineWorker,
     ProducerWorker,
     drain,
+    observe_committed,
+    wait_consumed,
+    warm_up_transactions,
 )
-from cluster.client import AdminClient
+from cluster.client import AdminClient, Consumer
 from cluster.client.admin import NewTopic
+from replica.topic_partition import TopicPartition, partition_for_name
 
 __all__ = ["TARGETS", "RunOptions", "run"]
 
@@ -56,9 +76,17 @@ log = logging.getLogger(__name__)
 
 TOPIC = "chaos"
 GROUP = "g0"
+SINK = "chaos-out"
+"""The pipeline's output topic (``txn-pipeline``); its input is ``TOPIC``."""
+PIPELINE_GROUP = "pipeline"
+OFFSETS_TOPIC = "__consumer_offsets"
+PIPELINE_TIMEOUT_S = 120.0
+"""How long after the producers stop the pipeline may take to commit the input's end."""
 TARGETS = ("local", "compose")
 RECOVERY_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
+PARTITION_DRAIN_TIMEOUT_S = 30.0
+"""Bound of each partition's drain when the whole topic's drain failed."""
 WORKER_GRACE_S = 120.0
 """How long after the planned end a worker may still run before it stops on its own."""
 NODE_CONFIGS = {"replica.lag.time.max.ms": "4000"}
@@ -80,6 +108,8 @@ class RunOptions:
     partitions: int = 3
     group_consumers: int = 2
     send_interval_s: float = 0.005
+    pipelines: int = 3
+    """Pipeline workers (a workload with a pipeline only)."""
     busy: int = 0
     """CPU-bound processes spinning beside the nodes for the whole run (``--busy``)."""
     node_configs: tuple[tuple[str, str], ...] = ()
@@ -139,21 +169,35 @@ def run(options: RunOptions) -> dict[str, Any]:
     history = HistoryWriter(out / "history.jsonl")
     bootstrap = target.bootstrap
     producers: list[ProducerWorker] = []
-    consumers: list[GroupConsumerWorker | AssignConsumerWorker] = []
-    nemesis = Nemesis(target, history, (TOPIC, 0))
+    consumers: list[
+        GroupConsumerWorker | AssignConsumerWorker | PipelineWorker | OffsetObserver
+    ] = []
+    nemesis: Nemesis | None = None
     replica_logs: ReplicaLogs | None = None
     closed = False
     busy = BusyLoops(options.busy, options.duration_s + WORKER_GRACE_S + RECOVERY_TIMEOUT_S)
     node_logs = {n: path for n in target.node_ids if (path := target.node_log(n)) is not None}
+    pipelines: list[PipelineWorker] = []
+    pipeline_short: dict[str, int] = {}
+    pipeline_wait_s = 0.0
+    aimed_at = (TOPIC, 0)
     try:
         with AdminClient({"bootstrap.servers": bootstrap}) as admin:
-            topic = NewTopic(TOPIC, options.partitions, 3, dict(workload.topic_configs))
-            admin.create_topics([topic])[TOPIC].result()
+            topics = [TOPIC, SINK] if workload.pipeline else [TOPIC]
+            created = admin.create_topics(
+                [NewTopic(t, options.partitions, 3, dict(workload.topic_configs)) for t in topics]
+            )
+            for name in topics:
+                created[name].result()
             # The group's coordinator is up before the load starts, as in a cluster in
             # service: the first group lookup creates __consumer_offsets (50 partitions),
             # and creating them under the load and its fsyncs took a node up to 20 s, which
             # left the group consumers idle for most of a 25 s run.
             admin.list_consumer_group_offsets(GROUP)
+        if workload.pipeline:
+            warm_up_transactions(bootstrap)  # __transaction_state, likewise
+            aimed_at = _coordinator_partition(bootstrap, PIPELINE_GROUP)
+        nemesis = Nemesis(target, history, aimed_at)
         busy.start()
         log_marks = mark_logs(node_logs)
         started = time.monotonic()
@@ -166,20 +210,59 @@ def run(options: RunOptions) -> dict[str, Any]:
                 TOPIC,
                 options.partitions,
                 workload,
-                options.send_interval_s,
+                workload.send_interval_s or options.send_interval_s,
                 worker_deadline,
             )
             for n in range(options.producers)
         ]
-        consumers = [
-            GroupConsumerWorker(GROUP, n, history, bootstrap, TOPIC, worker_deadline)
-            for n in range(options.group_consumers)
-        ]
-        consumers.append(
-            AssignConsumerWorker(
-                0, history, bootstrap, TOPIC, options.partitions, worker_deadline, options.seed
+        if workload.pipeline:
+            # They go on after the producers stop, until the input is consumed.
+            pipeline_deadline = worker_deadline + RECOVERY_TIMEOUT_S + PIPELINE_TIMEOUT_S
+            pipelines = [
+                PipelineWorker(
+                    n,
+                    history,
+                    bootstrap,
+                    TOPIC,
+                    SINK,
+                    PIPELINE_GROUP,
+                    pipeline_deadline,
+                    options.seed,
+                )
+                for n in range(options.pipelines)
+            ]
+            consumers = [
+                *pipelines,
+                AssignConsumerWorker(
+                    1,
+                    history,
+                    bootstrap,
+                    SINK,
+                    options.partitions,
+                    pipeline_deadline,
+                    options.seed,
+                    isolation_level="read_committed",
+                ),
+                OffsetObserver(
+                    0,
+                    history,
+                    bootstrap,
+                    PIPELINE_GROUP,
+                    TOPIC,
+                    options.partitions,
+                    pipeline_deadline,
+                ),
+            ]
+        else:
+            consumers = [
+                GroupConsumerWorker(GROUP, n, history, bootstrap, TOPIC, worker_deadline)
+                for n in range(options.group_consumers)
+            ]
+            consumers.append(
+                AssignConsumerWorker(
+                    0, history, bootstrap, TOPIC, options.partitions, worker_deadline, options.seed
+                )
             )
-        )
         for worker in (*producers, *consumers):
             worker.start()
         for step in steps:
@@ -195,13 +278,22 @@ def run(options: RunOptions) -> dict[str, Any]:
             producer.join(timeout=60)
             producer.close()
         short, recovery_wait_s = _wait_recovered(bootstrap, TOPIC, RECOVERY_TIMEOUT_S)
+        if workload.pipeline:
+            short_sink, sink_wait_s = _wait_recovered(bootstrap, SINK, RECOVERY_TIMEOUT_S)
+            short, recovery_wait_s = short + short_sink, recovery_wait_s + sink_wait_s
+            pipeline_short, pipeline_wait_s = wait_consumed(
+                bootstrap, PIPELINE_GROUP, TOPIC, options.partitions, PIPELINE_TIMEOUT_S
+            )
         busy.stop()
         events = read_events(node_logs, log_marks)
+        halts = read_halts(node_logs, log_marks)
         for consumer in consumers:
             consumer.stop()
         for consumer in consumers:
             consumer.join(timeout=30)
-        drained = drain(history, bootstrap, TOPIC, options.partitions, DRAIN_TIMEOUT_S)
+        drained, undrained = _drain_what_can_be(history, bootstrap, options.partitions)
+        if workload.pipeline:
+            drained |= _drain_pipeline(history, bootstrap, options.partitions)
         target.close()
         closed = True
         try:
@@ -215,6 +307,8 @@ def run(options: RunOptions) -> dict[str, Any]:
                 drained=drained,
                 replica_logs=replica_logs or {},
                 under_replicated_after_heal=short,
+                undrained=undrained,
+                halted_nodes=halts,
             ),
         )
     finally:
@@ -231,7 +325,7 @@ def run(options: RunOptions) -> dict[str, Any]:
         "seed": options.seed,
         "duration_s": options.duration_s,
         "operations": len(ops),
-        "faults": nemesis.injected,
+        "faults": nemesis.injected if nemesis is not None else 0,
         "valid": result.valid,
         "anomalies": dict(result.counts),
         "sends": {k: v for k, v in result.stats.items() if k.startswith("send-")},
@@ -247,6 +341,19 @@ def run(options: RunOptions) -> dict[str, Any]:
         "group_consumers_replaced": sum(
             c.replaced for c in consumers if isinstance(c, GroupConsumerWorker)
         ),
+        **(
+            {
+                "txns": {k: v for k, v in result.stats.items() if k.startswith("txn-")},
+                "pipeline_consumers_replaced": sum(w.replaced for w in pipelines),
+                "pipeline_producers_recreated": sum(w.recreated for w in pipelines),
+                "pipeline_crashes": sum(w.crashed for w in pipelines),
+                "pipeline_wait_s": pipeline_wait_s,
+                "pipeline_short": pipeline_short,
+                "leader_faults_aimed_at": f"{aimed_at[0]}-{aimed_at[1]}",
+            }
+            if workload.pipeline
+            else {}
+        ),
         "results": str(out),
     }
     (out / "result.json").write_text(
@@ -255,6 +362,77 @@ def run(options: RunOptions) -> dict[str, Any]:
     (out / "report.html").write_text(render_report(summary, ops, result))
     log.info("chaos run done scenario=%s valid=%s results=%s", options.scenario, result.valid, out)
     return summary
+
+
+def _drain_what_can_be(
+    history: HistoryWriter, bootstrap: str, partitions: int
+) -> tuple[dict[tuple[str, int], list[tuple[int, str | None]]], list[tuple[str, int]]]:
+    """Drain the topic; when that fails (a partition without a leader after healing: its
+    replicas halted, or none of them in sync), drain each partition alone, each bounded by
+    :data:`PARTITION_DRAIN_TIMEOUT_S`. The records drained, and the partitions that could
+    not be (the checker reports them and counts nothing sent to them as lost)."""
+    try:
+        return drain(history, bootstrap, TOPIC, partitions, DRAIN_TIMEOUT_S), []
+    except Exception as exc:  # recorded in the history (info); each partition goes on alone
+        log.warning("drain failed, draining each partition alone error=%s", exc)
+    drained: dict[tuple[str, int], list[tuple[int, str | None]]] = {}
+    undrained = []
+    for p in range(partitions):
+        try:
+            drained |= drain(
+                history, bootstrap, TOPIC, partitions, PARTITION_DRAIN_TIMEOUT_S, only=[p]
+            )
+        except Exception as exc:
+            log.warning("partition not drained partition=%s-%d error=%s", TOPIC, p, exc)
+            undrained.append((TOPIC, p))
+    return drained, undrained
+
+
+def _coordinator_partition(bootstrap: str, group: str) -> tuple[str, int]:
+    """The ``__consumer_offsets`` partition whose leader coordinates ``group``."""
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        (offsets,) = admin.describe_topics([OFFSETS_TOPIC])
+    return OFFSETS_TOPIC, partition_for_name(group, len(offsets.partitions))
+
+
+def _drain_pipeline(
+    history: HistoryWriter, bootstrap: str, partitions: int
+) -> dict[tuple[str, int], list[tuple[int, str | None]]]:
+    """The pipeline's end (its workers stopped): the group's committed offsets once more
+    (an ``offset-fetch`` op), the output as ``read_uncommitted`` reads it (returned, with the
+    input's drain the log the checks compare with) and as ``read_committed`` does."""
+    tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": PIPELINE_GROUP,
+            "isolation.level": "read_committed",
+            "client.id": "offset-fetch-final",
+        }
+    )
+    try:
+        for _ in range(10):  # bounded: a few coordinator moves at most
+            found = observe_committed(history, "offset-fetch-final", reader, PIPELINE_GROUP, tps)
+            if found is not None:
+                break
+            time.sleep(1.0)
+    finally:
+        reader.close(5000)
+    drained = drain(history, bootstrap, SINK, partitions, DRAIN_TIMEOUT_S)
+    try:
+        drain(
+            history,
+            bootstrap,
+            SINK,
+            partitions,
+            DRAIN_TIMEOUT_S,
+            "read_committed",
+            source=TOPIC,
+            group=PIPELINE_GROUP,
+        )
+    except OpenTransactionsError as exc:  # the checker reports it (hanging-txn)
+        log.warning("transactions never ended open=%s", exc.open)
+    return drained
 
 
 def _new_directory(path: Path) -> Path:

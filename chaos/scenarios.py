@@ -10,7 +10,9 @@ their node when they are injected; the step's nodes are then the fallback when t
 no holder.
 
 Faults start after a quiet first 10 % of the run and heal before its last 20 %, so every run
-sees the cluster before, during and after faults; one fault holds at a time.
+sees the cluster before, during and after faults; one fault holds at a time. A fault that
+stages a sequence (the last-replica faults: 10-20 s of waiting on the ISR before the hold)
+takes longer than its hold; its scenario's gap leaves room for that.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 __all__ = [
     "CLOCK_FAULTS",
     "DISK_FAULTS",
+    "LAST_REPLICA_FAULTS",
     "LOCAL_ONLY_FAULTS",
     "NETWORK_FAULTS",
     "PROCESS_FAULTS",
@@ -50,7 +53,12 @@ NETWORK_FAULTS = (
 )
 """Faults on the network between nodes: the local target with namespaces, compose."""
 
-DISK_FAULTS = ("power-loss", "slow-disk")
+LAST_REPLICA_FAULTS = ("last-replica", "last-replica-empty", "last-replica-torn")
+"""The ISR of partition 0 shrinks to its leader (the followers' fsyncs held up on LazyFS),
+then the leader dies: stays dead a while, or comes back with the partition's directory
+emptied or its tail torn (chaos.nemesis.LastInSync)."""
+
+DISK_FAULTS = ("power-loss", "slow-disk", *LAST_REPLICA_FAULTS)
 """Faults on the nodes' storage: the local target with data on LazyFS (chaos.lazyfs)."""
 
 CLOCK_FAULTS = ("clock-forward", "clock-back")
@@ -201,6 +209,31 @@ _SCENARIOS = (
         "slow disk, clock jumps",
         (*PROCESS_FAULTS, *NETWORK_FAULTS, "torn-tail", "slow-disk", *CLOCK_FAULTS),
     ),
+    Scenario(
+        "last-replica",
+        "the ISR of partition 0 shrinks to its leader (each follower's fsyncs of it held up "
+        "until it leaves the ISR; data on LazyFS), then the leader is killed while both "
+        "followers live on, lagging; it restarts after a while",
+        ("last-replica",),
+        hold_s=(6.0, 8.0),
+        gap_s=(25.0, 30.0),
+    ),
+    Scenario(
+        "last-replica-empty",
+        "as last-replica, and the dead leader's directory of partition 0 is emptied before "
+        "it restarts (it comes back without the records it alone had in sync)",
+        ("last-replica-empty",),
+        hold_s=(6.0, 8.0),
+        gap_s=(40.0, 45.0),
+    ),
+    Scenario(
+        "last-replica-torn",
+        "as last-replica, and the tail of the dead leader's active segment of partition 0 is "
+        "torn (cut, garbage or zeros) before it restarts",
+        ("last-replica-torn",),
+        hold_s=(6.0, 8.0),
+        gap_s=(40.0, 45.0),
+    ),
 )
 
 SCENARIOS: dict[str, str] = {s.name: s.description for s in _SCENARIOS}
@@ -218,7 +251,7 @@ def scenario(name: str) -> Scenario:
 
 
 def _pick(rng: random.Random, fault: str, nodes: int) -> tuple[int, ...]:
-    if fault in ("kill-all", "power-loss"):
+    if fault in ("kill-all", "power-loss", *LAST_REPLICA_FAULTS):
         return tuple(range(1, nodes + 1))
     if fault in ("kill-minority", "partition-halves"):
         size = rng.randint(1, max(1, (nodes - 1) // 2))

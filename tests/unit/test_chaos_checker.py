@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos.checker import KINDS, CheckResult, FinalState, check
-from chaos.history import HistoryError, HistoryWriter, Op
+from chaos.history import OUTPUT_SEPARATOR, HistoryError, HistoryWriter, Op
+from chaos.report import render_report
 
 TOPIC = "t"
 Outcome = Literal["ok", "fail", "info", "none"]
@@ -533,6 +534,42 @@ def test_under_replicated_after_heal() -> None:
     assert h.kinds(FinalState(under_replicated_after_heal=[])) == {}
 
 
+def test_undrained_partition_is_reported_and_what_was_sent_to_it_is_not_called_lost() -> None:
+    h = base()
+    h.send("p0", "d", partition=1)  # acknowledged without an offset: its partition counts
+    # Partition 1 could not be read after healing: only partition 0 was drained.
+    final = FinalState(drained={(TOPIC, 0): [(0, "a"), (1, "b")]}, undrained=[(TOPIC, 1)])
+    assert only(h, "undrained", final) == ()
+    assert h.check(final).anomalies[0].message == (
+        "t-1 could not be drained after healing: its acknowledged sends are not known to be "
+        "lost or kept"
+    )
+    # Without it, "c" (acknowledged, polled) and "d" are lost, "c" a dirty read too.
+    assert h.kinds(FinalState(drained={(TOPIC, 0): [(0, "a"), (1, "b")]})) == {
+        "lost-write": 2,
+        "dirty-read": 1,
+    }
+
+
+def test_an_undrained_partition_does_not_hide_a_loss_in_a_drained_one() -> None:
+    h = base()
+    final = FinalState(drained={(TOPIC, 0): [(0, "a")]}, undrained=[(TOPIC, 1)])
+    assert h.kinds(final) == {"lost-write": 1, "dirty-read": 1, "undrained": 1}
+
+
+def test_node_halted() -> None:
+    h = base()
+    h.drain(FULL_DRAIN)
+    line = (
+        "node 2 halted 3 time(s), first: where=task fetcher-1 "
+        "error_type=ReplicationInvariantError error=replica=2 leader_epoch=2 would truncate "
+        "to 0, below its high watermark 938 exit_code=70"
+    )
+    final = FinalState(drained={}, halted_nodes=[line])
+    assert only(h, "node-halted", final) == ()
+    assert h.check(final).anomalies[0].message == line
+
+
 def test_every_kind_has_a_test_of_its_own() -> None:
     names = [name for name in globals() if name.startswith("test_")]
     for kind in KINDS:
@@ -818,3 +855,609 @@ def test_a_drained_value_written_again_is_exactly_one_duplicate(
     end = max(offset for _, p, offset, _ in drained if p == partition) + 1
     changed = check(_with_drain(ops, [*drained, (topic, partition, end, value)]), FinalState())
     assert [a.kind for a in changed.anomalies] == ["duplicate"]
+
+
+# --- the transactional pipeline (txn-pipeline) ---------------------------------------------
+
+SRC, OUT, GROUP = "in", "out", "g"
+Txn = tuple[Op, Op | None]
+
+
+class Pipeline:
+    """A hand-made history of a transactional read-process-write pipeline: input records
+    (already in the input topic), transactions of workers, reads of the group's committed
+    offsets, read_committed polls of the output, then the drains."""
+
+    def __init__(self) -> None:
+        self.h = History()
+        self.input: dict[int, list[tuple[int, str]]] = {}
+        self.output: dict[int, list[tuple[int, str, str]]] = {}  # partition -> (offset, value, txn)
+        self.outcome_of: dict[str, Outcome] = {}
+
+    def ops(self) -> list[Op]:
+        return self.h.ops()
+
+    def txn(
+        self,
+        process: str,
+        label: str,
+        partition: int,
+        records: list[tuple[int, str]],
+        outcome: Outcome = "ok",
+        offsets: dict[str, int] | None = None,
+        outputs: list[str] | None = None,
+        written: bool = True,
+        complete: bool = True,
+    ) -> Op:
+        """One transaction reading ``records`` (offset, value) of input partition
+        ``partition``; its outputs go to the same partition of the output, at the next
+        offsets (with a marker after them) when ``written``. Returns its invocation."""
+        values = (
+            outputs
+            if outputs is not None
+            else [f"{v}{OUTPUT_SEPARATOR}{label}" for _, v in records]
+        )
+        invoked = self.h.h.invoke(
+            process,
+            "txn",
+            group=GROUP,
+            offsets=offsets or {f"{SRC}/{partition}": max(o for o, _ in records) + 1},
+            records=[(SRC, partition, o, v) for o, v in records],
+            txn=label,
+            transactional_id=f"tid-{process}",
+            outputs=values,
+        )
+        if written:
+            log = self.output.setdefault(partition, [])
+            start = log[-1][0] + 2 if log else 0  # a marker after each transaction
+            log += [(start + n, v, label) for n, v in enumerate(values)]
+        self.outcome_of[label] = outcome
+        if complete:
+            self.end(invoked, outcome)
+        return invoked
+
+    def end(self, invoked: Op, outcome: Outcome) -> Op | None:
+        if outcome == "none":
+            return None
+        if outcome == "ok":
+            return self.h.h.complete(invoked, "ok", txn=invoked.extra["txn"])
+        return self.h.h.complete(
+            invoked, outcome, error="PRODUCER_FENCED", aborted=outcome == "fail"
+        )
+
+    def fetch(
+        self, offsets: dict[str, int], process: str = "offset-fetch-0", stable: bool = True
+    ) -> Op:
+        invoked = self.h.h.invoke(
+            process,
+            "offset-fetch",
+            group=GROUP,
+            partitions=[f"{SRC}/0", f"{SRC}/1"],
+            **({"isolation": "read_committed"} if stable else {}),
+        )
+        return self.h.h.complete(invoked, "ok", group=GROUP, offsets=offsets)
+
+    def poll_output(self, records: list[tuple[int, int, str]], committed: bool = True) -> int:
+        fields = {"isolation": "read_committed"} if committed else {}
+        invoked = self.h.h.invoke("assign-consumer-1", "poll", group=None, **fields)
+        done = self.h.h.complete(
+            invoked, "ok", records=[(OUT, p, o, v) for p, o, v in records], **fields
+        )
+        return done.index
+
+    def finish(
+        self,
+        committed: set[str] | None = None,
+        hidden: tuple[str, ...] = (),
+        shown: tuple[str, ...] = (),
+    ) -> None:
+        """The drains: the input; the output read_uncommitted (everything written); the
+        output read_committed: the outputs of transactions that committed (of ``committed``
+        when given), less ``hidden``, plus ``shown``."""
+        invoked = self.h.h.invoke("drain", "drain", topic=SRC)
+        self.h.h.complete(
+            invoked,
+            "ok",
+            records=[(SRC, p, o, v) for p, rs in sorted(self.input.items()) for o, v in rs],
+        )
+        outputs = [(p, o, v, t) for p, rs in sorted(self.output.items()) for o, v, t in rs]
+        invoked = self.h.h.invoke("drain", "drain", topic=OUT)
+        self.h.h.complete(invoked, "ok", records=[(OUT, p, o, v) for p, o, v, _ in outputs])
+        if committed is None:
+            committed = {t for t, outcome in self.outcome_of.items() if outcome == "ok"}
+        kept = [
+            (OUT, p, o, v)
+            for p, o, v, t in outputs
+            if (t in committed and v not in hidden) or v in shown
+        ]
+        invoked = self.h.h.invoke("drain", "drain-committed", topic=OUT, source=SRC, group=GROUP)
+        self.h.h.complete(invoked, "ok", records=kept)
+
+    def kinds(self) -> dict[str, int]:
+        return self.h.kinds()
+
+
+def pipeline(finish: bool = True, first_c: Outcome = "fail") -> Pipeline:
+    """Two workers: w0 commits a and b, aborts c (its first try ends ``first_c``), commits
+    c again; w1 commits d."""
+    p = Pipeline()
+    p.input = {0: [(0, "a"), (1, "b"), (2, "c")], 1: [(0, "d")]}
+    p.txn("w0", "0.1", 0, [(0, "a"), (1, "b")])
+    p.txn("w0", "0.2", 0, [(2, "c")], first_c)
+    p.txn("w0", "0.3", 0, [(2, "c")])
+    p.txn("w1", "1.1", 1, [(0, "d")])
+    if finish:
+        p.fetch({"in/0": 3, "in/1": 1}, process="offset-fetch-final")
+        p.finish()
+    return p
+
+
+def only_kinds(p: Pipeline, expected: dict[str, int]) -> CheckResult:
+    result = p.h.check()
+    assert p.kinds() == expected, result.anomalies
+    return result
+
+
+def test_a_clean_pipeline_history_is_valid() -> None:
+    p = pipeline()
+    result = p.h.check()
+    assert result.valid, result.anomalies
+    assert result.stats["txn-ok"] == 3 and result.stats["txn-fail"] == 1
+    assert result.stats["records-drained-committed"] == 4
+    assert result.stats["records-drained"] == 4 + 5  # the input, every output written
+
+
+def test_the_pipeline_checks_need_the_committed_drain() -> None:
+    p = pipeline(finish=False)
+    p.fetch({"in/0": 3, "in/1": 1})
+    assert p.kinds() == {}  # nothing to say without the output as read_committed reads it
+
+
+def test_lost_input() -> None:
+    def history(outputs: list[str]) -> Pipeline:
+        # A worker that committed a and b's offsets but wrote only a's output.
+        p = Pipeline()
+        p.input = {0: [(0, "a"), (1, "b")]}
+        p.txn("w0", "0.1", 0, [(0, "a"), (1, "b")], outputs=outputs)
+        p.fetch({"in/0": 2})
+        p.finish()
+        return p
+
+    p = history(["a|0.1"])
+    result = only_kinds(p, {"lost-input": 1})
+    assert result.anomalies[0].message == (
+        "in-0@1 (b) is below the group's final committed offset 2 of in-0 but no record of "
+        "the committed output carries it; read by txn 0.1 of w0 (committed)"
+    )
+    assert result.anomalies[0].op_indexes == (0, 1)
+    assert history(["a|0.1", "b|0.1"]).kinds() == {}
+
+
+def test_lost_input_and_lost_commit_when_a_committed_transaction_vanishes() -> None:
+    p = pipeline(finish=False)
+    p.fetch({"in/0": 3, "in/1": 1})
+    p.finish(hidden=("b|0.1",))
+    result = only_kinds(p, {"lost-input": 1, "lost-commit": 1})
+    lost = next(a for a in result.anomalies if a.kind == "lost-commit")
+    assert lost.message == (
+        "txn 0.1 of w0 (committed): the committed output lacks 1 of its 2 records (b|0.1)"
+    )
+
+
+def test_duplicate_output() -> None:
+    def history(first: Outcome) -> Pipeline:
+        # c processed twice, both transactions committed (a worker that did not seek back
+        # after a commit it thought failed, say).
+        p = pipeline(finish=False, first_c=first)
+        p.fetch({"in/0": 3, "in/1": 1})
+        p.finish()
+        return p
+
+    p = history("ok")
+    result = only_kinds(p, {"duplicate-output": 1})
+    assert result.anomalies[0].message == (
+        "in-0@2 (c) is carried by 2 records of the committed output: out-0@3 by txn 0.2 of w0 "
+        "(committed), out-0@5 by txn 0.3 of w0 (committed)"
+    )
+    assert history("fail").kinds() == {}
+
+
+def test_output_without_offset() -> None:
+    def history(final: int) -> Pipeline:
+        p = Pipeline()
+        p.input = {0: [(0, "a"), (1, "b")]}
+        p.txn("w0", "0.1", 0, [(0, "a")])
+        p.txn("w0", "0.2", 0, [(1, "b")], "info")  # it did commit b's output
+        p.fetch({"in/0": final})
+        p.finish(committed={"0.1", "0.2"})
+        return p
+
+    result = only_kinds(history(1), {"output-without-offset": 1})
+    assert result.anomalies[0].message == (
+        "in-0@1 (b) is carried by the committed output at out-0@2 (txn 0.2 of w0 (outcome "
+        "unknown: PRODUCER_FENCED)) but the group's final committed offset of in-0 is 1"
+    )
+    assert history(2).kinds() == {}
+
+
+def test_unprocessed_input() -> None:
+    def history(final: dict[str, int] | None) -> Pipeline:
+        p = pipeline(finish=False)
+        p.input[1].append((1, "e"))  # never processed
+        if final is not None:
+            p.fetch(final)
+        p.finish()
+        return p
+
+    result = only_kinds(history({"in/0": 3, "in/1": 1}), {"unprocessed-input": 1})
+    assert result.anomalies[0].message == (
+        "1 input records of in-1 (from @1) are in no output: the group's final committed "
+        "offset of it is 1, its end 2"
+    )
+    result = only_kinds(history(None), {"unprocessed-input": 1})
+    assert "committed offsets were never read" in result.anomalies[0].message
+
+
+def test_aborted_read_in_the_committed_output() -> None:
+    p = pipeline(finish=False)
+    p.fetch({"in/0": 3, "in/1": 1})
+    p.finish(shown=("c|0.2",))
+    result = only_kinds(p, {"aborted-read": 1, "duplicate-output": 1})
+    aborted = next(a for a in result.anomalies if a.kind == "aborted-read")
+    assert aborted.message == (
+        "read_committed saw txn 0.2 of w0 (aborted: PRODUCER_FENCED): the committed output "
+        "has out-0@3"
+    )
+
+
+@pytest.mark.parametrize(("committed", "expected"), [(True, 1), (False, 0)])
+def test_aborted_read_by_a_read_committed_poll(committed: bool, expected: int) -> None:
+    p = pipeline(finish=False)
+    seen = p.poll_output([(0, 0, "a|0.1"), (0, 1, "b|0.1"), (0, 3, "c|0.2")], committed)
+    p.fetch({"in/0": 3, "in/1": 1})
+    p.finish()
+    result = only_kinds(p, {"aborted-read": 1} if expected else {})
+    if expected:
+        assert result.anomalies[0].message == (
+            "read_committed saw txn 0.2 of w0 (aborted: PRODUCER_FENCED): assign-consumer-1 "
+            f"polled 'c|0.2' at out-0@3 (op {seen}), which the committed output lacks"
+        )
+        assert seen in result.anomalies[0].op_indexes
+
+
+def test_aborted_read_of_a_transaction_that_then_aborted() -> None:
+    # Its outcome unknown to its worker, read by read_committed, then gone: the log end
+    # read_committed reads to (the last stable offset) passed it before it was decided.
+    def history(final_has_it: bool) -> Pipeline:
+        p = Pipeline()
+        p.input = {0: [(0, "a")]}
+        p.txn("w0", "0.1", 0, [(0, "a")], "info")
+        p.poll_output([(0, 0, "a|0.1")])
+        p.txn("w0", "0.2", 0, [(0, "a")])
+        p.fetch({"in/0": 1})
+        p.finish(committed={"0.2", "0.1"} if final_has_it else {"0.2"})
+        return p
+
+    result = only_kinds(history(final_has_it=False), {"aborted-read": 1})
+    assert "txn 0.1 of w0 (outcome unknown: PRODUCER_FENCED)" in result.anomalies[0].message
+    # Had it committed, the committed output would carry a twice.
+    assert history(final_has_it=True).kinds() == {"duplicate-output": 1}
+
+
+def test_aborted_read_of_committed_offsets() -> None:
+    def history(read: int) -> Pipeline:
+        p = Pipeline()
+        p.input = {0: [(0, "a"), (1, "b")]}
+        p.txn("w0", "0.1", 0, [(0, "a")])
+        p.txn("w0", "0.2", 0, [(1, "b")], "fail")  # its offset, 2, must never count
+        p.fetch({"in/0": read})
+        p.txn("w0", "0.3", 0, [(1, "b")])
+        p.fetch({"in/0": 2}, process="offset-fetch-final")
+        p.finish()
+        return p
+
+    result = only_kinds(history(read=2), {"aborted-read": 1})
+    assert result.anomalies[0].message == (
+        "offset-fetch-0 read the group's committed offset of in/0 as 2 (op 5), but only "
+        "txn 0.2 of w0 (aborted: PRODUCER_FENCED) committed it"
+    )
+    assert history(read=1).kinds() == {}
+
+
+def test_aborted_read_of_an_offset_no_transaction_committed() -> None:
+    p = pipeline(finish=False)
+    p.fetch({"in/0": 7, "in/1": 1})
+    p.fetch({"in/0": 3, "in/1": 1}, process="offset-fetch-final")
+    p.finish()
+    # Also a read that went backwards, to the final one.
+    result = only_kinds(p, {"aborted-read": 1, "committed-offset-regression": 1})
+    aborted = next(a for a in result.anomalies if a.kind == "aborted-read")
+    assert aborted.message.endswith("as 7 (op 9), but no transaction committed it")
+
+
+def test_lost_commit() -> None:
+    def history(hidden: tuple[str, ...]) -> Pipeline:
+        # c's first transaction committed too (a duplicate) but the log lost its record.
+        p = pipeline(finish=False, first_c="ok")
+        p.fetch({"in/0": 3, "in/1": 1})
+        p.finish(hidden=hidden)
+        return p
+
+    result = only_kinds(history(("c|0.2",)), {"lost-commit": 1})
+    assert result.anomalies[0].message == (
+        "txn 0.2 of w0 (committed): the committed output lacks 1 of its 1 records (c|0.2)"
+    )
+    assert history(("c|0.3",)).kinds() == {"lost-commit": 1}
+    assert history(()).kinds() == {"duplicate-output": 1}
+
+
+@pytest.mark.parametrize(
+    ("committed", "expected"),
+    [
+        ({"a|0.1"}, {"non-atomic-txn": 1, "lost-input": 1}),
+        ({"a|0.1", "b|0.1"}, {}),  # it committed
+        (set(), {"lost-input": 2}),  # it aborted, yet its offsets count
+    ],
+)
+def test_non_atomic_txn(committed: set[str], expected: dict[str, int]) -> None:
+    p = Pipeline()
+    p.input = {0: [(0, "a"), (1, "b")]}
+    p.txn("w0", "0.1", 0, [(0, "a"), (1, "b")], "info")
+    p.fetch({"in/0": 2})
+    p.finish(committed=set(), shown=tuple(committed))
+    result = only_kinds(p, expected)
+    if "non-atomic-txn" in expected:
+        anomaly = next(a for a in result.anomalies if a.kind == "non-atomic-txn")
+        assert anomaly.message == (
+            "txn 0.1 of w0 (outcome unknown: PRODUCER_FENCED): the committed output has 1 "
+            "of its 2 records; it lacks b|0.1"
+        )
+
+
+def test_committed_offset_regression_between_reads() -> None:
+    def history(second: int | None, stable: bool = True) -> Pipeline:
+        # The commits' outcomes are unknown to their worker: only the reads show them.
+        p = Pipeline()
+        p.input = {0: [(0, "a"), (1, "b")]}
+        p.txn("w0", "0.1", 0, [(0, "a")], "info")
+        p.txn("w0", "0.2", 0, [(1, "b")], "info")
+        p.fetch({"in/0": 2})
+        p.fetch({} if second is None else {"in/0": second}, stable=stable)
+        p.fetch({"in/0": 2}, process="offset-fetch-final")
+        p.finish(committed={"0.1", "0.2"})
+        return p
+
+    result = only_kinds(history(1), {"committed-offset-regression": 1})
+    assert result.anomalies[0].message == (
+        "offset-fetch-0 read group g's committed offset of in/0 as 1 (op 7) after "
+        "offset-fetch-0's read (op 5) showed 2"
+    )
+    assert result.anomalies[0].op_indexes == (4, 5, 6, 7)
+    result = only_kinds(history(None), {"committed-offset-regression": 1})
+    assert "as no committed offset (op 7)" in result.anomalies[0].message
+    assert history(2).kinds() == {}
+    # A read of unstable offsets (no read_committed) may lag a transaction in flight.
+    assert history(1, stable=False).kinds() == {}
+
+
+def test_committed_offset_regression_after_an_acknowledged_commit() -> None:
+    def history(acknowledged_first: bool) -> Pipeline:
+        p = Pipeline()
+        p.input = {0: [(0, "a"), (1, "b")]}
+        p.txn("w0", "0.1", 0, [(0, "a")])
+        second = p.txn("w0", "0.2", 0, [(1, "b")], complete=False)
+        if acknowledged_first:
+            p.end(second, "ok")
+        read = p.fetch({"in/0": 1})  # concurrent with the commit: either offset will do
+        if not acknowledged_first:
+            p.end(second, "ok")
+        del read
+        p.fetch({"in/0": 2}, process="offset-fetch-final")
+        p.finish()
+        return p
+
+    result = only_kinds(history(True), {"committed-offset-regression": 1})
+    assert result.anomalies[0].message == (
+        "offset-fetch-0 read group g's committed offset of in/0 as 1 (op 5) after txn 0.2 "
+        "of w0 (committed), acknowledged showed 2"
+    )
+    assert history(False).kinds() == {}
+
+
+def test_commit_regression_of_transactions() -> None:
+    def history(second: int) -> Pipeline:
+        p = Pipeline()
+        p.input = {0: [(0, "a"), (1, "b")]}
+        p.txn("w0", "0.1", 0, [(0, "a"), (1, "b")])
+        # A zombie's transaction, accepted: it commits an offset behind the group's.
+        p.txn("w1", "1.1", 0, [(0, "a")], offsets={"in/0": second}, outputs=[], written=False)
+        p.fetch({"in/0": second}, process="offset-fetch-final")
+        p.finish()
+        return p
+
+    # Its offset is also below what a read had shown, and below b, whose output committed.
+    assert history(1).kinds() == {
+        "commit-regression": 1,
+        "committed-offset-regression": 1,
+        "output-without-offset": 1,
+    }
+    assert history(2).kinds() == {}
+
+
+class _PipelineRun:
+    """A generated run of a pipeline that is exactly once: each transaction reads on from
+    its partition's committed offset; it commits (``ok``), aborts (``fail``) or ends unknown
+    to its worker (``info``: committed or aborted, either), its effect at some point between
+    its invocation and its completion; offset reads and read_committed polls come between
+    and during transactions."""
+
+    def __init__(self, rng: random.Random, partitions: int, records: int) -> None:
+        self.rng = rng
+        self.p = Pipeline()
+        self.p.input = {q: [(k, f"i{q}-{k}") for k in range(records)] for q in range(partitions)}
+        self.offsets: dict[int, int] = {}
+        self.committed: set[str] = set()
+        self.aborted: list[tuple[str, str]] = []  # (label, output value) of aborted ones
+        self.read_to: dict[int, int] = {}  # the read_committed poller's position per partition
+        self.labels = 0
+
+    def step(self) -> None:
+        action = self.rng.choice(["txn", "txn", "txn", "fetch", "poll"])
+        if action == "txn":
+            self.txn(self.rng.choice(["ok", "ok", "fail", "info"]))
+        elif action == "fetch":
+            self.fetch()
+        else:
+            self.poll()
+
+    def fetch(self, process: str = "offset-fetch-0") -> None:
+        self.p.fetch({f"{SRC}/{q}": o for q, o in sorted(self.offsets.items())}, process)
+
+    def poll(self) -> None:
+        q = self.rng.choice(sorted(self.p.input))
+        visible = [(q, o, v) for o, v, t in self.p.output.get(q, []) if t in self.committed]
+        start = self.read_to.get(q, -1)
+        records = [r for r in visible if r[1] > start][: self.rng.randint(0, 3)]
+        if records:
+            self.read_to[q] = records[-1][1]
+        self.p.poll_output(records)
+
+    def txn(self, outcome: Outcome, partition: int | None = None) -> bool:
+        q = self.rng.choice(sorted(self.p.input)) if partition is None else partition
+        start = self.offsets.get(q, 0)
+        todo = self.p.input[q][start:]
+        if not todo:
+            return False
+        self.labels += 1
+        label = f"w.{self.labels}"
+        records = todo[: self.rng.randint(1, 3)]
+        invoked = self.p.txn(self.rng.choice(["w0", "w1"]), label, q, records, complete=False)
+        commits = outcome == "ok" or (outcome == "info" and self.rng.random() < 0.5)
+        during = self.rng.random() < 0.3  # a read while it is in flight, before its effect
+        if during:
+            self.fetch()
+        if commits:
+            self.offsets[q] = records[-1][0] + 1
+            self.committed.add(label)
+        else:
+            outputs = invoked.extra["outputs"]
+            self.aborted += [(label, value) for value in outputs]
+        if self.rng.random() < 0.3:  # after its effect, before its completion
+            self.fetch()
+        self.p.end(invoked, outcome)
+        return True
+
+    def finish(self) -> list[Op]:
+        for q in sorted(self.p.input):
+            while self.txn("ok", q):
+                pass
+        self.fetch("offset-fetch-final")
+        self.p.finish(committed=self.committed)
+        return self.p.ops()
+
+
+@st.composite
+def pipeline_runs(draw: st.DrawFn) -> _PipelineRun:
+    run = _PipelineRun(
+        random.Random(draw(st.integers(0, 2**32))), draw(st.integers(1, 2)), draw(st.integers(0, 8))
+    )
+    for _ in range(draw(st.integers(0, 30))):
+        run.step()
+    return run
+
+
+def _with_committed_drain(
+    ops: list[Op], records: list[tuple[str, int, int, str | None]]
+) -> list[Op]:
+    assert ops[-1].f == "drain-committed" and ops[-1].type == "ok"
+    return [*ops[:-1], replace(ops[-1], records=tuple(records))]
+
+
+@settings(max_examples=150, deadline=None)
+@given(pipeline_runs(), st.data())
+def test_generated_exactly_once_pipelines_are_valid_and_a_dropped_output_is_a_lost_input(
+    run: _PipelineRun, data: st.DataObject
+) -> None:
+    ops = run.finish()
+    result = check(ops, FinalState())
+    assert result.valid, result.anomalies
+    committed = list(ops[-1].records or ())
+    if not committed:
+        return
+    dropped = data.draw(st.sampled_from(committed))
+    changed = check(
+        _with_committed_drain(ops, [r for r in committed if r != dropped]), FinalState()
+    )
+    kinds = {k for k, n in changed.counts.items() if n}
+    assert "lost-input" in kinds
+    # Its transaction lost a record (it committed, or its outcome is unknown and the rest
+    # of it is there), and a poll may have seen it: nothing else.
+    assert kinds <= {"lost-input", "lost-commit", "non-atomic-txn", "aborted-read"}
+
+
+@settings(max_examples=100, deadline=None)
+@given(pipeline_runs(), st.data())
+def test_generated_pipelines_with_an_aborted_record_made_visible_are_flagged(
+    run: _PipelineRun, data: st.DataObject
+) -> None:
+    ops = run.finish()
+    if not run.aborted:
+        return
+    label, value = data.draw(st.sampled_from(run.aborted))
+    where = next((OUT, q, o, v) for q, log in run.p.output.items() for o, v, t in log if v == value)
+    changed = check(_with_committed_drain(ops, [*(ops[-1].records or ()), where]), FinalState())
+    kinds = {k for k, n in changed.counts.items() if n}
+    # Its input was processed again by a transaction that committed: a duplicate.
+    assert "duplicate-output" in kinds
+    txn = next(o for o in ops if o.f == "txn" and o.type == "invoke" and o.extra["txn"] == label)
+    completion = next(o for o in ops if o.ref == txn.index)
+    if completion.type == "fail":
+        assert "aborted-read" in kinds
+
+
+def test_the_report_shows_the_pipeline_transactions_and_its_anomalies() -> None:
+    p = pipeline(finish=False)
+    p.fetch({"in/0": 3, "in/1": 1})
+    p.finish(shown=("c|0.2",))
+    result = p.h.check()
+    summary = {"scenario": "kill-random", "workload": "txn-pipeline", "seed": 1}
+    page = render_report(summary | {"duration_s": 1, "operations": 9, "faults": 0}, p.ops(), result)
+    assert "<h2>Transactions</h2>" in page
+    assert "<td>txn</td><td>committed</td><td>-</td><td>3</td>" in page
+    assert "<td>txn</td><td>aborted</td><td>PRODUCER_FENCED</td><td>1</td>" in page
+    assert "read_committed saw txn 0.2 of w0 (aborted: PRODUCER_FENCED)" in page
+    assert "<h2>Transactions</h2>" not in render_report(
+        summary | {"duration_s": 1, "operations": 0, "faults": 0}, [], check([], FinalState())
+    )
+
+
+def test_hanging_txn() -> None:
+    def history(held: bool) -> Pipeline:
+        p = Pipeline()
+        p.input = {0: [(0, "a"), (1, "b")]}
+        p.txn("w0", "0.1", 0, [(0, "a")])
+        p.txn("w0", "0.2", 0, [(1, "b")], "info")  # its records at out-0@2, held or not
+        if not held:  # it ended (committed)
+            p.fetch({"in/0": 2})
+            p.finish(committed={"0.1", "0.2"})
+            return p
+        p.fetch({"in/0": 1})
+        for topic, records in ((SRC, p.input), (OUT, p.output)):
+            invoked = p.h.h.invoke("drain", "drain", topic=topic)
+            p.h.h.complete(
+                invoked,
+                "ok",
+                records=[(topic, q, r[0], r[1]) for q, rs in records.items() for r in rs],
+            )
+        invoked = p.h.h.invoke("drain", "drain-committed", topic=OUT, source=SRC, group=GROUP)
+        p.h.h.complete(invoked, "info", error="OpenTransactionsError", open={"out/0": [2, 3]})
+        return p
+
+    result = only_kinds(history(held=True), {"hanging-txn": 1})
+    assert result.anomalies[0].message == (
+        "out-0's last stable offset stayed at 2, below its high watermark 3, after every "
+        "worker had stopped: a transaction nobody ends holds read_committed readers there; "
+        "the first record held, 'b|0.2' at @2, is of txn 0.2 of w0 (outcome unknown: "
+        "PRODUCER_FENCED)"
+    )
+    assert history(held=False).kinds() == {}

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from chaos.history import (
     FUNCTIONS,
+    OUTPUT_SEPARATOR,
     HistoryError,
     HistoryLineError,
     HistoryWriter,
@@ -73,17 +74,33 @@ def test_every_function_of_the_format_round_trips_through_json() -> None:
         h.invoke("consumer-g0-1", "rebalance", partitions=["t/0", "t/1"]),
         h.invoke("assign-consumer-0", "seek", partitions=["t/2"]),
         h.invoke("nemesis", "fault", fault="partition", targets=[1, 2], detail="halves"),
-        h.invoke("drain", "drain"),
+        h.invoke("drain", "drain", topic="t"),
+        # The transactional pipeline's (the txn-pipeline workload).
+        h.invoke(
+            "pipeline-0",
+            "txn",
+            group="p",
+            offsets={"t/0": 2},
+            records=[("t", 0, 1, "v")],
+            txn="0.1",
+            transactional_id="chaos-pipeline-0",
+            outputs=[f"v{OUTPUT_SEPARATOR}0.1"],
+        ),
+        h.invoke("pipeline-0", "txn-init", transactional_id="chaos-pipeline-0"),
+        h.invoke("offset-fetch-0", "offset-fetch", group="p", partitions=["t/0"]),
+        h.invoke("drain", "drain-committed", topic="out", source="t", group="p"),
     ]
     ops.append(h.complete(ops[1], "ok", records=[("t", 0, 0, "v"), ("t", 0, 1, None)]))
     ops.append(h.complete(ops[0], "info", error="REQUEST_TIMED_OUT"))
+    ops.append(h.complete(ops[7], "fail", error="PRODUCER_FENCED", aborted=False))
     assert {op.f for op in ops} == set(FUNCTIONS)
     for op in ops:
         document = json.loads(json.dumps(op.to_json()))
         assert Op.from_json(document) == op
     assert ops[2].to_json()["offsets"] == {"t/0": 3, "t/1": 0}
-    assert ops[-2].to_json()["records"] == [["t", 0, 0, "v"], ["t", 0, 1, None]]
-    assert "partition" not in ops[-1].to_json()  # None fields are left out
+    assert ops[-3].to_json()["records"] == [["t", 0, 0, "v"], ["t", 0, 1, None]]
+    assert "partition" not in ops[-2].to_json()  # None fields are left out
+    assert ops[7].extra["outputs"] == ["v|0.1"] and ops[-1].extra == {"aborted": False}
 
 
 def test_unknown_fields_are_kept_in_extra_and_written_back() -> None:

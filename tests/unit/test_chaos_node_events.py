@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from chaos.busy import BusyLoops
-from chaos.node_events import ClusterEvents, mark_logs, read_events
+from chaos.node_events import ClusterEvents, mark_logs, read_events, read_halts
 from cluster.loop_monitor import LoopLagMonitor
 
 BEFORE_THE_LOAD = (
@@ -69,3 +69,33 @@ def test_the_loop_monitor_logs_a_stall_with_its_length(caplog: pytest.LogCapture
         monitor.record(1164.4)
     assert (monitor.stalls, monitor.longest_ms) == (1, 1164.4)
     assert [r.getMessage() for r in caplog.records] == ["event loop stalled node_id=7 lag_ms=1164"]
+
+
+HALT = (
+    "2026-12-07 03:17:39,522 CRITICAL cluster.halt invariant broken, halting node "
+    "where=task fetcher-1 error_type=ReplicationInvariantError error=replica=3 "
+    "leader_epoch=2 would truncate to 0, below its high watermark 2165 exit_code=70\n"
+    "Traceback (most recent call last):\n"
+)
+
+
+def test_each_node_that_halted_after_the_marks_is_one_line(tmp_path: Path) -> None:
+    logs = {n: tmp_path / f"node-{n}.log" for n in (1, 2, 3)}
+    logs[1].write_text(HALT)  # before the load: not this run's
+    logs[2].write_text("")
+    marks = mark_logs(logs)
+    with logs[2].open("a") as f:
+        f.write(DURING_THE_LOAD + HALT + HALT.replace("2165", "2170"))
+    with logs[1].open("a") as f:
+        f.write(
+            "2026-12-07 03:18:00,000 CRITICAL cluster.halt log directory failed, halting "
+            "node dir=/d/chaos-0 error_type=OSError error=[Errno 5] EIO exit_code=74\n"
+        )
+    assert read_halts(logs, marks) == [
+        "node 1 halted 1 time(s), first: dir=/d/chaos-0 error_type=OSError "
+        "error=[Errno 5] EIO exit_code=74",
+        "node 2 halted 2 time(s), first: where=task fetcher-1 "
+        "error_type=ReplicationInvariantError error=replica=3 leader_epoch=2 would truncate "
+        "to 0, below its high watermark 2165 exit_code=70",
+    ]
+    assert read_halts(logs, mark_logs(logs)) == []

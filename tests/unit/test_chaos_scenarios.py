@@ -4,15 +4,28 @@ around them, and each fault is injected, healed and recorded on a target (a fake
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
 
+from chaos import nemesis as nemesis_module
 from chaos.history import HistoryWriter
-from chaos.nemesis import FAULTS, Disk, Nemesis, Network, ReplicaLogs, TargetError
+from chaos.nemesis import (
+    FAULTS,
+    Disk,
+    LastInSync,
+    Nemesis,
+    Network,
+    PartitionState,
+    ReplicaLogs,
+    TargetError,
+    last_in_sync,
+)
 from chaos.runner import RunOptions, run
-from chaos.scenarios import SCENARIOS, FaultStep, scenario, schedule
+from chaos.scenarios import LAST_REPLICA_FAULTS, SCENARIOS, FaultStep, scenario, schedule
+from chaos.torn_tails import empty_partition, tear_tail
 from chaos.workload import send_outcome
 from cluster.errors import (
     IllegalStateError,
@@ -69,7 +82,7 @@ def test_scenarios_the_compose_target_cannot_inject_run_locally_only() -> None:
         assert scenario(name).targets == ("local", "compose"), name
     for name in ("partition-bridge", "partition-one-way", "torn-tail", "slow-disk"):
         assert scenario(name).targets == ("local",), name
-    for name in ("power-loss", "clock-jump", "mixed-all"):
+    for name in ("power-loss", "clock-jump", "mixed-all", *LAST_REPLICA_FAULTS):
         assert scenario(name).targets == ("local",), name
 
 
@@ -177,11 +190,14 @@ class FakeTarget:
     def controller(self) -> int | None:
         return 3
 
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        return PartitionState(2, (1, 2, 3), (1, 2, 3))
+
     def node_data_dir(self, node: int) -> Path | None:
         return None
 
-    def slow_disk(self, node: int, milliseconds: float) -> None:
-        self.calls.append(f"slow-disk {node} {milliseconds:g}")
+    def slow_disk(self, node: int, milliseconds: float, under: str = "") -> None:
+        self.calls.append(f"slow-disk {node} {milliseconds:g}" + (f" {under}" if under else ""))
 
     def set_clock(self, node: int, offset_s: int) -> None:
         self.calls.append(f"clock {node} {offset_s:+d}")
@@ -281,3 +297,215 @@ def test_only_sends_that_certainly_were_not_written_are_failed() -> None:
     assert send_outcome(NotEnoughReplicasError("isr 1"), before_send_returned=False) == "info"
     assert send_outcome(RequestTimedOutError("expired"), before_send_returned=False) == "info"
     assert send_outcome(ConnectionError("reset"), before_send_returned=False) == "info"
+
+
+# ---- the last in-sync replica ------------------------------------------------------------
+
+
+class LastReplicaTarget(FakeTarget):
+    """Node 2 leads partition 0 of replicas (1, 2, 3). The metadata follows the faults as the
+    cluster would: a follower whose fsyncs are held leaves the ISR (unless ``stuck``), the
+    dead leader is replaced by the first live replica when ``unclean``, else by no one."""
+
+    def __init__(
+        self,
+        unclean: bool = False,
+        stuck: frozenset[int] = frozenset(),
+        data_dir: Path | None = None,
+        isr: tuple[int, ...] = (1, 2, 3),
+    ) -> None:
+        super().__init__()
+        self.unclean = unclean
+        self.stuck = stuck
+        self.data_dir = data_dir
+        self.state = PartitionState(2, (1, 2, 3), isr)
+
+    def slow_disk(self, node: int, milliseconds: float, under: str = "") -> None:
+        super().slow_disk(node, milliseconds, under)
+        if milliseconds >= nemesis_module.FSYNC_HOLD_MS and node not in self.stuck:
+            isr = tuple(r for r in self.state.isr if r != node)
+            self.state = PartitionState(self.state.leader, self.state.replicas, isr)
+
+    def kill(self, node: int) -> None:
+        super().kill(node)
+        if node == self.state.leader:
+            live = [r for r in self.state.replicas if r != node]
+            if self.unclean:
+                self.state = PartitionState(live[0], self.state.replicas, (live[0],))
+            else:
+                self.state = PartitionState(None, self.state.replicas, self.state.isr)
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        return self.state
+
+    def node_data_dir(self, node: int) -> Path | None:
+        return None if self.data_dir is None else self.data_dir / f"node-{node}"
+
+
+@pytest.fixture
+def quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last-replica faults without their pauses: no time with the ISR at two or one, no
+    wait for the followers to append (the fakes do not), no poll interval."""
+    for name in LAST_REPLICA_FAULTS:
+        monkeypatch.setitem(FAULTS, name, LastInSync(last_in_sync, FAULTS[name].then, 0.0))
+    monkeypatch.setattr(nemesis_module, "PRIME_TIMEOUT_S", 0.0)
+    monkeypatch.setattr(nemesis_module, "PARTITION_POLL_S", 0.0)
+
+
+def _inject(target: FakeTarget, fault: str = "last-replica") -> tuple[Nemesis, HistoryWriter]:
+    history = HistoryWriter(None)
+    nemesis = Nemesis(target, history, ("chaos", 0))
+    injected = nemesis.inject(FaultStep(1.0, fault, (1, 2, 3), 6.0))
+    assert injected.nodes == (2, 1, 3), "the leader, then its followers in replica order"
+    assert nemesis.heal(injected)
+    return nemesis, history
+
+
+@pytest.mark.usefixtures("quick")
+def test_the_last_replica_fault_shrinks_the_isr_to_the_leader_then_kills_it() -> None:
+    target = LastReplicaTarget()
+    nemesis, history = _inject(target)
+    assert target.calls == [
+        # Both followers' fsyncs a little slower first, then held: the first, then the other.
+        "slow-disk 1 100 chaos-0",
+        "slow-disk 3 100 chaos-0",
+        "slow-disk 1 30000 chaos-0",
+        "slow-disk 3 30000 chaos-0",
+        "kill 2",
+        "slow-disk 1 0 chaos-0",  # let go once the leader is dead: alive, lagging
+        "slow-disk 3 0 chaos-0",
+        # The heal: every fsync goes again, the leader restarts.
+        "slow-disk 1 0 chaos-0",
+        "slow-disk 3 0 chaos-0",
+        "start [2, 1, 3]",
+    ]
+    assert target.waited_in_sync == ["chaos"], "it starts from whole ISRs"
+    done = history.ops()[1]
+    assert (done.type, done.fault, done.targets) == ("ok", "last-replica", (2, 1, 3))
+    assert done.detail is not None
+    assert "1 out of the ISR after" in done.detail
+    assert "ISR [2] for 0 s, 2 killed" in done.detail
+    assert done.detail.endswith("no leader: chaos-0 offline")
+    assert nemesis.injected == 1
+
+
+@pytest.mark.usefixtures("quick")
+def test_with_unclean_election_the_first_follower_to_leave_leads() -> None:
+    _, history = _inject(LastReplicaTarget(unclean=True))
+    detail = history.ops()[1].detail or ""
+    assert detail.endswith("leader 1 isr [1]: unclean election"), detail
+
+
+@pytest.mark.usefixtures("quick")
+def test_the_last_replica_fault_needs_a_whole_isr_and_touches_nothing_without_one() -> None:
+    target = LastReplicaTarget(isr=(2, 1))
+    _, history = _inject(target)
+    failed = history.ops()[1]
+    assert failed.type == "fail"
+    assert "needs leader 2 and a whole ISR, found leader 2 isr [2, 1]" in (failed.error or "")
+    assert target.calls == ["slow-disk 1 0 chaos-0", "slow-disk 3 0 chaos-0", "start [2, 1, 3]"]
+
+
+@pytest.mark.usefixtures("quick")
+def test_a_follower_that_stays_in_the_isr_fails_the_fault_before_anything_is_killed() -> None:
+    target = LastReplicaTarget(stuck=frozenset({3}))
+    _, history = _inject(target)
+    failed = history.ops()[1]
+    assert failed.type == "fail"
+    assert "ISR [2]: not seen within" in (failed.error or "")
+    assert "last seen: leader 2 isr [2, 3]" in (failed.error or "")
+    assert not [call for call in target.calls if call.startswith("kill")]
+    assert target.calls[-3:] == [
+        "slow-disk 1 0 chaos-0",
+        "slow-disk 3 0 chaos-0",
+        "start [2, 1, 3]",
+    ], "the heal lets every fsync go"
+
+
+def _segment(directory: Path, size: int, seed: int = 0) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    segment = directory / "00000000000000000000.log"
+    segment.write_bytes(random.Random(seed).randbytes(size))
+    return segment
+
+
+@pytest.mark.usefixtures("quick")
+def test_the_empty_variant_empties_the_dead_leaders_directory_of_that_partition(
+    tmp_path: Path,
+) -> None:
+    _segment(tmp_path / "node-2" / "chaos-0", 5000)
+    (tmp_path / "node-2" / "chaos-0" / "partition.metadata").write_text("topic_id=x\n")
+    _segment(tmp_path / "node-2" / "chaos-1", 5000)
+    _, history = _inject(LastReplicaTarget(data_dir=tmp_path), "last-replica-empty")
+    assert list((tmp_path / "node-2" / "chaos-0").iterdir()) == []
+    assert (tmp_path / "node-2" / "chaos-1" / "00000000000000000000.log").stat().st_size == 5000
+    assert "node 2: chaos-0: 2 files (5011 B) removed" in (history.ops()[1].detail or "")
+
+
+@pytest.mark.usefixtures("quick")
+def test_the_torn_variant_tears_the_dead_leader_back_past_the_followers_log_end(
+    tmp_path: Path,
+) -> None:
+    leader = _segment(tmp_path / "node-2" / "chaos-0", 30000)
+    original = leader.read_bytes()
+    _segment(tmp_path / "node-1" / "chaos-0", 20000)  # the first follower to leave
+    _, history = _inject(LastReplicaTarget(data_dir=tmp_path), "last-replica-torn")
+    torn = leader.read_bytes()
+    # Back to the follower's log end: what the leader holds beyond it, and only that.
+    assert torn[:20000] == original[:20000]
+    assert len(torn) == 20000 or (len(torn) == 30000 and torn[20000:] != original[20000:])
+    assert "(the follower's log ends 10000 B before)" in (history.ops()[1].detail or "")
+
+
+def test_the_damage_of_a_torn_tail_with_a_reach_spans_that_reach(tmp_path: Path) -> None:
+    kinds = set()
+    for seed in range(20):
+        directory = tmp_path / f"p{seed}"
+        segment = _segment(directory, 20000, seed)
+        original = segment.read_bytes()
+        what = tear_tail(directory, random.Random(seed), reach=6000)
+        assert what is not None and " 6000 of 20000 B" in what and " zeros " not in what
+        kinds.add(what.split()[1])
+        torn = segment.read_bytes()
+        assert torn[:14000] == original[:14000]
+        if what.split()[1] == "cut":
+            assert len(torn) == 14000
+        else:  # garbage over the last 6000 bytes
+            assert len(torn) == 20000 and torn[14000:] != original[14000:]
+    assert kinds == {"cut", "garbage"}
+    big = _segment(tmp_path / "whole", 100)
+    tear_tail(tmp_path / "whole", random.Random(1), reach=1000)
+    assert big.stat().st_size in (0, 100), "at most the whole segment"
+
+
+def test_emptying_a_partition_keeps_its_directory_and_nothing_in_it(tmp_path: Path) -> None:
+    directory = tmp_path / "chaos-0"
+    _segment(directory, 100)
+    (directory / "leader-epoch-checkpoint").write_text("0\n1\n0 0\n")
+    (directory / "sub").mkdir()
+    (directory / "sub" / "x").write_bytes(b"12")
+    assert empty_partition(directory) == "chaos-0: 3 files (110 B) removed"
+    assert directory.is_dir() and list(directory.iterdir()) == []
+
+
+@pytest.mark.usefixtures("quick")
+def test_the_empty_and_torn_variants_need_the_nodes_data() -> None:
+    target = LastReplicaTarget()  # no data directory, as on the compose target
+    _, history = _inject(target, "last-replica-torn")
+    assert "cannot reach its nodes' data" in (history.ops()[1].error or "")
+    assert not [call for call in target.calls if call.startswith("kill")]
+
+
+def test_last_replica_scenarios_run_on_lazyfs_locally_with_room_between_faults() -> None:
+    for name in LAST_REPLICA_FAULTS:
+        chosen = scenario(name)
+        assert chosen.needs_disk and chosen.targets == ("local",)
+        assert chosen.faults == (name,)
+        for step in schedule(name, 1, 60):
+            assert step.nodes == (1, 2, 3), "the nodes are found when it is injected"
+    for steps in (schedule("last-replica", seed, 60) for seed in range(10)):
+        # The sequence takes 10-20 s before its hold: at most two fault a minute.
+        assert 1 <= len(steps) <= 2
+        for step, following in itertools.pairwise(steps):
+            assert following.at_s - (step.at_s + step.hold_s) >= 25
+    assert all(len(schedule(name, 1, 60)) == 1 for name in LAST_REPLICA_FAULTS[1:])

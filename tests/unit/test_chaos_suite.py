@@ -10,7 +10,17 @@ import pytest
 from chaos import suite
 from chaos.runner import RunOptions
 from chaos.scenarios import SCENARIOS, scenario, schedule
-from chaos.suite import BEGIN, END, LONG_SET, SHORT_SET, SuiteRun, run_set, update_guarantees
+from chaos.suite import (
+    BEGIN,
+    END,
+    LONG_SET,
+    PROMISED_WORKLOADS,
+    SHORT_SET,
+    SuiteRun,
+    passed,
+    run_set,
+    update_guarantees,
+)
 
 
 def _summary(options: RunOptions, **extra: Any) -> dict[str, Any]:
@@ -40,7 +50,9 @@ def test_the_long_set_covers_every_scenario_both_targets_and_twenty_power_losses
     assert {"acks-1", "no-idempotence", "unclean", "flush-interval"} <= {
         r.workload for r in LONG_SET
     }
-    assert all(r.workload == "acks-all" and r.target == "local" for r in SHORT_SET)
+    assert {r.workload for r in LONG_SET if r.target == "compose"} >= {"acks-all", "txn-pipeline"}
+    assert {r.workload for r in LONG_SET if r.target == "local"} >= {"acks-all", "txn-pipeline"}
+    assert all(r.workload in PROMISED_WORKLOADS and r.target == "local" for r in SHORT_SET)
 
 
 def test_a_broken_run_is_reported_and_the_set_goes_on(
@@ -81,3 +93,47 @@ def test_a_broken_run_is_reported_and_the_set_goes_on(
     assert rows[0].startswith("| kill-all | acks-1 | local | 2 |")
     assert rows[1].startswith("| kill-leader | acks-all | compose | 9 | 40 s | 10 |")
     assert len(rows) == 2
+
+
+def test_a_set_fails_when_a_promised_workload_found_anomalies() -> None:
+    assert passed([{"valid": True, "workload": "acks-all"}, {"valid": False, "workload": "acks-1"}])
+    assert not passed([{"valid": False, "workload": "txn-pipeline"}])
+    assert not passed([{"valid": False, "workload": "acks-all"}])
+
+
+def test_a_promised_run_passes_with_anomalies_of_its_documented_limit_only() -> None:
+    lost = {"lost-write": 12, "node-halted": 2, "duplicate": 0}
+    limit = list(suite.LAST_REPLICA_LIMIT)
+    assert passed([{"valid": False, "workload": "acks-all", "anomalies": lost, "limit": limit}])
+    beyond = {**lost, "duplicate": 1}
+    assert not passed(
+        [{"valid": False, "workload": "acks-all", "anomalies": beyond, "limit": limit}]
+    )
+    assert not passed([{"valid": False, "workload": "acks-all", "anomalies": lost}])
+    broken = {"valid": False, "workload": "acks-all", "anomalies": {}, "limit": limit}
+    assert not passed([{**broken, "error": "RuntimeError: no cluster"}])
+    # Only the runs where the damage reaches the last in-sync replica have a limit.
+    limited = {(r.scenario, r.workload) for r in LONG_SET if r.limit}
+    assert limited == {("last-replica-empty", "acks-all"), ("last-replica-torn", "acks-all")}
+
+
+def test_a_run_within_its_limit_says_so_in_the_table_and_keeps_its_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fake_run(options: RunOptions) -> dict[str, Any]:
+        return _summary(options, valid=False, anomalies={"lost-write": 5, "node-halted": 1})
+
+    monkeypatch.setattr(suite, "run", fake_run)
+    runs = [
+        SuiteRun("last-replica-empty", "acks-all", 30, 60, limit=suite.LAST_REPLICA_LIMIT),
+        SuiteRun("last-replica", "unclean", 81, 60),
+    ]
+    summaries = run_set(runs, tmp_path)
+    assert passed(summaries)
+    table = suite.results_table(summaries)
+    assert "lost-write 5, node-halted 1 (the documented limit)" in table
+    assert table.count("(the documented limit)") == 1, "a trade is no limit of the promise"
+    guarantees = tmp_path / "guarantees.md"
+    guarantees.write_text(f"# x\n{BEGIN}\n{END}\n")
+    update_guarantees(guarantees, summaries)
+    assert (tmp_path / suite.RESULTS_FILE).read_text().count('"limit"') == 1
