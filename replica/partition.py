@@ -815,16 +815,17 @@ class Partition:
         """Flush everything appended so far (a follower's fetcher after an append, the
         interval flusher, shutdown).
 
-        On a fast disk with no flush under way the fdatasync runs at once, in the caller's
-        turn of the loop: no flush task and no future to wake it, each of which costs a
-        loop turn, and a follower's next fetch (which tells the leader how far it got, so
-        every ``acks=all`` record) waits for this flush. Otherwise it waits with the
-        appends of others as :meth:`wait_flushed` does."""
+        The fdatasync runs on the C fsync thread, as a group commit's does
+        (:meth:`wait_flushed`): on the loop, the first fdatasync after the disk turned slow
+        blocked everything the node does for as long as it took (a follower's loop stalled
+        30 s behind one held fsync, and the node was fenced). Without the C extension, on
+        a fast disk with no flush under way, it runs at once in the caller's turn of the
+        loop (decision 0011); otherwise it waits with the appends of others."""
         end = self.log.log_end_offset
         if self.log.flushed_offset >= end:
             return
         idle = self._flush_task is None or self._flush_task.done()
-        if idle and self._flush_seconds_average < INLINE_FLUSH_MAX_S:
+        if idle and self._flush_seconds_average < INLINE_FLUSH_MAX_S and loop_flusher() is None:
             flushed_offset, seconds = self._timed_flush()
             self._note_flush_seconds(seconds)
             self.on_local_flush()

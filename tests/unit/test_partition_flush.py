@@ -4,9 +4,9 @@ A group commit (``wait_flushed``) hands its fdatasync to the C fsync thread, so 
 serves fetches and produces meanwhile (decision 0016); closing the log, or cancelling the
 flush, while that runs must neither deadlock nor publish an unsynced offset.
 
-Without the C extension, and for a follower's ``flush_now``: on the event loop while the
+A follower's ``flush_now`` does too. Without the C extension: on the event loop while the
 disk is fast, in a Python worker thread once it is slow (decision 0011), so a slow disk
-never stalls the node's loop. For those, the log's flush is replaced by one that takes a
+stalls the node's loop at most once. For those, the log's flush is replaced by one that takes a
 chosen time on the partition's clock and notes the thread it ran in; everything else (the
 group commit, the waiters, the moving average) is the partition's own code.
 """
@@ -208,6 +208,39 @@ async def _flush_under_way(tmp_path: Path) -> tuple[PartitionLog, Partition, asy
     flushing = partition._flush_task
     assert flushing is not None and not flushing.done()
     return log, partition, waiting
+
+
+@needs_fsync_thread
+def test_a_followers_flush_now_fdatasyncs_on_the_c_thread_and_the_loop_runs_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On the loop, the first fdatasync after the disk turned slow stalled the whole node
+    # (its heartbeats and Raft included) for as long as it took.
+    python_syncs: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def noted(fd: int) -> None:
+        python_syncs.append(fd)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", noted)
+
+    async def scenario() -> tuple[int, int, list[int], list[str]]:
+        log = PartitionLog.open(tmp_path, LogConfig(), int(time.time() * 1000))
+        partition = Partition(TP, log)
+        await partition.wait_flushed(_append(log, 1))  # the moving average: a fast disk
+        end = _append(log, 2)
+        other_work: list[str] = []
+        asyncio.get_running_loop().call_soon(other_work.append, "ran")
+        await partition.flush_now()
+        flushed, synced_in_python = log.flushed_offset, list(python_syncs)
+        log.close()
+        return end, flushed, synced_in_python, other_work
+
+    end, flushed, synced_in_python, other_work = asyncio.run(scenario())
+    assert flushed == end == 3
+    assert synced_in_python == []
+    assert other_work == ["ran"]
 
 
 @needs_fsync_thread
