@@ -10,8 +10,10 @@ each request's leadership check (:mod:`replica.coordinator_leadership`) is given
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
 
+from cluster.errors import CoordinatorLoadInProgressError, NotCoordinatorError
 from replica.batch_builder import RecordBatchBuilder
 from replica.batch_header import BatchHeader, check_stored_batch, iter_headers, validate_batches
 from replica.partition import Partition
@@ -27,6 +29,7 @@ __all__ = [
     "iter_log_batches",
     "iter_log_records",
     "leader_epoch_here",
+    "may_answer",
 ]
 
 ImageLeaderEpoch = Callable[[TopicPartition], int | None]
@@ -129,3 +132,31 @@ def leader_epoch_here(
     if in_image is None:
         return None
     return max(in_image, partition.leader_epoch)
+
+
+_Slot = TypeVar("_Slot")
+
+
+def may_answer(
+    slots: Iterable[tuple[int, _Slot]], check: Callable[[int, _Slot], None], topic: str
+) -> list[_Slot]:
+    """The slots (by partition) whose coordinators may answer now, for a listing; raises
+    ``COORDINATOR_LOAD_IN_PROGRESS`` while one is loading, as Kafka answers (a listing
+    without that partition would look complete but is not). ``check`` is the shell's
+    leadership check; partitions this broker no longer leads are left out."""
+    answering: list[_Slot] = []
+    loading: list[int] = []
+    for index, slot in slots:
+        try:
+            check(index, slot)
+        except CoordinatorLoadInProgressError:
+            loading.append(index)
+        except NotCoordinatorError:
+            continue
+        else:
+            answering.append(slot)
+    if loading:
+        raise CoordinatorLoadInProgressError(
+            f"{topic} partitions {','.join(map(str, loading))} are loading"
+        )
+    return answering

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from cluster.errors import (
-    CoordinatorLoadInProgressError,
     LograftError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
@@ -41,6 +40,7 @@ from replica.coordinator_log import (
     append_transactional_acks_all,
     iter_log_batches,
     leader_epoch_here,
+    may_answer,
 )
 from replica.group import (
     CoordinatorState,
@@ -313,22 +313,8 @@ class GroupService:
         listing without that partition's groups would look complete but is not. Those of
         partitions this broker no longer leads are left out.
         """
-        answering: list[GroupCoordinator] = []
-        loading: list[int] = []
-        for index, slot in sorted(self._slots.items()):
-            try:
-                self._check_leadership(index, slot)
-            except CoordinatorLoadInProgressError:
-                loading.append(index)
-            except NotCoordinatorError:
-                continue
-            else:
-                answering.append(slot.coordinator)
-        if loading:
-            raise CoordinatorLoadInProgressError(
-                f"{OFFSETS_TOPIC} partitions {','.join(map(str, loading))} are loading"
-            )
-        return answering
+        slots = may_answer(sorted(self._slots.items()), self._check_leadership, OFFSETS_TOPIC)
+        return [slot.coordinator for slot in slots]
 
     async def _apply(
         self, index: int, action: Callable[[GroupCoordinator], tuple[GroupRecord, ...]]

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from cluster.errors import (
-    CoordinatorLoadInProgressError,
     LograftError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
@@ -42,6 +41,7 @@ from replica.coordinator_log import (
     append_acks_all,
     iter_log_records,
     leader_epoch_here,
+    may_answer,
 )
 from replica.log_manager import LogManager
 from replica.partition import Partition
@@ -309,22 +309,10 @@ class TransactionService:
         """The coordinators of this broker that may answer now (ListTransactions); raises
         ``COORDINATOR_LOAD_IN_PROGRESS`` while one is loading, as Kafka answers. Those of
         partitions this broker no longer leads are left out."""
-        answering: list[TransactionCoordinator] = []
-        loading: list[int] = []
-        for index, slot in sorted(self._slots.items()):
-            try:
-                self._check_leadership(index, slot)
-            except CoordinatorLoadInProgressError:
-                loading.append(index)
-            except NotCoordinatorError:
-                continue
-            else:
-                answering.append(slot.coordinator)
-        if loading:
-            raise CoordinatorLoadInProgressError(
-                f"{TRANSACTION_STATE_TOPIC} partitions {','.join(map(str, loading))} are loading"
-            )
-        return answering
+        slots = may_answer(
+            sorted(self._slots.items()), self._check_leadership, TRANSACTION_STATE_TOPIC
+        )
+        return [slot.coordinator for slot in slots]
 
     async def new_producer_id(self) -> int:
         """A producer id for the core to hand out (drawn before the call: the core is sync)."""
