@@ -603,7 +603,7 @@ class Sender:
                 str(error),
             )
             with self._acc.lock:
-                self._retire_locked([batch], acked=False)
+                self._acc.retire_locked([batch])  # its sequence was resolved above
 
     def _retire_locked(self, batches: list[ProducerBatch], acked: bool) -> None:
         self._resolve_sequences_locked(batches, acked)

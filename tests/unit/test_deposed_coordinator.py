@@ -36,21 +36,19 @@ from cluster.wire import broker_pb2_grpc as pb_grpc
 from cluster.wire import controller_pb2 as cpb
 from controller.metadata import (
     Listener,
-    MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
     RegisterBrokerRecord,
     TopicRecord,
-    encode_batch,
 )
 from controller.quorum.metadata_machine import MetadataStateMachine
-from controller.raft import Entry
 from replica.broker_rpcs import BrokerEndpoint
 from replica.broker_service import BrokerService
 from replica.group_service import OFFSETS_TOPIC
 from replica.log_manager import LogManager
 from replica.topic_config import LogConfig
 from replica.txn_service import TRANSACTION_STATE_TOPIC
+from tests.unit.broker_fixtures import WAIT_S, Image, now_ms
 
 OFFSETS_ID = uuid.UUID(int=1)
 TXN_STATE_ID = uuid.UUID(int=2)
@@ -59,16 +57,11 @@ EVENTS = "events"
 GROUP = "readers"  # a member commits its offsets and heartbeats
 TXN_GROUP = "pipeline"  # offsets committed inside the transaction of TXN_ID
 TXN_ID = "pipeline-0"
-WAIT_S = 10.0
 NODE_2_PORT = 9
 """Where node 2 would listen: only named in answers, never called."""
 ROUNDS_BEFORE = 3
 ROUNDS_AFTER = 5
 REFUSED = {NotCoordinatorError.code, CoordinatorLoadInProgressError.code}
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _registration(broker_id: int, epoch: int, port: int) -> RegisterBrokerRecord:
@@ -79,19 +72,6 @@ def _registration(broker_id: int, epoch: int, port: int) -> RegisterBrokerRecord
         (Listener("PLAINTEXT", "127.0.0.1", port),),
         fenced=False,
     )
-
-
-class Image:
-    """Commits metadata records into the broker's state machine, one entry each call."""
-
-    def __init__(self, machine: MetadataStateMachine) -> None:
-        self.machine = machine
-        self._offset = 0
-
-    def commit(self, *records: MetadataRecord) -> None:
-        entry = Entry(self._offset, 1, encode_batch(list(records)))
-        self._offset += 1
-        self.machine.apply([entry])
 
 
 @dataclass
@@ -168,7 +148,7 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
             )
         ),
     )
-    logs = LogManager(tmp_path, LogConfig(), _now_ms)
+    logs = LogManager(tmp_path, LogConfig(), now_ms)
     logs.open(load_topics=False)
     endpoint = BrokerEndpoint(1, "127.0.0.1", port)
     broker = KRaftBroker(
@@ -183,7 +163,7 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
         logs,
         endpoint,
         "cluster",
-        _now_ms,
+        now_ms,
         broker,
         groups=broker.groups,
         transactions=broker.transactions,

@@ -13,7 +13,6 @@ controller (:class:`ScriptedController`); the image is fed through the real stat
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -34,28 +33,21 @@ from controller.metadata import (
     ConfigRecord,
     ConfigResourceType,
     Listener,
-    MetadataRecord,
     PartitionRecord,
     RegisterBrokerRecord,
     TopicRecord,
-    encode_batch,
 )
 from controller.quorum.metadata_machine import MetadataStateMachine
-from controller.raft import Entry
 from replica.broker_rpcs import BrokerEndpoint
 from replica.log_manager import LogManager
 from replica.partition import Partition
 from replica.records import encode_batch as encode_records
 from replica.topic_config import LogConfig
 from replica.topic_partition import TopicPartition
+from tests.unit.broker_fixtures import Image, eventually, now_ms
 
 TP = TopicPartition("t", 0)
 TOPIC_ID = uuid.UUID(int=7)
-WAIT_S = 10.0
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _registration(broker_id: int, epoch: int, incarnation: int) -> RegisterBrokerRecord:
@@ -66,19 +58,6 @@ def _registration(broker_id: int, epoch: int, incarnation: int) -> RegisterBroke
         (Listener("PLAINTEXT", "127.0.0.1", 9000 + broker_id),),
         fenced=False,
     )
-
-
-class Image:
-    """Commits metadata records into the broker's state machine, one entry each call."""
-
-    def __init__(self, machine: MetadataStateMachine) -> None:
-        self.machine = machine
-        self._offset = 0
-
-    def commit(self, *records: MetadataRecord) -> None:
-        entry = Entry(self._offset, 1, encode_batch(list(records)))
-        self._offset += 1
-        self.machine.apply([entry])
 
 
 @dataclass
@@ -145,15 +124,6 @@ class _Driver:
         return self._Status()
 
 
-async def _eventually(condition: Callable[[], bool], what: str) -> None:
-    """Let the broker's tasks run until ``condition`` holds (bounded)."""
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 @dataclass
 class Harness:
     broker: KRaftBroker
@@ -183,7 +153,7 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
         image.commit(_registration(1, epoch, incarnation=epoch))
 
     controller = ScriptedController(on_register=committed_registration)
-    logs = LogManager(tmp_path, LogConfig(), _now_ms)
+    logs = LogManager(tmp_path, LogConfig(), now_ms)
     logs.open(load_topics=False)
     broker = KRaftBroker(
         BrokerEndpoint(1, "127.0.0.1", 9001),
@@ -201,12 +171,12 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
 
 def _follower_caught_up(partition: Partition) -> None:
     """Follower 2 fetches at the leader's log end: the leader proposes it into the ISR."""
-    partition.on_follower_fetch(2, partition.log_end_offset, -1, partition.leader_epoch, _now_ms())
+    partition.on_follower_fetch(2, partition.log_end_offset, -1, partition.leader_epoch, now_ms())
 
 
 def _admits_acks_all(partition: Partition) -> bool:
     try:
-        partition.append_produced(bytes(encode_records([b"v"])), -1, _now_ms())
+        partition.append_produced(bytes(encode_records([b"v"])), -1, now_ms())
     except NotEnoughReplicasError:
         return False
     return True
@@ -215,19 +185,19 @@ def _admits_acks_all(partition: Partition) -> bool:
 async def test_an_unregistered_broker_hosts_its_partitions_but_neither_leads_nor_proposes(
     harness: Harness,
 ) -> None:
-    await _eventually(lambda: TP in harness.logs.partitions, "t-0 opened")
+    await eventually(lambda: TP in harness.logs.partitions, "t-0 opened")
     partition = harness.partition()
     assert not partition.is_leader
     with pytest.raises(NotLeaderOrFollowerError):
         _follower_caught_up(partition)
     with pytest.raises(NotLeaderOrFollowerError):
-        partition.append_produced(bytes(encode_records([b"v"])), 1, _now_ms())
+        partition.append_produced(bytes(encode_records([b"v"])), 1, now_ms())
 
     harness.controller.register_allowed.set()
-    await _eventually(lambda: partition.is_leader, "leadership once registered")
+    await eventually(lambda: partition.is_leader, "leadership once registered")
     assert harness.broker.broker_epoch == 5
     _follower_caught_up(partition)
-    await _eventually(lambda: _admits_acks_all(partition), "the ISR expansion committed")
+    await eventually(lambda: _admits_acks_all(partition), "the ISR expansion committed")
     assert [r.broker_epoch for r in harness.controller.sent("AlterPartition")] == [5]
 
 
@@ -236,7 +206,7 @@ async def test_an_alter_partition_refused_for_a_stale_epoch_is_sent_again_once_r
 ) -> None:
     controller = harness.controller
     controller.register_allowed.set()
-    await _eventually(
+    await eventually(
         lambda: TP in harness.logs.partitions and harness.partition().is_leader, "leadership"
     )
     partition = harness.partition()
@@ -246,7 +216,7 @@ async def test_an_alter_partition_refused_for_a_stale_epoch_is_sent_again_once_r
     _follower_caught_up(partition)
     await controller.alter_partition_called.wait()
     assert not _admits_acks_all(partition)
-    await _eventually(lambda: harness.broker.broker_epoch == -1, "the broker re-registering")
+    await eventually(lambda: harness.broker.broker_epoch == -1, "the broker re-registering")
     # What the isr-expiration task does on each tick while the proposal is pending.
     partition.resend_pending_proposal()
     for _ in range(5):
@@ -256,7 +226,7 @@ async def test_an_alter_partition_refused_for_a_stale_epoch_is_sent_again_once_r
     ]
 
     controller.register_allowed.set()
-    await _eventually(lambda: _admits_acks_all(partition), "the ISR expansion committed")
+    await eventually(lambda: _admits_acks_all(partition), "the ISR expansion committed")
     epochs = [r.broker_epoch for r in controller.sent("AlterPartition")]
     assert epochs[0] == 5 and epochs[-1] == 6, epochs
     assert all(epoch >= 0 for epoch in epochs), epochs

@@ -170,18 +170,25 @@ def _reopened_flushed_offset(tmp_path: Path) -> int:
         log.close()
 
 
+def _python_fdatasyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The descriptors Python's own ``os.fdatasync`` syncs from now on (the C fsync thread's
+    syncs are not among them)."""
+    synced: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def noted(fd: int) -> None:
+        synced.append(fd)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", noted)
+    return synced
+
+
 @needs_fsync_thread
 def test_a_group_commit_fdatasyncs_on_the_c_thread_not_in_python(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    python_syncs: list[int] = []
-    real_fdatasync = os.fdatasync
-
-    def noted(fd: int) -> None:
-        python_syncs.append(fd)
-        real_fdatasync(fd)
-
-    monkeypatch.setattr(os, "fdatasync", noted)
+    python_syncs = _python_fdatasyncs(monkeypatch)
 
     async def scenario() -> tuple[int, int, list[int]]:
         log = PartitionLog.open(tmp_path, LogConfig(), int(time.time() * 1000))
@@ -216,14 +223,7 @@ def test_a_followers_flush_now_fdatasyncs_on_the_c_thread_and_the_loop_runs_mean
 ) -> None:
     # On the loop, the first fdatasync after the disk turned slow stalled the whole node
     # (its heartbeats and Raft included) for as long as it took.
-    python_syncs: list[int] = []
-    real_fdatasync = os.fdatasync
-
-    def noted(fd: int) -> None:
-        python_syncs.append(fd)
-        real_fdatasync(fd)
-
-    monkeypatch.setattr(os, "fdatasync", noted)
+    python_syncs = _python_fdatasyncs(monkeypatch)
 
     async def scenario() -> tuple[int, int, list[int], list[str]]:
         log = PartitionLog.open(tmp_path, LogConfig(), int(time.time() * 1000))

@@ -19,7 +19,6 @@ slow ISR does.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -35,14 +34,10 @@ from replica.topic_partition import TopicPartition
 from replica.txn.coordinator import MarkerJob
 from replica.txn.metadata import TxnState
 from replica.txn_service import TRANSACTION_STATE_TOPIC, TransactionService
+from tests.unit.broker_fixtures import eventually, now_ms
 
 TXN_ID = "pipeline-0"
 EVENTS = TopicPartition("events", 0)
-WAIT_S = 10.0
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Peers:
@@ -91,14 +86,6 @@ class SlowReplication:
         self._released.set()
 
 
-async def _eventually(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 def _loaded(service: TransactionService) -> bool:
     try:
         service.read(TXN_ID, lambda c: c.metadata(TXN_ID))
@@ -114,10 +101,10 @@ def _state(service: TransactionService) -> TxnState | None:
 
 @pytest.fixture
 def logs(tmp_path: Path) -> LogManager:
-    manager = LogManager(tmp_path / "logs", LogConfig(), _now_ms)
+    manager = LogManager(tmp_path / "logs", LogConfig(), now_ms)
     manager.open(load_topics=False)
     tp = TopicPartition(TRANSACTION_STATE_TOPIC, 0)
-    partition = Partition(tp, PartitionLog.open(tmp_path / "state-0", LogConfig(), _now_ms()))
+    partition = Partition(tp, PartitionLog.open(tmp_path / "state-0", LogConfig(), now_ms()))
     partition.become_leader(
         replica_id=1, replicas=(1,), isr=(1,), leader_epoch=0, partition_epoch=0, now_ms=0
     )
@@ -135,18 +122,18 @@ async def test_an_end_txn_whose_client_gave_up_during_replication_still_ends_it(
     service = TransactionService(logs, lambda: {TRANSACTION_STATE_TOPIC: 1}, peers)
     service.sync()
     try:
-        await _eventually(lambda: _loaded(service), "the coordinator's load")
+        await eventually(lambda: _loaded(service), "the coordinator's load")
         started = await service.call(
-            TXN_ID, lambda c: c.init_producer_id(TXN_ID, 60_000, _now_ms(), lambda: 1001)
+            TXN_ID, lambda c: c.init_producer_id(TXN_ID, 60_000, now_ms(), lambda: 1001)
         )
         pid, epoch = started.producer_id, started.producer_epoch
         await service.call(
-            TXN_ID, lambda c: c.add_partitions(TXN_ID, pid, epoch, [EVENTS], _now_ms())
+            TXN_ID, lambda c: c.add_partitions(TXN_ID, pid, epoch, [EVENTS], now_ms())
         )
 
         slow.armed = True
         ending = asyncio.create_task(
-            service.call(TXN_ID, lambda c: c.end_transaction(TXN_ID, pid, epoch, commit, _now_ms()))
+            service.call(TXN_ID, lambda c: c.end_transaction(TXN_ID, pid, epoch, commit, now_ms()))
         )
         await slow.waiting.wait()  # the decision is in the log, not yet replicated
         ending.cancel()  # the client's deadline passed: gRPC cancels the handler
@@ -155,11 +142,11 @@ async def test_an_end_txn_whose_client_gave_up_during_replication_still_ends_it(
         slow.release()  # the followers catch up
 
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        await _eventually(lambda: _state(service) is done, f"{done.name}")
+        await eventually(lambda: _state(service) is done, f"{done.name}")
         assert (epoch + 1, commit, frozenset({EVENTS})) in peers.markers
         # The id can start again (before the fix: CONCURRENT_TRANSACTIONS, for ever).
         again = await service.call(
-            TXN_ID, lambda c: c.init_producer_id(TXN_ID, 60_000, _now_ms(), lambda: 1001)
+            TXN_ID, lambda c: c.init_producer_id(TXN_ID, 60_000, now_ms(), lambda: 1001)
         )
         assert again.producer_id == pid and again.producer_epoch > epoch
     finally:
