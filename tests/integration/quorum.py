@@ -12,7 +12,7 @@ from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
 from cluster.wire import controller_pb2 as cpb
 from cluster.wire import controller_pb2_grpc as cpb_grpc
-from tests.integration.nodes import NodeProcess, free_port, wait_until
+from tests.integration.nodes import NodeProcess, free_consecutive_ports, wait_until
 
 RPC_TIMEOUT_S = 5.0
 CLUSTER_TIMEOUT_S = 60.0
@@ -37,7 +37,10 @@ class QuorumCluster:
 
     def __post_init__(self) -> None:
         count = self.size + (1 if self.dedicated_controller else 0)
-        ports = {n: free_port() for n in range(1, count + 1)}
+        # One range of distinct ports: three separate picks of a free port returned the same
+        # one twice (a node then failed to start on "address already in use").
+        base = free_consecutive_ports(count)
+        ports = {n: base + n - 1 for n in range(1, count + 1)}
         voter_ids = [count] if self.dedicated_controller else list(ports)
         voters = ",".join(f"{n}@127.0.0.1:{ports[n]}" for n in voter_ids)
         for node_id, port in ports.items():
