@@ -73,7 +73,7 @@ SEED_BASE ?= 0
 sim: $(STAMP)
 	LOGRAFT_SIM_SCHEDULES=$(SCHEDULES) LOGRAFT_SIM_SEED_BASE=$(SEED_BASE) $(BIN)/pytest -q -o timeout=0 tests/sim/test_raft_simulation.py -k simulated_schedules
 
-## The long chaos set (about an hour): every scenario with acks=all on three local nodes, the
+## The long chaos set (about 90 minutes): every scenario with acks=all on three local nodes, the
 ## compose scenarios on docker-compose.yml, the workloads that trade safety away; rewrites the
 ## results table of docs/guarantees.md. (make test runs the short set, tests/integration/test_chaos_runner.py.)
 chaos: $(STAMP) chaos-tools image

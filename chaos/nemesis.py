@@ -554,6 +554,10 @@ def _read_log(directory: Path, high_watermark: int) -> list[tuple[int, str | Non
 
 COMPOSE_FILE = Path(__file__).resolve().parent.parent / "docker-compose.yml"
 DOCKER_TIMEOUT_S = 120.0
+DATA_VOLUME_PATH = "/var/lib/lograft"
+"""The node's data directory in the image (docker/Dockerfile's ``VOLUME``)."""
+IMAGE_UID = 10001
+"""The uid and gid the image's node runs as (docker/Dockerfile's ``lograft`` user)."""
 
 
 class _ComposeNetwork:
@@ -610,7 +614,10 @@ class ComposeTarget(_AdminLookups):
     Needs ``docker``, ``docker-compose`` and the image (``make image``). Host ports are free
     ones; ``configs`` become ``LOGRAFT_*`` environment variables of every node (through an
     override file written to ``work_dir``). Data lives in the project's volumes, removed by
-    :meth:`close`, so :meth:`replica_logs` is ``None``.
+    :meth:`close`, so :meth:`replica_logs` is ``None``; with ``lazyfs`` it lives instead on
+    a LazyFS mount of this host (``work_dir``/``data``, durable store ``data.durable``), one
+    directory per node bind-mounted over the container's data volume, so that :attr:`disk`
+    can lose power and :meth:`replica_logs` can read what each node had synced.
     """
 
     name = "compose"
@@ -622,9 +629,16 @@ class ComposeTarget(_AdminLookups):
         image: str = "lograft:latest",
         compose_file: Path = COMPOSE_FILE,
         project: str | None = None,
+        lazyfs: bool = False,
     ) -> None:
         self._work_dir = work_dir
         self._configs = dict(configs or {})
+        self._lazyfs = (
+            LazyFS(work_dir / "data.durable", work_dir / "data", allow_other=True)
+            if lazyfs
+            else None
+        )
+        self._mounted = False
         self._compose_file = compose_file
         self.project = project or f"lograft-chaos-{os.getpid()}"
         base = free_base_port(3)
@@ -653,7 +667,7 @@ class ComposeTarget(_AdminLookups):
 
     @property
     def disk(self) -> Disk | None:
-        return None
+        return self._lazyfs
 
     @property
     def network_name(self) -> str:
@@ -681,7 +695,7 @@ class ComposeTarget(_AdminLookups):
         """``docker-compose ARGS`` on this project; raises :class:`TargetError` when it fails."""
         override = self._work_dir / "compose-override.yml"
         files = ["--file", str(self._compose_file)]
-        if self._configs:
+        if self._configs or self._lazyfs is not None:
             files += ["--file", str(override)]
         return self._run(["docker-compose", "--project-name", self.project, *files, *args])
 
@@ -705,16 +719,38 @@ class ComposeTarget(_AdminLookups):
         env = "".join(
             f'      {env_name(name)}: "{value}"\n' for name, value in sorted(self._configs.items())
         )
-        services = "".join(f"  {self.service(n)}:\n    environment:\n{env}" for n in self.node_ids)
+        services = ""
+        for node in self.node_ids:
+            services += f"  {self.service(node)}:\n"
+            if env:
+                services += f"    environment:\n{env}"
+            if self._lazyfs is not None:
+                # Compose merges a service's volumes by their path in the container: this
+                # bind mount replaces the named data volume.
+                bound = self._lazyfs.mountpoint / f"node-{node}"
+                services += f'    volumes:\n      - "{bound}:{DATA_VOLUME_PATH}"\n'
         self._work_dir.mkdir(parents=True, exist_ok=True)
         (self._work_dir / "compose-override.yml").write_text(
             f'version: "2.4"\nservices:\n{services}'
         )
 
+    def _mount_data(self) -> None:
+        """Mount the LazyFS and give each node a data directory the image's user owns."""
+        assert self._lazyfs is not None
+        self._lazyfs.mount()
+        self._mounted = True
+        for node in self.node_ids:
+            directory = self._lazyfs.mountpoint / f"node-{node}"
+            directory.mkdir(exist_ok=True)
+            os.chown(directory, IMAGE_UID, IMAGE_UID)
+        self._lazyfs.sync_all()
+
     def up(self) -> None:
-        if self._configs:
-            self._write_override()
         try:
+            if self._lazyfs is not None:
+                self._mount_data()
+            if self._configs or self._lazyfs is not None:
+                self._write_override()
             self.compose("up", "-d")
             self.wait_healthy(self.node_ids)
         except BaseException:
@@ -726,6 +762,10 @@ class ComposeTarget(_AdminLookups):
             self.compose("down", "--volumes", "--remove-orphans", "--timeout", "5")
         except TargetError as exc:
             log.warning("compose down failed project=%s error=%s", self.project, exc)
+        finally:
+            if self._lazyfs is not None and self._mounted:
+                self._lazyfs.unmount(sync=True)  # the durable store then has it all
+                self._mounted = False
 
     def health(self, node: int) -> str:
         """Docker's health status of ``node``'s container: starting, healthy or unhealthy."""
@@ -746,6 +786,9 @@ class ComposeTarget(_AdminLookups):
 
     def kill(self, node: int) -> None:
         self.docker("kill", "--signal", "KILL", self.container(node))
+        # Returns once the container has stopped: a power loss drops unsynced writes only
+        # after no process can write any more.
+        self.docker("wait", self.container(node))
 
     def stop(self, node: int) -> None:
         self.docker("stop", self.container(node))
@@ -774,7 +817,10 @@ class ComposeTarget(_AdminLookups):
         raise TargetError("the compose target cannot move a node's clock (local: libfaketime)")
 
     def replica_logs(self, topic: str, partitions: int) -> ReplicaLogs | None:
-        return None
+        if self._lazyfs is None:
+            return None
+        root = self._lazyfs.backing
+        return read_replica_logs({n: root / f"node-{n}" for n in self.node_ids}, topic, partitions)
 
 
 # ---- faults ---------------------------------------------------------------------------------
@@ -888,7 +934,7 @@ class PowerLoss(Fault):
 
     def inject(self, target: Target, nodes: Sequence[int]) -> str | None:
         if target.disk is None:
-            raise TargetError(f"the {target.name} target cannot lose power (local: data on LazyFS)")
+            raise TargetError(f"the {target.name} target cannot lose power (no data on LazyFS)")
         try:
             Kill(self.select).inject(target, nodes)
         finally:

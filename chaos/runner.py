@@ -3,13 +3,14 @@
 :func:`run` starts its own three-node cluster on a :class:`~chaos.nemesis.Target` (local
 processes on free ports with their data under the results directory, each node in a network
 namespace of its own when the scenario cuts the network, the data on LazyFS when it loses
-power; or the compose project), creates a
+power; or the compose project, its data on LazyFS when it loses power), creates a
 topic of three replicas with the workload's configs, starts the producers, the group
 consumers and a consumer by assignment, performs the scenario's schedule
 (:func:`chaos.scenarios.schedule`) through a :class:`~chaos.nemesis.Nemesis`, heals
 everything, stops the producers, waits (bounded) until every partition's ISR is whole again,
 stops the consumers, drains every partition, stops the cluster, reads each replica's log
-below its high watermark from its data directory (local target), runs the checker and writes
+below its high watermark from its data directory (local target; compose on LazyFS), runs
+the checker and writes
 ``history.jsonl``, ``result.json`` and ``report.html`` into
 ``RESULTS/<scenario>-<workload>-<seed>-<time>/``. The summary it returns is what
 ``python -m chaos run --json`` prints. A partition the drain cannot read (no leader: its
@@ -143,7 +144,7 @@ def _make_target(options: RunOptions, out: Path) -> Target:
     chosen = scenario(options.scenario)
     configs = {**NODE_CONFIGS, **dict(options.node_configs)}
     if options.target == "compose":
-        return ComposeTarget(out / "compose", configs=configs)
+        return ComposeTarget(out / "compose", configs=configs, lazyfs=chosen.needs_disk)
     return LocalTarget(
         out / "cluster",
         nodes=3,

@@ -10,7 +10,9 @@ their node when they are injected; the step's nodes are then the fallback when t
 no holder.
 
 Faults start after a quiet first 10 % of the run and heal before its last 20 %, so every run
-sees the cluster before, during and after faults; one fault holds at a time. A fault that
+sees the cluster before, during and after faults; one fault holds at a time. A scenario's
+faults hold seconds, except ``long-faults``'s, which hold minutes (a run of it needs about
+four minutes for the first fault, :attr:`Scenario.min_duration_s`). A fault that
 stages a sequence (the last-replica faults: 10-20 s of waiting on the ISR before the hold)
 takes longer than its hold; its scenario's gap leaves room for that.
 """
@@ -68,11 +70,12 @@ LOCAL_ONLY_FAULTS = (
     "partition-bridge",
     "partition-one-way",
     "torn-tail",
-    *DISK_FAULTS,
+    *(fault for fault in DISK_FAULTS if fault != "power-loss"),
     *CLOCK_FAULTS,
 )
 """Faults the compose target cannot inject (it disconnects whole container networks, does
-not reach the volumes' files, preloads nothing)."""
+not reach into the nodes' files, preloads nothing). A power loss it can: its nodes' data
+then lives on a LazyFS mount of the host, bind-mounted into the containers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,12 @@ class Scenario:
     """How long each fault holds before it heals, drawn uniformly from this range."""
     gap_s: tuple[float, float] = (2.0, 5.0)
     """Quiet time between a heal and the next fault, drawn uniformly from this range."""
+
+    @property
+    def min_duration_s(self) -> float:
+        """The shortest run with room for a fault of the longest hold (faults start after
+        the first 10 % of the run and heal before its last 20 %)."""
+        return self.hold_s[1] / 0.7
 
     @property
     def needs_network(self) -> bool:
@@ -233,6 +242,21 @@ _SCENARIOS = (
         ("last-replica-torn",),
         hold_s=(6.0, 8.0),
         gap_s=(40.0, 45.0),
+    ),
+    Scenario(
+        "long-faults",
+        "faults that last minutes: a leader, a random node or every node killed, the leader "
+        "paused or cut off, the nodes split, for 60-150 s each",
+        (
+            "kill-leader",
+            "kill-random",
+            "kill-all",
+            "pause-leader",
+            "partition-leader",
+            "partition-halves",
+        ),
+        hold_s=(60.0, 150.0),
+        gap_s=(10.0, 20.0),
     ),
 )
 

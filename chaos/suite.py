@@ -3,9 +3,10 @@
 :data:`SHORT_SET` is what ``make test`` runs (tests/integration/test_chaos_runner.py): the
 configuration lograft promises no loss for, a few minutes in all, fixed seeds, and one run of
 the exactly-once transactional pipeline (``txn-pipeline``).
-:data:`LONG_SET` (``make chaos``, about an hour) runs every scenario with that configuration
+:data:`LONG_SET` (``make chaos``, about 80 minutes) runs every scenario with that configuration
 on the local target (power loss long enough for more than 20 crashes), the scenarios the
-compose target can inject on docker-compose.yml, the transactional pipeline on both targets,
+compose target can inject on docker-compose.yml (power loss with the nodes' data on LazyFS),
+faults that hold for minutes on both targets, the transactional pipeline on both targets,
 and the workloads that trade safety away (``acks-1``, ``no-idempotence``, ``unclean``,
 ``flush-interval``) on the faults that show what the checker finds there.
 :data:`PROMISED_WORKLOADS` are those that must show no anomaly (:func:`passed`).
@@ -82,7 +83,22 @@ POWER_LOSS_S = 240
 
 TRADE_SCENARIOS = ("kill-leader", "kill-all", "partition-halves", "mixed-network")
 TRADE_WORKLOADS = ("acks-1", "no-idempotence", "unclean")
-COMPOSE_SCENARIOS = ("kill-leader", "kill-all", "pause-leader", "partition-leader", "mixed-network")
+COMPOSE_SCENARIOS = (
+    "kill-leader",
+    "kill-all",
+    "pause-leader",
+    "partition-leader",
+    "mixed-network",
+    "power-loss",  # the nodes' data on LazyFS, bind-mounted into the containers
+)
+COMPOSE_POWER_LOSS_S = 150
+"""The compose target's power-loss run: a restart there waits for Docker's health check."""
+LONG_FAULTS_S = 360
+"""A run of ``long-faults``: room for two or three faults of 60-150 s."""
+LONG_FAULT_RUNS = (("local", 92), ("compose", 94))
+"""``long-faults`` on each target: (target, seed). Seed 92 kills every node for 71 s, splits
+the nodes, then pauses the leader; seed 94 cuts the leader off for 100 s, then kills the
+leader for 95 s."""
 PIPELINE_RUNS = (
     ("kill-random", 71),
     ("kill-controller", 72),
@@ -130,6 +146,11 @@ LONG_SET = (
             limit=LIMITS.get(name, ()),
         )
         for seed, name in enumerate(SCENARIOS, start=11)
+        if name != "long-faults"
+    ),
+    *(
+        SuiteRun("long-faults", "acks-all", seed, LONG_FAULTS_S, target)
+        for target, seed in LONG_FAULT_RUNS
     ),
     SuiteRun("power-loss", "flush-interval", 41, 60),
     *(
@@ -138,7 +159,13 @@ LONG_SET = (
         for workload in TRADE_WORKLOADS
     ),
     *(
-        SuiteRun(name, "acks-all", seed, 60, "compose")
+        SuiteRun(
+            name,
+            "acks-all",
+            seed,
+            COMPOSE_POWER_LOSS_S if name == "power-loss" else 60,
+            "compose",
+        )
         for seed, name in enumerate(COMPOSE_SCENARIOS, start=61)
     ),
     *(SuiteRun(name, workload, seed, 60) for name, workload, seed in LAST_REPLICA_TRADES),
@@ -146,8 +173,8 @@ LONG_SET = (
     *(SuiteRun(name, "txn-pipeline", seed, 60, "compose") for name, seed in PIPELINE_COMPOSE_RUNS),
 )
 """``make chaos``: every scenario with acks-all locally (the last-replica ones that lose
-records within their documented limit), the trades, compose, the transactional pipeline on
-both targets."""
+records within their documented limit; faults of minutes on both targets), the trades,
+compose (power loss included), the transactional pipeline on both targets."""
 
 SETS = {"short": SHORT_SET, "long": LONG_SET}
 

@@ -39,6 +39,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--backing", type=Path, required=True, help="the durable store: what was synced"
     )
     parser.add_argument("--control", type=Path, help="unix socket for crash/sync/status")
+    parser.add_argument(
+        "--allow-other",
+        action="store_true",
+        help="let other users in (a container's user through a bind mount); mode bits apply",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
     return parser.parse_args(argv)
 
@@ -67,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def run() -> None:
         try:
-            serve(store, mountpoint, mounted.set, delays)
+            serve(store, mountpoint, mounted.set, delays, allow_other=args.allow_other)
         except BaseException as exc:
             failures.append(exc)
         finally:

@@ -235,16 +235,22 @@ def serve(
     mountpoint: Path,
     on_mounted: Callable[[], None],
     delays: FsyncDelays | None = None,
+    allow_other: bool = False,
 ) -> None:
     """Mount ``store`` on ``mountpoint`` and serve it (multi-threaded) until unmounted.
 
     ``on_mounted`` is called once the kernel has the mount; ``delays`` slow fsyncs down by
-    path. Raises ``RuntimeError`` if libfuse fails (e.g. no ``/dev/fuse``)."""
+    path; ``allow_other`` lets users other than the mounting one in (a container's user
+    through a bind mount), with the kernel checking each file's mode bits
+    (``default_permissions``). Raises ``RuntimeError`` if libfuse fails (e.g. no
+    ``/dev/fuse``)."""
     log.info("lazyfs mounting mountpoint=%s backing=%s", mountpoint, store.backing)
+    others = {"allow_other": True, "default_permissions": True} if allow_other else {}
     _Fuse(
         _Operations(store, on_mounted, delays or FsyncDelays()),
         str(mountpoint),
         foreground=True,
         fsname="lazyfs",
         subtype="lazyfs",
+        **others,
     )

@@ -72,11 +72,13 @@ class LazyFS:
         *,
         log_path: Path | None = None,
         log_level: str = "INFO",
+        allow_other: bool = False,
     ) -> None:
         self.backing = Path(os.path.abspath(backing))
         self.mountpoint = Path(os.path.abspath(mountpoint))
         self.log_path = log_path or self.backing.parent / f"{self.backing.name}.lazyfs.log"
         self._log_level = log_level
+        self._allow_other = allow_other
         # A unix socket path must stay short (108 bytes): not under a test's tmp_path.
         self._control_dir = Path(tempfile.mkdtemp(prefix="lazyfs-"))
         self.control_path = self._control_dir / "control.sock"
@@ -120,6 +122,7 @@ class LazyFS:
             str(self.control_path),
             "--log-level",
             self._log_level,
+            *(["--allow-other"] if self._allow_other else []),
         ]
         with open(self.log_path, "ab") as log_file:
             self._process = subprocess.Popen(

@@ -201,6 +201,14 @@ class _Handle:
     flags: int
 
 
+def _own(target: str | int, uid: int, gid: int) -> None:
+    """Give a new durable inode its creator's owner, so that it still has it when a crash
+    reloads the tree from the durable store (a mount used by another user, e.g. a
+    container's). Only root can; a mount of one user needs no such thing."""
+    if os.geteuid() == 0:
+        os.chown(target, uid, gid)
+
+
 def _error(code: int, what: str = "") -> OSError:
     return OSError(code, os.strerror(code), what) if what else OSError(code, os.strerror(code))
 
@@ -453,6 +461,7 @@ class LazyStore:
             detached = self._detached_path(directory.ino)
             os.mkdir(detached)
             os.chmod(detached, stat.S_IMODE(mode))
+            _own(detached, uid, gid)
             directory.nlink = 1
             parent.entries[name] = directory
             self._touch_dir(parent)
@@ -629,6 +638,7 @@ class LazyStore:
                 self._inode_path(ino), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600
             )
             os.fchmod(fd, stat.S_IMODE(mode))
+            _own(fd, uid, gid)
             inode = _File(
                 ino,
                 stat.S_IFREG | stat.S_IMODE(mode),
