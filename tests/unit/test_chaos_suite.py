@@ -40,13 +40,20 @@ def _summary(options: RunOptions, **extra: Any) -> dict[str, Any]:
     }
 
 
-def test_the_long_set_covers_every_scenario_both_targets_and_twenty_power_losses() -> None:
+def test_the_long_set_covers_every_scenario_both_targets_power_losses_and_minutes() -> None:
     assert {r.scenario for r in LONG_SET if r.workload == "acks-all"} == set(SCENARIOS)
     assert {r.target for r in LONG_SET} == {"local", "compose"}
     for r in LONG_SET:
         assert r.target in scenario(r.scenario).targets, r
-    (power,) = [r for r in LONG_SET if r.scenario == "power-loss" and r.workload == "acks-all"]
-    assert len(schedule(power.scenario, power.seed, power.duration_s)) >= 20
+    power = {
+        r.target: r for r in LONG_SET if r.scenario == "power-loss" and r.workload == "acks-all"
+    }
+    assert set(power) == {"local", "compose"}
+    assert len(schedule("power-loss", power["local"].seed, power["local"].duration_s)) >= 20
+    for r in LONG_SET:
+        if r.scenario == "long-faults":
+            steps = schedule(r.scenario, r.seed, r.duration_s)
+            assert len(steps) >= 2 and min(step.hold_s for step in steps) >= 60, r
     assert {"acks-1", "no-idempotence", "unclean", "flush-interval"} <= {
         r.workload for r in LONG_SET
     }
