@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from cluster.broker_frontend import BrokerFrontend
+from cluster.broker_lease import BrokerLease
 from cluster.controller_client import ControllerClient
 from cluster.errors import (
     BrokerIdNotRegisteredError,
@@ -129,6 +130,10 @@ class KRaftBroker(BrokerFrontend):
         self._incarnation = uuid.uuid4()
         self.broker_epoch = -1
         self.is_fenced = True
+        self._lease = BrokerLease()
+        """Until when no leadership of this broker's can have moved without it being told:
+        its coordinators answer only meanwhile (:mod:`cluster.broker_lease`)."""
+        self._lease_held = False
         self._registered = asyncio.Event()
         """Set while this incarnation is registered and the applied image holds that
         registration (:meth:`_update_registered`)."""
@@ -234,12 +239,20 @@ class KRaftBroker(BrokerFrontend):
                 await self._heartbeat()
             except (StaleBrokerEpochError, BrokerIdNotRegisteredError) as exc:
                 log.warning("broker must register again node_id=%d reason=%s", self.node_id, exc)
+                self._lease.revoke()
                 self.broker_epoch = -1
                 self._update_registered()
                 continue
             except LograftError as exc:
                 log.info("controller call failed node_id=%d error=%s", self.node_id, exc)
+            self._log_lease_change()
             await asyncio.sleep(self._heartbeat_interval_s)
+
+    def _log_lease_change(self) -> None:
+        held = self._lease.holds(interval_clock_ms())
+        if held != self._lease_held:
+            self._lease_held = held
+            log.info("broker lease %s node_id=%d", "held" if held else "lapsed", self.node_id)
 
     async def _register(self) -> None:
         response = await self._controllers.call(
@@ -267,6 +280,7 @@ class KRaftBroker(BrokerFrontend):
         self._sync_wanted.set()
 
     async def _heartbeat(self) -> None:
+        sent_at_ms = interval_clock_ms()
         response = await self._controllers.call(
             "BrokerHeartbeat",
             cpb.BrokerHeartbeatRequest(
@@ -284,6 +298,10 @@ class KRaftBroker(BrokerFrontend):
                 "broker %s node_id=%d", "fenced" if response.is_fenced else "unfenced", self.node_id
             )
         self.is_fenced = response.is_fenced
+        if response.session_timeout_ms > 0:
+            self._lease.renew(sent_at_ms, response.session_timeout_ms)
+        elif response.is_fenced:
+            self._lease.revoke()
 
     def fenced_in_image(self) -> bool:
         """Whether this process is fenced in the image applied here: not registered yet,
@@ -323,7 +341,11 @@ class KRaftBroker(BrokerFrontend):
     def _leader_epoch_in_image(self, tp: TopicPartition) -> int | None:
         """The leader epoch at which the applied image has this broker lead ``tp`` (None:
         another broker or nobody). The coordinators check it on every request: the image
-        is ahead of the partitions' roles until :meth:`_sync` acts on it."""
+        is ahead of the partitions' roles until :meth:`_sync` acts on it. None too once the
+        broker's lease has run out: the controller may have fenced it and moved ``tp``
+        without this node's image knowing yet."""
+        if not self._lease.holds(interval_clock_ms()):
+            return None
         topic = self._machine.image.topic(tp.topic)
         state = topic.partitions.get(tp.partition) if topic is not None else None
         if state is None or state.leader != self.node_id:

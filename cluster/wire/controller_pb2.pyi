@@ -116,20 +116,22 @@ class BrokerHeartbeatRequest(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., current_metadata_offset: _Optional[int] = ..., want_fence: _Optional[bool] = ..., want_shut_down: _Optional[bool] = ...) -> None: ...
 
 class BrokerHeartbeatResponse(_message.Message):
-    __slots__ = ("error_code", "error_message", "is_caught_up", "is_fenced", "should_shut_down", "leader_id")
+    __slots__ = ("error_code", "error_message", "is_caught_up", "is_fenced", "should_shut_down", "leader_id", "session_timeout_ms")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     IS_CAUGHT_UP_FIELD_NUMBER: _ClassVar[int]
     IS_FENCED_FIELD_NUMBER: _ClassVar[int]
     SHOULD_SHUT_DOWN_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     error_code: int
     error_message: str
     is_caught_up: bool
     is_fenced: bool
     should_shut_down: bool
     leader_id: int
-    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., is_caught_up: _Optional[bool] = ..., is_fenced: _Optional[bool] = ..., should_shut_down: _Optional[bool] = ..., leader_id: _Optional[int] = ...) -> None: ...
+    session_timeout_ms: int
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., is_caught_up: _Optional[bool] = ..., is_fenced: _Optional[bool] = ..., should_shut_down: _Optional[bool] = ..., leader_id: _Optional[int] = ..., session_timeout_ms: _Optional[int] = ...) -> None: ...
 
 class DescribeQuorumRequest(_message.Message):
     __slots__ = ()

@@ -56,6 +56,7 @@ __all__ = [
     "controlled_shutdown",
     "fence_brokers",
     "fence_expired_brokers",
+    "granted_session_ms",
     "record_heartbeat_contact",
     "register_broker",
     "unregister_broker",
@@ -284,6 +285,18 @@ def record_heartbeat_contact(
         return False  # the decision answers it with that error
     heartbeats.touch(broker_id, now_ms)
     return True
+
+
+def granted_session_ms(
+    renewed: bool, result: BrokerHeartbeatResult, heartbeats: BrokerHeartbeatManager
+) -> int:
+    """The session a heartbeat's answer grants the broker as its lease (0: none): the one
+    renewed on its arrival (``renewed``, :func:`record_heartbeat_contact`), provided the
+    broker is still unfenced and not shutting down once the heartbeat was decided. A fenced
+    or departing broker leads nothing, so it is granted nothing to lead by."""
+    if not renewed or result.is_fenced or result.in_controlled_shutdown:
+        return 0
+    return heartbeats.session_timeout_ms
 
 
 def broker_heartbeat(

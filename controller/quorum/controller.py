@@ -55,6 +55,7 @@ from controller.logic import (
     delete_topics,
     elect_preferred_leaders,
     fence_expired_brokers,
+    granted_session_ms,
     incremental_alter_configs,
     record_heartbeat_contact,
     register_broker,
@@ -283,8 +284,9 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
             request.want_fence,
             request.want_shut_down,
         )
+        renewed = False
         if self.check_active():  # the session counts from now, not from when it is decided
-            record_heartbeat_contact(
+            renewed = record_heartbeat_contact(
                 self._machine.image,
                 request.broker_id,
                 request.broker_epoch,
@@ -306,6 +308,8 @@ class QuorumController(pb_grpc.ControllerServicer):  # type: ignore[misc]
             is_fenced=result.is_fenced,
             should_shut_down=result.should_shut_down,
             leader_id=self.leader_id(),
+            # The broker's lease (cluster/broker_lease.py).
+            session_timeout_ms=granted_session_ms(renewed, result, self._heartbeats),
         )
 
     async def CreateTopics(

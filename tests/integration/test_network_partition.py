@@ -27,6 +27,8 @@ from cluster.client import AdminClient, Consumer, NewTopic, Producer, TopicParti
 from cluster.errors import LograftError
 from cluster.launcher import LauncherError, LocalCluster
 from cluster.launcher.spec import NETNS_EXEC
+from replica.group import partition_for_group
+from replica.group_service import OFFSETS_TOPIC
 from tests.integration.nodes import wait_until
 
 pytestmark = pytest.mark.integration
@@ -402,6 +404,93 @@ def test_an_isolated_leader_cannot_acknowledge_and_the_others_take_over(
         assert [v for v in acknowledged if v not in values] == []
         assert "old-leader" not in values  # the stale leader's append was truncated away
         assert len(values) == len(set(values))
+    finally:
+        try:
+            cluster.down(timeout_s=15)
+        except LauncherError as exc:
+            pytest.fail(f"could not stop the cluster: {exc}")
+
+
+GROUP = "netsplit-group"
+
+
+def _leader_of(bootstrap: str, topic: str, partition: int) -> int | None:
+    """The leader of ``topic``-``partition`` as the brokers of ``bootstrap`` see it."""
+    try:
+        with AdminClient({"bootstrap.servers": bootstrap, "default.api.timeout.ms": 5000}) as admin:
+            (description,) = admin.describe_topics([topic])
+    except LograftError:
+        return None
+    return description.partitions[partition].leader
+
+
+def _commit(bootstrap: str, offset: int) -> None:
+    tp = TopicPartition(TOPIC, 0)
+    config = {"bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False}
+    with Consumer(config) as consumer:
+        assert consumer.commit({tp: offset}) == {tp: offset}
+
+
+def _committed(bootstrap: str) -> int | None:
+    """The group's committed offset of partition 0 as the brokers of ``bootstrap`` answer
+    it (retrying retriable refusals for 5 s)."""
+    tp = TopicPartition(TOPIC, 0)
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": GROUP,
+        "enable.auto.commit": False,
+        "request.timeout.ms": 5000,
+    }
+    with Consumer(config) as consumer:
+        return consumer.committed([tp])[tp]
+
+
+def test_an_isolated_coordinator_answers_no_offset_its_successor_moved_past(
+    net: NetnsNetwork, tmp_path: Path
+) -> None:
+    """A broker cut off from the controller still names itself coordinator in its own
+    metadata. Once its session may have lapsed it must not answer from its state: the
+    controller may have fenced it and another leader taken commits since (the chaos suite's
+    txn-pipeline read a committed offset going backwards so, under partition-leader)."""
+    cluster = LocalCluster(net.cluster_spec(tmp_path / "cluster"))
+    try:
+        cluster.up(wait=True, timeout_s=CLUSTER_TIMEOUT_S)
+        bootstrap = cluster.bootstrap
+        with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+            admin.create_topics([NewTopic(TOPIC, 1, 3, {"min.insync.replicas": "2"})])[
+                TOPIC
+            ].result()
+        wait_until(lambda: _fully_replicated(cluster), CLUSTER_TIMEOUT_S, "ISR 3")
+        _commit(bootstrap, 1)  # creates __consumer_offsets
+        offsets_partition = partition_for_group(GROUP, 50)
+        coordinator = _leader_of(bootstrap, OFFSETS_TOPIC, offsets_partition)
+        assert coordinator in NODES
+        others = [n for n in NODES if n != coordinator]
+        others_bootstrap = ",".join(cluster.node(n).address for n in others)
+        wait_until(lambda: _committed(others_bootstrap) == 1, CLUSTER_TIMEOUT_S, "offset 1")
+
+        net.isolate(coordinator, cut_clients=False)
+        wait_until(
+            lambda: _leader_of(others_bootstrap, OFFSETS_TOPIC, offsets_partition) in others,
+            CLUSTER_TIMEOUT_S,
+            f"a coordinator other than node {coordinator}",
+        )
+        _commit(others_bootstrap, 2)
+
+        # The cut-off node still takes the client's calls and its image still names it
+        # coordinator: it may refuse (the client retries, then raises), never answer 1.
+        try:
+            stale = _committed(cluster.node(coordinator).address)
+        except LograftError:
+            stale = None
+        assert stale in (None, 2), f"node {coordinator} answered committed offset {stale}"
+
+        net.heal()
+        wait_until(
+            lambda: all(_committed(node.address) == 2 for node in cluster.nodes),
+            CLUSTER_TIMEOUT_S,
+            "every node's answer the group's last commit",
+        )
     finally:
         try:
             cluster.down(timeout_s=15)

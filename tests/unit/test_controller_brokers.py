@@ -20,6 +20,7 @@ from controller.logic import (
     controlled_shutdown,
     fence_brokers,
     fence_expired_brokers,
+    granted_session_ms,
     record_heartbeat_contact,
     register_broker,
     unregister_broker,
@@ -436,3 +437,21 @@ def test_only_the_current_incarnation_renews_a_session_on_arrival() -> None:
     )
     assert not record_heartbeat_contact(cluster.image, 7, 1, cluster.heartbeats, later_ms)
     assert cluster.heartbeats.last_contact_ms(0) != later_ms
+
+
+def test_a_heartbeat_grants_its_session_as_the_brokers_lease_only_while_it_may_lead() -> None:
+    cluster = _cluster(2)
+    session_ms = cluster.heartbeats.session_timeout_ms
+    registered_at = cluster.image.brokers[0].registration_offset
+    unfenced = _heartbeat(cluster, 0, registered_at)
+    assert granted_session_ms(True, unfenced.result, cluster.heartbeats) == session_ms
+    # Not renewed on arrival (the controller was not active yet, or another incarnation).
+    assert granted_session_ms(False, unfenced.result, cluster.heartbeats) == 0
+    # Fenced, or on its way out after a controlled shutdown: it leads nothing.
+    cluster.commit(fence_brokers(cluster.image, [1]))
+    fenced = _heartbeat(cluster, 1, 0)
+    assert fenced.result.is_fenced
+    assert granted_session_ms(True, fenced.result, cluster.heartbeats) == 0
+    leaving = _heartbeat(cluster, 0, registered_at, want_shut_down=True)
+    assert leaving.result.in_controlled_shutdown
+    assert granted_session_ms(True, leaving.result, cluster.heartbeats) == 0

@@ -95,6 +95,7 @@ def test_public_names_are_pinned() -> None:
         "elect_preferred_leaders",
         "fence_brokers",
         "fence_expired_brokers",
+        "granted_session_ms",
         "record_heartbeat_contact",
         "incremental_alter_configs",
         "parse_broker_resource_name",

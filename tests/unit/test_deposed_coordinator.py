@@ -29,7 +29,11 @@ from typing import Any, cast
 import grpc
 import pytest
 
-from cluster.errors import CoordinatorLoadInProgressError, NotCoordinatorError
+from cluster.errors import (
+    CoordinatorLoadInProgressError,
+    NotCoordinatorError,
+    RequestTimedOutError,
+)
 from cluster.kraft_broker import KRaftBroker
 from cluster.wire import broker_pb2 as pb
 from cluster.wire import broker_pb2_grpc as pb_grpc
@@ -74,6 +78,10 @@ def _registration(broker_id: int, epoch: int, port: int) -> RegisterBrokerRecord
     )
 
 
+SESSION_MS = 3000
+"""The session each answered heartbeat grants (the broker's lease)."""
+
+
 @dataclass
 class ScriptedController:
     """Registers node 1, takes its heartbeats, hands out producer ids."""
@@ -81,16 +89,23 @@ class ScriptedController:
     image: Image
     port: int
     next_producer_id: int = 1000
+    reachable: bool = True
+    """False: every call times out, as from a broker cut off from the controller."""
 
     async def call(
         self, method: str, request: Any, timeout_s: float = 0.0, *, movable: bool = False
     ) -> Any:
+        if not self.reachable:
+            raise RequestTimedOutError(f"{method} to the controller timed out")
         if method == "RegisterBroker":
             self.image.commit(_registration(1, 5, self.port))
             return cpb.RegisterBrokerResponse(broker_epoch=5)
         if method == "BrokerHeartbeat":
             return cpb.BrokerHeartbeatResponse(
-                is_caught_up=True, is_fenced=False, should_shut_down=request.want_shut_down
+                is_caught_up=True,
+                is_fenced=False,
+                should_shut_down=request.want_shut_down,
+                session_timeout_ms=0 if request.want_shut_down else SESSION_MS,
             )
         if method == "AllocateProducerIds":
             start, self.next_producer_id = self.next_producer_id, self.next_producer_id + 100
@@ -123,6 +138,7 @@ class Node:
     broker: KRaftBroker
     service: BrokerService
     image: Image
+    controller: ScriptedController
 
 
 @pytest.fixture
@@ -151,13 +167,14 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     logs = LogManager(tmp_path, LogConfig(), now_ms)
     logs.open(load_topics=False)
     endpoint = BrokerEndpoint(1, "127.0.0.1", port)
+    controller = ScriptedController(image, port)
     broker = KRaftBroker(
         endpoint,
         "cluster",
         logs,
         machine,
         cast(Any, _Driver()),
-        cast(Any, ScriptedController(image, port)),
+        cast(Any, controller),
     )
     service = BrokerService(
         logs,
@@ -172,7 +189,7 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     await server.start()
     await broker.start()
     try:
-        yield Node(broker, service, image)
+        yield Node(broker, service, image, controller)
     finally:
         await broker.stop()
         await server.stop(None)
@@ -407,3 +424,29 @@ async def test_a_broker_that_leads_again_at_a_newer_epoch_answers_from_a_reloade
     assert [(p.partition, p.committed_offset) for t in fetched.topics for p in t.partitions] == [
         (0, 42)
     ]
+
+
+async def test_a_broker_cut_off_from_the_controller_stops_answering_once_its_session_may_end(
+    node: Node,
+) -> None:
+    """Its image still names it leader of both partitions, but the controller may fence it
+    once the session of its last answered heartbeat ends, and move them."""
+    clients = Clients(node)
+    await clients.setup()
+    assert await clients.offset_commit(7) == 0
+    node.controller.reachable = False
+    requests = clients.requests()
+
+    async def all_refused() -> bool:
+        codes = [await request(0) for request in requests.values()]
+        return all(code == NotCoordinatorError.code for code in codes)
+
+    await _eventually(all_refused, "every coordinator request refused")
+    # Its own FindCoordinator still names it: only a new image could say otherwise.
+    assert await _coordinator_of(node, GROUP, 0) == 1
+    node.controller.reachable = True
+
+    async def answering() -> bool:
+        return await clients.offset_fetch(0) == 0 and await clients.describe_transaction(0) == 0
+
+    await _eventually(answering, "answers again once a heartbeat is answered")

@@ -87,7 +87,10 @@ class ScriptedController:
             if request.broker_epoch in self.stale_epochs:
                 return self._stale(cpb.BrokerHeartbeatResponse, request.broker_epoch)
             return cpb.BrokerHeartbeatResponse(
-                is_caught_up=True, is_fenced=False, should_shut_down=request.want_shut_down
+                is_caught_up=True,
+                is_fenced=False,
+                should_shut_down=request.want_shut_down,
+                session_timeout_ms=0 if request.want_shut_down else 3000,
             )
         if method == "AlterPartition":
             self.alter_partition_called.set()

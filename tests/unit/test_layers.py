@@ -76,6 +76,7 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("replica/topic_config.py", Layer.CORE),  # topic config names, types, defaults, checks
     ("replica/produce_validation.py", Layer.CORE),  # what a leader checks in produced bytes
     ("cluster/client/_sequencing.py", Layer.CORE),  # the idempotent producer's sequences
+    ("cluster/broker_lease.py", Layer.CORE),  # how long a broker may trust its leaderships
     # Config definitions and checks: pure values that the controller logic describes and
     # validates (DescribeConfigs on a broker), and that the node is built from.
     ("cluster/node_config.py", Layer.CORE),
