@@ -37,8 +37,8 @@ import grpc
 from _common import LOGRAFT, ROOT, local_cluster, run_json, write_report
 
 from cluster.client import AdminClient, Consumer, NewTopic, TopicPartition
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 
 PARTITIONS = 6
 POLL_MS = 50

@@ -26,9 +26,9 @@ from typing import Any
 import grpc
 from _common import ROOT, run_json, write_report
 
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.batch_header import iter_headers
+from lograft.protocol.batch_header import iter_headers
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 
 LOGRAFT = [sys.executable, "-m", "cluster.cli"]
 

@@ -50,14 +50,14 @@ from chaos.scenarios import DISK_FAULTS, NETWORK_FAULTS, SCENARIOS, FaultStep, s
 from chaos.torn_tails import empty_partition, tear_tail, tear_tails
 from cluster.client import AdminClient
 from cluster.container import env_name
-from cluster.errors import LograftError
 from cluster.launcher import ClusterSpec, LocalCluster
 from cluster.launcher.processes import free_base_port
+from lograft.protocol.errors import LograftError
+from lograft.protocol.record_codec import iter_records
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
 from replica.log.partition_log import PartitionLog
 from replica.log.replication_offset_checkpoint import read_high_watermarks
-from replica.record_codec import iter_records
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
 
 __all__ = [
     "END_OF_FAULTS",

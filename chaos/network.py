@@ -88,9 +88,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from cluster.errors import LograftError
 from cluster.launcher import DEFAULT_BASE_PORT, ClusterSpec
 from cluster.launcher.spec import NETNS_EXEC
+from lograft.protocol.errors import LograftError
 
 __all__ = [
     "CLIENTS",

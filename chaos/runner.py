@@ -69,7 +69,7 @@ from chaos.workload import (
 )
 from cluster.client import AdminClient, Consumer
 from cluster.client.admin import NewTopic
-from replica.topic_partition import TopicPartition, partition_for_name
+from lograft.protocol.topic_partition import TopicPartition, partition_for_name
 
 __all__ = ["TARGETS", "RunOptions", "run"]
 

@@ -78,7 +78,7 @@ from chaos.history import OUTPUT_SEPARATOR, HistoryWriter, Op
 from cluster.client import Consumer, Producer
 from cluster.client.consumer import ConsumerRecord
 from cluster.client.producer import RecordFuture
-from cluster.errors import (
+from lograft.protocol.errors import (
     IllegalStateError,
     InvalidRecordError,
     InvalidRequiredAcksError,
@@ -90,7 +90,7 @@ from cluster.errors import (
     TransactionAbortableError,
     UnsupportedCompressionTypeError,
 )
-from replica.topic_partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = [
     "WORKLOADS",

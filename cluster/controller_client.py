@@ -14,11 +14,11 @@ import logging
 from collections.abc import Awaitable, Mapping
 from typing import Any
 
-from cluster.errors import LograftError, NotControllerError, RequestTimedOutError
-from cluster.framed.peer import PeerChannel
-from cluster.framed.server import Handler, call_handler
-from cluster.wire import controller_pb2_grpc as cpb_grpc
 from controller.quorum.driver import CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, RaftDriver
+from lograft.protocol.errors import LograftError, NotControllerError, RequestTimedOutError
+from lograft.protocol.framed.peer import PeerChannel
+from lograft.protocol.framed.server import Handler, call_handler
+from lograft.protocol.wire import controller_pb2_grpc as cpb_grpc
 
 __all__ = ["CONTROLLER_CALL_TIMEOUT_S", "ControllerClient"]
 

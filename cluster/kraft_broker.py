@@ -36,7 +36,11 @@ from concurrent.futures import ThreadPoolExecutor
 from cluster.broker_frontend import BrokerFrontend
 from cluster.broker_lease import BrokerLease
 from cluster.controller_client import ControllerClient
-from cluster.errors import (
+from cluster.txn_peers import BrokerTxnPeers
+from controller.quorum.driver import RaftDriver
+from controller.quorum.metadata_machine import MetadataStateMachine
+from lograft.metadata import MetadataImage
+from lograft.protocol.errors import (
     BrokerIdNotRegisteredError,
     CoordinatorLoadInProgressError,
     InvalidConfigError,
@@ -45,12 +49,10 @@ from cluster.errors import (
     StaleBrokerEpochError,
     error_for_code,
 )
-from cluster.node_config import NodeConfig
-from cluster.txn_peers import BrokerTxnPeers
-from cluster.wire import controller_pb2 as cpb
-from controller.metadata import MetadataImage
-from controller.quorum.driver import RaftDriver
-from controller.quorum.metadata_machine import MetadataStateMachine
+from lograft.protocol.node_config import NodeConfig
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import controller_pb2 as cpb
 from replica.broker_rpcs import BrokerEndpoint
 from replica.clocks import interval_clock_ms, wall_clock_ms
 from replica.fetcher import FollowedPartition, ReplicaFetcherManager
@@ -66,8 +68,6 @@ from replica.partition_roles import (
 )
 from replica.producer_ids import ProducerIdAllocator
 from replica.replication import IsrProposal
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
 from replica.txn_service import TransactionService, TxnServiceConfig
 
 __all__ = ["ControllerClient", "KRaftBroker"]

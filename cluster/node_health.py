@@ -35,8 +35,8 @@ from typing import Any, TextIO
 
 import grpc
 
-from cluster.wire import node_pb2 as npb
-from cluster.wire import node_pb2_grpc as npb_grpc
+from lograft.protocol.wire import node_pb2 as npb
+from lograft.protocol.wire import node_pb2_grpc as npb_grpc
 
 __all__ = [
     "DEFAULT_ADDRESS",

@@ -27,13 +27,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from cluster.errors import (
+from lograft.protocol.control_records import decode_marker
+from lograft.protocol.errors import (
     LograftError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
 )
+from lograft.protocol.record_codec import decode_records
+from lograft.protocol.topic_partition import TopicPartition
 from replica.clocks import interval_clock_ms, wall_clock_ms
-from replica.control_records import decode_marker
 from replica.coordinator_log import (
     ImageLeaderEpoch,
     append_acks_all,
@@ -52,8 +54,6 @@ from replica.group import (
 from replica.group.records import decode, encode
 from replica.log_manager import LogManager
 from replica.partition import Partition
-from replica.record_codec import decode_records
-from replica.topic_partition import TopicPartition
 
 __all__ = ["OFFSETS_TOPIC", "GroupService"]
 

@@ -29,15 +29,17 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster.errors import (
+from lograft.protocol.batch_header import BatchHeader, iter_headers
+from lograft.protocol.control_records import EndTxnMarker, decode_marker, encode_marker_batch
+from lograft.protocol.errors import (
     InvalidTxnStateError,
     InvariantError,
     LograftError,
     NotLeaderOrFollowerError,
 )
-from replica.batch_header import BatchHeader, iter_headers
+from lograft.protocol.topic_config import FlushPolicy, LogConfig
+from lograft.protocol.topic_partition import TopicPartition
 from replica.clocks import interval_clock_s
-from replica.control_records import EndTxnMarker, decode_marker, encode_marker_batch
 from replica.flush_worker import LoopFlusher, loop_flusher
 from replica.log.partition_log import AppendResult, PartitionLog, PendingFlush
 from replica.produce_validation import validate_produced
@@ -55,8 +57,6 @@ from replica.replication import (
     LeaderEpochCache,
     LeaderState,
 )
-from replica.topic_config import FlushPolicy, LogConfig
-from replica.topic_partition import TopicPartition
 
 __all__ = ["FetchedBatches", "IsrProposer", "LeaderAppend", "Partition", "TopicPartition"]
 

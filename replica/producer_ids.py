@@ -13,8 +13,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from cluster.durable import write_file_atomically
-from cluster.errors import KafkaStorageError
+from lograft.durable import write_file_atomically
+from lograft.protocol.errors import KafkaStorageError
 
 __all__ = ["LOCAL_BLOCK_SIZE", "LocalProducerIdBlocks", "ProducerIdAllocator"]
 

@@ -16,9 +16,9 @@ import logging
 import os
 from pathlib import Path
 
-from cluster.durable import write_file_atomically
-from replica.batch_header import BatchHeader
-from replica.control_records import EndTxnMarker, decode_marker
+from lograft.durable import write_file_atomically
+from lograft.protocol.batch_header import BatchHeader
+from lograft.protocol.control_records import EndTxnMarker, decode_marker
 from replica.log.partition_log import PartitionLog
 from replica.producer_state import (
     CorruptProducerSnapshotError,

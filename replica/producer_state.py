@@ -25,7 +25,7 @@ Rules for a produced batch (``ProducerAppendInfo`` and ``UnifiedLog`` in Kafka 3
    the state of the log (batches already appended), not among earlier batches of the same
    request.
 3. Epoch older than the known epoch: ``INVALID_PRODUCER_EPOCH``
-   (:class:`~cluster.errors.InvalidProducerEpochError`). Kafka answered
+   (:class:`~lograft.protocol.errors.InvalidProducerEpochError`). Kafka answered
    ``PRODUCER_FENCED`` for this before 2.7; KIP-588 (2.7) changed the produce path to
    ``INVALID_PRODUCER_EPOCH``, which this module follows.
 4. Epoch newer than the known epoch: the batch must start at sequence 0, else
@@ -70,15 +70,15 @@ from typing import Final
 
 import crc32c as _crc32c
 
-from cluster.errors import (
+from lograft.protocol.batch_header import BatchHeader
+from lograft.protocol.control_records import EndTxnMarker
+from lograft.protocol.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTxnStateError,
     OutOfOrderSequenceNumberError,
     TransactionCoordinatorFencedError,
 )
-from replica.batch_header import BatchHeader
-from replica.control_records import EndTxnMarker
 
 __all__ = [
     "DEFAULT_MAX_SNAPSHOT_BYTES",

@@ -28,13 +28,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     LograftError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 from replica.clocks import wall_clock_ms
 from replica.coordinator_log import (
     ImageLeaderEpoch,
@@ -45,7 +46,6 @@ from replica.coordinator_log import (
 )
 from replica.log_manager import LogManager
 from replica.partition import Partition
-from replica.topic_partition import TopicPartition
 from replica.txn import (
     DEFAULT_MAX_TIMEOUT_MS,
     MarkerJob,

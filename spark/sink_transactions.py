@@ -42,14 +42,14 @@ from cluster.client._client_config import COMMON_CONFIGS, ConfigDef
 from cluster.client.admin import AdminClient
 from cluster.client.consumer import Consumer, ConsumerGroupMetadata
 from cluster.client.producer import PRODUCER_CONFIGS, PreparedTxnState, Producer, RecordFuture
-from cluster.errors import (
+from lograft.protocol.errors import (
     BatchNotCommittedError,
     IllegalStateError,
     InvalidConfigError,
     InvalidRecordError,
     LograftError,
 )
-from replica.topic_partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 from spark.arrow_records import SinkColumns, columns_of
 from spark.options import client_config, option, option_int, settings_for
 

@@ -68,13 +68,13 @@ from pyspark.sql.types import (
 
 from cluster.client.admin import ADMIN_CONFIGS, AdminClient
 from cluster.client.consumer import CONSUMER_CONFIGS, Consumer, ConsumerRecord
-from cluster.errors import (
+from lograft.protocol.errors import (
     IllegalStateError,
     InvalidConfigError,
     OffsetOutOfRangeError,
     RequestTimedOutError,
 )
-from replica.topic_partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 from spark.offsets import (
     EARLIEST,
     LATEST,

@@ -32,9 +32,9 @@ from cluster.client import DEFAULT_BOOTSTRAP_SERVERS, AdminClient
 from cluster.client.admin import ADMIN_CONFIGS
 from cluster.client.consumer import CONSUMER_CONFIGS
 from cluster.client.producer import PRODUCER_CONFIGS
-from cluster.errors import InvalidConfigError, LograftError
 from cluster.launcher.local_cluster import LocalCluster
 from cluster.launcher.spec import CLUSTER_FILE, DEFAULT_DATA_DIR
+from lograft.protocol.errors import InvalidConfigError, LograftError
 
 __all__ = [
     "BOOTSTRAP_ENV",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from cluster.client import ConsumerRecord
-from cluster.errors import InvalidRequestError
+from lograft.protocol.errors import InvalidRequestError
 
 __all__ = [
     "FORMATS",

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from cluster.client import TopicPartition
-from cluster.errors import InvalidRequestError
+from lograft.protocol.errors import InvalidRequestError
 
 __all__ = [
     "ResetKind",

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 
 from cluster.client import Consumer, ConsumerRecord, TopicPartition
-from cluster.errors import InvalidConfigError, LeaderNotAvailableError
+from lograft.protocol.errors import InvalidConfigError, LeaderNotAvailableError
 
 from ._args import (
     Streams,

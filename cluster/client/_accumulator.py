@@ -31,10 +31,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from cluster.errors import IllegalStateError, MessageTooLargeError, RequestTimedOutError
-from replica.batch_builder import encode_records
-from replica.records import encode_batch
-from replica.topic_partition import TopicPartition
+from lograft.protocol.batch_builder import encode_records
+from lograft.protocol.errors import IllegalStateError, MessageTooLargeError, RequestTimedOutError
+from lograft.protocol.records import encode_batch
+from lograft.protocol.topic_partition import TopicPartition
 
 from ._clock import Clock
 from ._record_future import BatchOutcome

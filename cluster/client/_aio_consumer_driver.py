@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from cluster.errors import IllegalStateError
+from lograft.protocol.errors import IllegalStateError
 
 from ._aio_buffer import RecordBuffer
 from ._aio_rebalance import IN_CALLBACK

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cluster.errors import IllegalStateError
+from lograft.protocol.errors import IllegalStateError
 
 from ._aio_worker import Worker
 from ._connection import TopicPartition

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from cluster.errors import InvalidConfigError, LograftError
+from lograft.protocol.errors import InvalidConfigError, LograftError
 
 __all__ = [
     "COMMON_CONFIGS",

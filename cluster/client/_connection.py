@@ -40,18 +40,18 @@ from typing import Any
 
 import grpc
 
-from cluster import errors
-from cluster.errors import (
+from lograft.protocol import errors
+from lograft.protocol.errors import (
     LeaderNotAvailableError,
     LograftError,
     NetworkError,
     UnknownTopicOrPartitionError,
 )
-from cluster.framed.client import ClientLoop, FramedChannel
-from cluster.framed.protocol import NotFramedError
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.topic_partition import TopicPartition
+from lograft.protocol.framed.client import ClientLoop, FramedChannel
+from lograft.protocol.framed.protocol import NotFramedError
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 
 from ._client_config import (
     COMMON_CONFIGS,

@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from cluster.errors import ConcurrentTransactionsError, LograftError, error_for_code
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.errors import ConcurrentTransactionsError, LograftError, error_for_code
+from lograft.protocol.wire import broker_pb2 as pb
 
 from ._connection import BrokerInfo, Connections
 from ._rpc_errors import NoBrokersAvailableError

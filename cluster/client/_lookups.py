@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cluster.errors import LograftError
+from lograft.protocol.errors import LograftError
 
 from ._clock import Clock
 from ._connection import Connections, TopicPartition

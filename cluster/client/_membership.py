@@ -48,7 +48,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     FencedMemberEpochError,
     IllegalStateError,
     LograftError,

@@ -37,7 +37,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cluster.errors import (
+from lograft.protocol.batch_header import with_producer_fields
+from lograft.protocol.errors import (
     FencedLeaderEpochError,
     LeaderNotAvailableError,
     LograftError,
@@ -49,9 +50,8 @@ from cluster.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from cluster.wire import broker_pb2 as pb
-from replica.batch_header import with_producer_fields
-from replica.topic_partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import broker_pb2 as pb
 
 from ._accumulator import REQUEST_OVERHEAD, ProducerBatch, RecordAccumulator
 from ._clock import Clock

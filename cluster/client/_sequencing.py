@@ -69,8 +69,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from cluster.errors import LograftError, OutOfOrderSequenceNumberError, RequestTimedOutError
-from replica.topic_partition import TopicPartition
+from lograft.protocol.errors import (
+    LograftError,
+    OutOfOrderSequenceNumberError,
+    RequestTimedOutError,
+)
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = [
     "MAX_IN_FLIGHT",

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     BrokerNotAvailableError,
     InvalidConfigError,
     InvalidRequestError,
@@ -48,7 +48,7 @@ from cluster.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2 as pb
 
 from ._admin_calls import AdminCalls, done, topic_futures
 from ._config_admin import (

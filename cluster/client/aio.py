@@ -69,7 +69,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, TypeVar
 
-from cluster.errors import IllegalStateError, LograftError
+from lograft.protocol.errors import IllegalStateError, LograftError
 
 from ._aio_buffer import by_partition
 from ._aio_consumer_driver import ConsumerDriver

@@ -61,10 +61,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, NamedTuple, TypeVar, overload
 
-from cluster.errors import IllegalStateError, UnknownTopicOrPartitionError
-from replica.batch_header import parse_header
-from replica.record_codec import decode_rows
-from replica.topic_partition import validate_topic_name
+from lograft.protocol.batch_header import parse_header
+from lograft.protocol.errors import IllegalStateError, UnknownTopicOrPartitionError
+from lograft.protocol.record_codec import decode_rows
+from lograft.protocol.topic_partition import validate_topic_name
 
 from ._clock import SYSTEM_CLOCK, Clock, ClockQueue
 from ._commits import Committer
@@ -168,7 +168,7 @@ class ConsumerBatch(NamedTuple):
 
     ``data`` is one whole RecordBatch v2 exactly as it is stored (Kafka's format: the
     61-byte header, then the records, compressed as the producer sent them), its CRC
-    checked; ``replica.records.iter_records(data, start_offset)`` decodes it. Its offsets
+    checked; ``lograft.protocol.records.iter_records(data, start_offset)`` decodes it. Its offsets
     run from ``base_offset`` to ``next_offset - 1`` (a compacted batch may lack some);
     records before ``start_offset`` are not the consumer's to return (the batch straddles
     a seek, or ``poll`` returned them): skip them, or call ``records()``.

@@ -64,7 +64,8 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from types import TracebackType
 
-from cluster.errors import (
+from lograft.protocol.compression import CompressionType
+from lograft.protocol.errors import (
     IllegalStateError,
     InvalidConfigError,
     InvalidRequestError,
@@ -73,9 +74,8 @@ from cluster.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
-from replica.compression import CompressionType
-from replica.record_codec import encode_headers
-from replica.varints import INT64_MAX
+from lograft.protocol.record_codec import encode_headers
+from lograft.protocol.varints import INT64_MAX
 
 from ._accumulator import (
     BATCH_OVERHEAD,

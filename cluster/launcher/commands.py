@@ -24,7 +24,6 @@ import grpc
 from tqdm import tqdm
 
 from cluster.client import DEFAULT_BOOTSTRAP_SERVERS
-from cluster.errors import LograftError
 from cluster.launcher.health import ClusterStatus, NodeStatus, probe_metadata
 from cluster.launcher.local_cluster import (
     DEFAULT_HEALTH_TIMEOUT_S,
@@ -41,6 +40,7 @@ from cluster.launcher.spec import (
     LauncherError,
 )
 from cluster.status import describe_cluster, readiness_problems, render_status
+from lograft.protocol.errors import LograftError
 
 __all__ = [
     "CLUSTER_DESCRIPTION",

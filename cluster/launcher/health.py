@@ -22,7 +22,7 @@ from cluster.client._rpc_errors import describe_rpc_failure
 from cluster.launcher.processes import is_alive, is_our_node, process_state, state_word
 from cluster.launcher.spec import NodeRecord
 from cluster.node_health import HealthVerdict, check_health
-from cluster.wire import broker_pb2, broker_pb2_grpc
+from lograft.protocol.wire import broker_pb2, broker_pb2_grpc
 
 __all__ = [
     "MAX_METADATA_BYTES",

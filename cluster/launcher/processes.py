@@ -20,8 +20,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from cluster.durable import create_directories
 from cluster.launcher.spec import NODE_MODULE, LauncherError, NodeRecord
+from lograft.durable import create_directories
 
 __all__ = [
     "DEFAULT_STOP_TIMEOUT_S",

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.durable import create_directories
-from cluster.errors import LograftError
+from lograft.durable import create_directories
+from lograft.protocol.errors import LograftError
 
 __all__ = [
     "CLUSTER_FILE",

@@ -12,7 +12,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from cluster.errors import (
+from controller.logic.decision import DEFAULT_CONFIG, ControllerConfig, Decision
+from controller.logic.placement import PlacementBroker, place_replicas
+from lograft.metadata.image import MetadataImage
+from lograft.metadata.records import (
+    ConfigRecord,
+    ConfigResourceType,
+    MetadataRecord,
+    PartitionRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+from lograft.metadata.topic_configs import validate_topic_configs
+from lograft.protocol.errors import (
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
@@ -22,19 +34,7 @@ from cluster.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from controller.logic.decision import DEFAULT_CONFIG, ControllerConfig, Decision
-from controller.logic.placement import PlacementBroker, place_replicas
-from controller.logic.topic_configs import validate_topic_configs
-from controller.metadata.image import MetadataImage
-from controller.metadata.records import (
-    ConfigRecord,
-    ConfigResourceType,
-    MetadataRecord,
-    PartitionRecord,
-    RemoveTopicRecord,
-    TopicRecord,
-)
-from replica.topic_partition import MAX_PARTITIONS, validate_topic_name
+from lograft.protocol.topic_partition import MAX_PARTITIONS, validate_topic_name
 
 __all__ = [
     "CreatePartitionsResult",

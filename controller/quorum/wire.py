@@ -7,8 +7,6 @@ misread. Cluster id and epoch checks stay in the core, which owns their meaning.
 
 from __future__ import annotations
 
-from cluster.errors import InvalidRequestError
-from cluster.wire import raft_pb2 as pb
 from controller.raft import (
     BeginQuorumEpoch,
     BeginQuorumEpochResponse,
@@ -25,6 +23,8 @@ from controller.raft import (
     VoteRequest,
     VoteResponse,
 )
+from lograft.protocol.errors import InvalidRequestError
+from lograft.protocol.wire import raft_pb2 as pb
 
 __all__ = ["MAX_ENTRY_BYTES", "MalformedRaftMessageError", "from_envelope", "to_envelope"]
 

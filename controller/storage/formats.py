@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import crc32c as _crc32c
 
-from cluster.errors import KafkaStorageError, MessageTooLargeError
 from controller.raft.messages import Entry, EntryKind, HardState, Snapshot
+from lograft.protocol.errors import KafkaStorageError, MessageTooLargeError
 
 __all__ = [
     "FRAME_OVERHEAD",

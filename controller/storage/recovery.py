@@ -18,7 +18,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.durable import TMP_SUFFIX, fsync_directory, write_file_atomically
 from controller.raft.messages import Entry, HardState, Snapshot
 from controller.raft.storage import MemoryStorage
 from controller.storage.formats import (
@@ -37,6 +36,7 @@ from controller.storage.formats import (
     parse_snapshot_name,
 )
 from controller.storage.layout import LOG_FILE, QUORUM_STATE_FILE
+from lograft.durable import TMP_SUFFIX, fsync_directory, write_file_atomically
 
 __all__ = ["Recovered", "recover"]
 

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
@@ -29,6 +29,7 @@ from cluster.errors import (
     UnknownMemberIdError,
     UnsupportedAssignorError,
 )
+from lograft.protocol.topic_partition import MAX_PARTITIONS, TopicPartition, validate_topic_name
 from replica.group._config import (
     INT32_MAX,
     MAX_CLIENT_ID_LENGTH,
@@ -52,7 +53,6 @@ from replica.group.records import (
     TargetAssignmentKey,
     TargetAssignmentValue,
 )
-from replica.topic_partition import MAX_PARTITIONS, TopicPartition, validate_topic_name
 
 __all__ = [
     "JOIN_EPOCH",

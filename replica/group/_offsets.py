@@ -22,7 +22,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
@@ -35,6 +35,7 @@ from cluster.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 from replica.group._config import (
     INT32_MAX,
     INT64_MAX,
@@ -50,7 +51,6 @@ from replica.group.records import (
     OffsetCommitKey,
     OffsetCommitValue,
 )
-from replica.topic_partition import TopicPartition
 
 __all__ = [
     "CommitResult",

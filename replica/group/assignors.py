@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 
-from cluster.errors import UnsupportedAssignorError
-from replica.topic_partition import TopicPartition
+from lograft.protocol.errors import UnsupportedAssignorError
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = [
     "ASSIGNOR_ALIASES",

@@ -80,12 +80,13 @@ import logging
 import random
 from collections.abc import Iterable, Mapping
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     CoordinatorLoadInProgressError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
     NotCoordinatorError,
 )
+from lograft.protocol.topic_partition import TopicPartition, partition_for_name
 from replica.coordinator_leadership import check_leadership
 from replica.group._config import (
     MAX_CLIENT_ID_LENGTH,
@@ -114,7 +115,6 @@ from replica.group._offsets import CommitResult, OffsetAndMetadata, OffsetManage
 from replica.group._store import GroupStore
 from replica.group.errors import GroupInvariantError
 from replica.group.records import GroupMetadataKey, GroupRecord, OffsetCommitValue
-from replica.topic_partition import TopicPartition, partition_for_name
 
 __all__ = [
     "COORDINATOR_TRANSITIONS",
@@ -325,8 +325,8 @@ class GroupCoordinator:
         ``rebalance_timeout_ms`` required, ``owned_partitions`` empty), -1 leaves, anything
         else heartbeats. ``None`` (and for the timeouts 0 or less, for the assignor ``""``)
         means unchanged. ``client_host`` is where the request came from (the shell fills it
-        in, as Kafka shows it: ``/127.0.0.1``). Raises a :class:`~cluster.errors.LograftError`
-        and changes nothing on a refused request.
+        in, as Kafka shows it: ``/127.0.0.1``). Raises a
+        :class:`~lograft.protocol.errors.LograftError` and changes nothing on a refused request.
         """
         self._require_active()
         return self._membership.heartbeat(

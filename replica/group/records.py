@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import enum
 
+from lograft.protocol.topic_partition import MAX_PARTITIONS
 from replica.coordinator_record_fields import MAX_STRING_BYTES, FieldReader, FieldWriter
 from replica.group._record_types import (
     NO_LEADER_EPOCH,
@@ -76,7 +77,6 @@ from replica.group._record_types import (
     TargetAssignmentValue,
 )
 from replica.group.errors import GroupRecordError
-from replica.topic_partition import MAX_PARTITIONS
 
 __all__ = [
     "MAX_KEY_BYTES",

@@ -42,8 +42,7 @@ from dataclasses import dataclass
 
 import crc32c as _crc32c
 
-from cluster.errors import CorruptMessageError
-from replica.batch_header import (
+from lograft.protocol.batch_header import (
     ATTR_COMPRESSION_MASK,
     ATTR_DELETE_HORIZON,
     HEADER_SIZE,
@@ -52,9 +51,10 @@ from replica.batch_header import (
     BatchHeader,
     parse_header,
 )
-from replica.compression import compress, decompress
-from replica.records import encode_varlong, read_varlong
-from replica.topic_config import MAX_LONG
+from lograft.protocol.compression import compress, decompress
+from lograft.protocol.errors import CorruptMessageError
+from lograft.protocol.records import encode_varlong, read_varlong
+from lograft.protocol.topic_config import MAX_LONG
 
 __all__ = ["DELETE_HORIZON_FLAG", "FilteredBatch", "filter_batch", "keyed_offsets"]
 

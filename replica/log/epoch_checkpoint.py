@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cluster.durable import write_file_atomically
+from lograft.durable import write_file_atomically
 from replica.replication.errors import LeaderEpochCheckpointError
 from replica.replication.leader_epoch_cache import LeaderEpochCache
 

@@ -30,8 +30,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cluster.durable import write_file_atomically
-from cluster.errors import KafkaStorageError
+from lograft.durable import write_file_atomically
+from lograft.protocol.errors import KafkaStorageError
 from replica.log.epoch_checkpoint import write_epoch_checkpoint
 
 if TYPE_CHECKING:

@@ -36,8 +36,9 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.durable import TMP_SUFFIX, create_directories, fsync_directory
-from cluster.errors import KafkaStorageError
+from lograft.durable import TMP_SUFFIX, create_directories, fsync_directory
+from lograft.protocol.errors import KafkaStorageError
+from lograft.protocol.topic_config import LogConfig
 from replica.log.cleaner_swap import CLEANER_SWAP_FILE, finish_cleaner_swap
 from replica.log.epoch_checkpoint import LEADER_EPOCH_CHECKPOINT_TMP_FILE, read_epoch_checkpoint
 from replica.log.log_checkpoints import (
@@ -51,7 +52,6 @@ from replica.log.offset_index import CorruptIndexError
 from replica.log.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment, parse_segment_file_name
 from replica.replication.errors import LeaderEpochCheckpointError
 from replica.replication.leader_epoch_cache import LeaderEpochCache
-from replica.topic_config import LogConfig
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LoadedLog", "load_log"]
 

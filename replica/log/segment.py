@@ -31,14 +31,14 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from cluster.errors import CorruptMessageError, KafkaStorageError
-from replica.batch_header import (
+from lograft.protocol.batch_header import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
     iter_headers,
     parse_header,
 )
+from lograft.protocol.errors import CorruptMessageError, KafkaStorageError
 from replica.log.index_cursor import (
     MAX_RELATIVE_OFFSET,
     MAX_SEGMENT_BYTES,

@@ -33,7 +33,7 @@ import logging
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     FencedLeaderEpochError,
     LograftError,
     NotLeaderOrFollowerError,

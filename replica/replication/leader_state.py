@@ -42,7 +42,7 @@ import enum
 import logging
 from dataclasses import dataclass
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
     LograftError,

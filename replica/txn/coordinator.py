@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
     InvalidProducerIdMappingError,
@@ -61,8 +61,8 @@ from cluster.errors import (
     LograftError,
     ProducerFencedError,
 )
+from lograft.protocol.topic_partition import TopicPartition, partition_for_name
 from replica.coordinator_leadership import check_leadership
-from replica.topic_partition import TopicPartition, partition_for_name
 from replica.txn.metadata import MAX_PRODUCER_EPOCH, TxnMetadata, TxnRecord, TxnState
 
 __all__ = [

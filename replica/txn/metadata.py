@@ -28,9 +28,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from cluster.errors import CorruptMessageError
+from lograft.protocol.errors import CorruptMessageError
+from lograft.protocol.topic_partition import TopicPartition
 from replica.coordinator_record_fields import FieldReader, FieldWriter
-from replica.topic_partition import TopicPartition
 
 __all__ = [
     "KEY_VERSION",

@@ -31,13 +31,13 @@ from typing import Any
 import grpc
 import pytest
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     NotCoordinatorError,
 )
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from replica.group import partition_for_group
 from replica.group_service import OFFSETS_TOPIC
 from replica.txn import partition_for_transactional_id

@@ -16,7 +16,7 @@ import pytest
 
 from cluster.cli import main
 from cluster.client import AdminClient, Consumer, Producer, TopicPartition
-from cluster.errors import (
+from lograft.protocol.errors import (
     GroupIdNotFoundError,
     GroupNotEmptyError,
     GroupSubscribedToTopicError,

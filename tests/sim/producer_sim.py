@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.client._sequencing import SEQUENCE_MODULUS, Sequencer
-from cluster.errors import LograftError, NotLeaderOrFollowerError, RequestTimedOutError
-from replica.batch_header import BatchHeader
+from lograft.protocol.batch_header import BatchHeader
+from lograft.protocol.errors import LograftError, NotLeaderOrFollowerError, RequestTimedOutError
+from lograft.protocol.topic_partition import TopicPartition
 from replica.producer_state import Duplicate, ProducerStateManager
 from replica.replication import LeaderState
-from replica.topic_partition import TopicPartition
 from tests.sim.replication_sim import (
     _DELIVER,
     _RESTART,

@@ -33,7 +33,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidRequestError,

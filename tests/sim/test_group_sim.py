@@ -62,7 +62,8 @@ from typing import Any
 import pytest
 
 from cluster.client._membership import GroupMembership, MemberState, Reconciliation
-from cluster.errors import CoordinatorNotAvailableError, LograftError
+from lograft.protocol.errors import CoordinatorNotAvailableError, LograftError
+from lograft.protocol.topic_partition import TopicPartition
 from replica.group import (
     GroupCoordinator,
     GroupCoordinatorConfig,
@@ -77,7 +78,6 @@ from replica.group import (
     encode,
 )
 from replica.group import coordinator as coordinator_module
-from replica.topic_partition import TopicPartition
 
 DEFAULT_SCHEDULES = 80
 CHUNKS = 4

@@ -52,8 +52,8 @@ from typing import Any
 
 import pytest
 
-from cluster.errors import LograftError
-from replica.topic_partition import TopicPartition
+from lograft.protocol.errors import LograftError
+from lograft.protocol.topic_partition import TopicPartition
 from replica.txn import (
     MarkerJob,
     Outcome,

@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from cluster.errors import NotLeaderOrFollowerError
+from lograft.protocol.batch_header import validate_batches
+from lograft.protocol.errors import NotLeaderOrFollowerError
+from lograft.protocol.records import encode_batch
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
 from replica import partition as partition_module
-from replica.batch_header import validate_batches
 from replica.log.partition_log import PartitionLog
 from replica.partition import LeaderAppend, Partition
-from replica.records import encode_batch
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
 CONFIG = LogConfig().with_overrides({"min.insync.replicas": "1"})

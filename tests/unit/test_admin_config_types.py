@@ -20,8 +20,12 @@ from cluster.client._config_admin import (
     configs_from_pb,
     create_partitions_request,
 )
-from cluster.errors import InvalidConfigError, InvalidRequestError, UnknownTopicOrPartitionError
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.errors import (
+    InvalidConfigError,
+    InvalidRequestError,
+    UnknownTopicOrPartitionError,
+)
+from lograft.protocol.wire import broker_pb2 as pb
 
 ORDERS = ConfigResource(ConfigResourceType.TOPIC, "orders")
 

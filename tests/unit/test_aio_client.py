@@ -28,7 +28,7 @@ from cluster.client import (
 )
 from cluster.client._aio_worker import Worker, observe
 from cluster.client.consumer import ConsumerRecord
-from cluster.errors import IllegalStateError
+from lograft.protocol.errors import IllegalStateError
 from tests.unit.test_consumer_groups import WAIT_S, FakeGroupBroker, _config, _serve
 
 A0, A1 = TopicPartition("a", 0), TopicPartition("a", 1)

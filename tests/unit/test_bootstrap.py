@@ -23,10 +23,10 @@ from cluster.cli._args import bootstrap_origin, default_bootstrap, local_cluster
 from cluster.client import DEFAULT_BOOTSTRAP_SERVERS, AdminClient, NoBrokersAvailableError
 from cluster.client._connection import Connections
 from cluster.client._rpc_errors import describe_unavailable, map_rpc_error
-from cluster.errors import LeaderNotAvailableError, NetworkError
 from cluster.launcher import ClusterSpec, LocalCluster
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.errors import LeaderNotAvailableError, NetworkError
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 
 # ---- reasons ----------------------------------------------------------------------------------
 

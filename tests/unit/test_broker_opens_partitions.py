@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
 
-from cluster.errors import KafkaStorageError
 from cluster.kraft_broker import KRaftBroker
+from lograft.protocol.errors import KafkaStorageError
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
 from replica.log_manager import LogManager
 from replica.partition import Partition
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
 
 TOPIC = "__consumer_offsets"
 PARTITIONS = 20

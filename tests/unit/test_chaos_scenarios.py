@@ -27,7 +27,7 @@ from chaos.runner import RunOptions, run
 from chaos.scenarios import LAST_REPLICA_FAULTS, SCENARIOS, FaultStep, scenario, schedule
 from chaos.torn_tails import empty_partition, tear_tail
 from chaos.workload import send_outcome
-from cluster.errors import (
+from lograft.protocol.errors import (
     IllegalStateError,
     MessageTooLargeError,
     NotEnoughReplicasError,

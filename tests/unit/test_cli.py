@@ -25,7 +25,7 @@ from cluster.cli.consume import consumer_config, output_format
 from cluster.cli.perf import e2e_summary, percentile
 from cluster.cli.produce import input_format, producer_config
 from cluster.client import ConsumerRecord, TopicPartition
-from cluster.errors import InvalidConfigError
+from lograft.protocol.errors import InvalidConfigError
 
 
 def test_topics_create_flags() -> None:

@@ -17,7 +17,7 @@ from cluster.cli._formats import (
     record_to_json,
 )
 from cluster.client import ConsumerRecord
-from cluster.errors import InvalidRequestError
+from lograft.protocol.errors import InvalidRequestError
 
 
 def _record(

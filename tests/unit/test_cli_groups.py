@@ -26,7 +26,7 @@ from cluster.client import (
     TopicPartition,
 )
 from cluster.client._group_admin import group_lag
-from cluster.errors import InvalidRequestError
+from lograft.protocol.errors import InvalidRequestError
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
 EARLIEST = {A0: 10, A1: 0, B0: 0}

@@ -1,7 +1,7 @@
 """Client configuration checks, gRPC error mapping, and client behaviour against a fake broker.
 
 The fake broker is an in-process gRPC servicer on 127.0.0.1 (port 0) that stores batches in
-memory, validates and numbers them with ``replica.batch_header`` and can be told to answer
+memory, validates and numbers them with ``lograft.protocol.batch_header`` and can be told to answer
 the next produce with an error code. It lets these tests drive the producer's retry and
 failure paths, which a healthy real node never takes.
 """
@@ -29,7 +29,8 @@ from cluster.client import (
 from cluster.client._connection import map_rpc_error, parse_bootstrap_servers, resolve_config
 from cluster.client.consumer import CONSUMER_CONFIGS
 from cluster.client.producer import PRODUCER_CONFIGS
-from cluster.errors import (
+from lograft.protocol.batch_header import assign_offsets, iter_headers, validate_batches
+from lograft.protocol.errors import (
     IllegalStateError,
     InvalidConfigError,
     InvalidRequestError,
@@ -43,9 +44,8 @@ from cluster.errors import (
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.batch_header import assign_offsets, iter_headers, validate_batches
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 
 # ---- configuration --------------------------------------------------------------------------
 

@@ -16,13 +16,13 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.errors import CorruptMessageError, UnsupportedCompressionTypeError
-from replica.compression import (
+from lograft.protocol.compression import (
     DEFAULT_MAX_DECOMPRESSED_SIZE,
     CompressionType,
     compress,
     decompress,
 )
+from lograft.protocol.errors import CorruptMessageError, UnsupportedCompressionTypeError
 
 CODECS = list(CompressionType)
 COMPRESSED = [c for c in CompressionType if c != CompressionType.NONE]

@@ -24,9 +24,9 @@ import pytest
 
 from cluster.client import Consumer, ConsumerRecord, TopicPartition
 from cluster.client._clock import ManualClock
-from cluster.errors import CoordinatorNotAvailableError, NotLeaderOrFollowerError
-from cluster.wire import broker_pb2 as pb
-from replica.batch_builder import encode_batch
+from lograft.protocol.batch_builder import encode_batch
+from lograft.protocol.errors import CoordinatorNotAvailableError, NotLeaderOrFollowerError
+from lograft.protocol.wire import broker_pb2 as pb
 from tests.unit.test_consumer_bounds import HANG_MS, FreezingBroker
 from tests.unit.test_consumer_groups import Recorder, _config, _serve
 

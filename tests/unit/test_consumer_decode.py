@@ -20,12 +20,17 @@ from cluster.client._connection import TopicPartition
 from cluster.client._fetch import Fetcher
 from cluster.client._subscription import CompletedFetch, PartitionState, SubscriptionState
 from cluster.client.consumer import ConsumerBatch, ConsumerRecord
-from cluster.errors import CorruptMessageError
-from replica.batch_header import HEADER_SIZE, iter_headers, parse_header
-from replica.compression import CompressionType
-from replica.control_records import AbortedBatchFilter, EndTxnMarker, encode_marker_batch
-from replica.record_codec import BatchSkip, _batch_records_data, _decode_uniform, decode_columns
-from replica.records import (
+from lograft.protocol.batch_header import HEADER_SIZE, iter_headers, parse_header
+from lograft.protocol.compression import CompressionType
+from lograft.protocol.control_records import AbortedBatchFilter, EndTxnMarker, encode_marker_batch
+from lograft.protocol.errors import CorruptMessageError
+from lograft.protocol.record_codec import (
+    BatchSkip,
+    _batch_records_data,
+    _decode_uniform,
+    decode_columns,
+)
+from lograft.protocol.records import (
     LOG_APPEND_TIME,
     RecordBatchBuilder,
     decode_records,

@@ -26,9 +26,9 @@ import pytest
 
 from cluster.client import Consumer, ConsumerRebalanceListener, Producer, TopicPartition
 from cluster.client.consumer import ConsumerRecord
-from cluster.errors import IllegalStateError, InvalidTopicError, LograftError
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.errors import IllegalStateError, InvalidTopicError, LograftError
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from tests.unit.test_client_config import FakeBroker
 
 A0, A1 = TopicPartition("a", 0), TopicPartition("a", 1)

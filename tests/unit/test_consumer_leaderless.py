@@ -20,8 +20,8 @@ import pytest
 
 from cluster.cli import consume
 from cluster.client import Consumer, TopicPartition
-from cluster.errors import LeaderNotAvailableError
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.errors import LeaderNotAvailableError
+from lograft.protocol.wire import broker_pb2 as pb
 from tests.integration.nodes import free_port
 from tests.unit.test_consumer_groups import FakeGroupBroker, Recorder, _config, _serve
 

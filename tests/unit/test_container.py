@@ -11,8 +11,8 @@ from cluster.container import (
     health_address,
     node_command,
 )
-from cluster.errors import InvalidConfigError
-from cluster.node_config import node_setting_names
+from lograft.protocol.errors import InvalidConfigError
+from lograft.protocol.node_config import node_setting_names
 
 
 def test_every_node_setting_has_one_environment_variable() -> None:

@@ -11,9 +11,8 @@ with warnings.catch_warnings():  # see tests/unit/test_kafka_python_compat.py
     warnings.filterwarnings("ignore", r"\w+ is deprecated\. Use files\(\)", DeprecationWarning)
     from kafka.record.default_records import DefaultRecordBatch
 
-from cluster.errors import CorruptMessageError
-from replica.batch_header import assign_offsets, parse_header, validate_batches
-from replica.control_records import (
+from lograft.protocol.batch_header import assign_offsets, parse_header, validate_batches
+from lograft.protocol.control_records import (
     AbortedBatchFilter,
     ControlType,
     EndTxnMarker,
@@ -21,7 +20,8 @@ from replica.control_records import (
     decode_marker,
     encode_marker_batch,
 )
-from replica.records import RecordBatchBuilder, iter_records
+from lograft.protocol.errors import CorruptMessageError
+from lograft.protocol.records import RecordBatchBuilder, iter_records
 
 NOW_MS = 1_700_000_000_000
 

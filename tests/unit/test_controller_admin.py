@@ -7,16 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from cluster.errors import (
-    InvalidConfigError,
-    InvalidPartitionsError,
-    InvalidReplicaAssignmentError,
-    InvalidReplicationFactorError,
-    InvalidRequestError,
-    LograftError,
-    UnknownTopicOrPartitionError,
-)
-from cluster.node_config import NODE_CONFIGS, NodeConfig
 from controller.logic import (
     AlterConfigOp,
     AlterConfigOpType,
@@ -35,9 +25,19 @@ from controller.logic import (
     incremental_alter_configs,
 )
 from controller.logic.configs import NODE_CONFIG_FIELDS
-from controller.metadata import ConfigRecord, ConfigResource, ConfigResourceType, PartitionRecord
-from replica.topic_config import TOPIC_CONFIGS, LogConfig
-from replica.topic_partition import MAX_PARTITIONS
+from lograft.metadata import ConfigRecord, ConfigResource, ConfigResourceType, PartitionRecord
+from lograft.protocol.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    LograftError,
+    UnknownTopicOrPartitionError,
+)
+from lograft.protocol.node_config import NODE_CONFIGS, NodeConfig
+from lograft.protocol.topic_config import TOPIC_CONFIGS, LogConfig
+from lograft.protocol.topic_partition import MAX_PARTITIONS
 from tests.unit.controller_fixtures import Cluster
 
 SET = AlterConfigOpType.SET

@@ -6,7 +6,6 @@ import uuid
 
 import pytest
 
-from cluster.errors import InvalidRequestError
 from controller.logic import (
     BrokerHeartbeatManager,
     BrokerHeartbeatRequest,
@@ -25,7 +24,7 @@ from controller.logic import (
     register_broker,
     unregister_broker,
 )
-from controller.metadata import (
+from lograft.metadata import (
     NO_LEADER,
     BrokerRegistrationChangeRecord,
     FenceBrokerRecord,
@@ -36,7 +35,8 @@ from controller.metadata import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
-from replica.topic_partition import TopicPartition
+from lograft.protocol.errors import InvalidRequestError
+from lograft.protocol.topic_partition import TopicPartition
 from tests.unit.controller_fixtures import Cluster
 
 LISTENERS = (Listener("PLAINTEXT", "127.0.0.1", 9092),)

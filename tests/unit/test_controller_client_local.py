@@ -10,9 +10,9 @@ from typing import Any, cast
 import pytest
 
 from cluster.controller_client import ControllerClient
-from cluster.errors import NotControllerError, RequestTimedOutError
-from cluster.wire import controller_pb2 as cpb
 from controller.quorum.driver import RaftDriver
+from lograft.protocol.errors import NotControllerError, RequestTimedOutError
+from lograft.protocol.wire import controller_pb2 as cpb
 
 # A voter whose address accepts nothing: a call that left the process would fail.
 VOTERS = {1: "127.0.0.1:9"}

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 import controller.logic
-import controller.metadata
+import lograft.metadata
 
 
 def test_public_names_are_pinned() -> None:
-    assert set(controller.metadata.__all__) == {
+    assert set(lograft.metadata.__all__) == {
         "NO_LEADER",
         "BrokerRegistration",
         "BrokerRegistrationChangeRecord",
@@ -105,7 +105,7 @@ def test_public_names_are_pinned() -> None:
         "unregister_broker",
         "validate_topic_configs",
     }
-    for package in (controller.metadata, controller.logic):
+    for package in (lograft.metadata, controller.logic):
         for name in package.__all__:
             assert hasattr(package, name), name
 

@@ -7,12 +7,6 @@ import uuid
 
 import pytest
 
-from cluster.errors import (
-    InvalidRequestError,
-    LograftError,
-    UnknownServerError,
-    UnknownTopicOrPartitionError,
-)
 from controller.logic import (
     AlterPartitionRequest,
     ElectionNotNeededError,
@@ -29,14 +23,20 @@ from controller.logic import (
     fence_brokers,
 )
 from controller.logic.producer_ids import MAX_PRODUCER_ID
-from controller.metadata import (
+from lograft.metadata import (
     MetadataImage,
     PartitionChangeRecord,
     ProducerIdsRecord,
     decode_snapshot,
     encode_snapshot,
 )
-from replica.topic_partition import TopicPartition
+from lograft.protocol.errors import (
+    InvalidRequestError,
+    LograftError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+)
+from lograft.protocol.topic_partition import TopicPartition
 from tests.unit.controller_fixtures import Cluster
 
 

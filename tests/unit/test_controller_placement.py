@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from cluster.errors import InvalidPartitionsError, InvalidReplicationFactorError
 from controller.logic import PlacementBroker, place_replicas
+from lograft.protocol.errors import InvalidPartitionsError, InvalidReplicationFactorError
 
 
 def _brokers(n: int, racks: int = 0) -> list[PlacementBroker]:

@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from cluster.errors import LograftError
 from controller.logic import (
     AlterPartitionRequest,
     BrokerHeartbeatManager,
@@ -39,7 +38,7 @@ from controller.logic import (
     register_broker,
     unregister_broker,
 )
-from controller.metadata import (
+from lograft.metadata import (
     NO_LEADER,
     Listener,
     MetadataDelta,
@@ -50,6 +49,7 @@ from controller.metadata import (
     encode_batch,
     encode_snapshot,
 )
+from lograft.protocol.errors import LograftError
 
 BROKERS = st.integers(0, 4)
 TOPICS = st.sampled_from(["a", "b", "c"])

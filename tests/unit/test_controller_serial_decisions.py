@@ -15,9 +15,9 @@ import random
 from dataclasses import dataclass, field
 
 from controller.logic import Decision
-from controller.metadata import NoOpRecord
 from controller.quorum.controller import QuorumController
 from controller.raft import Role
+from lograft.metadata import NoOpRecord
 
 
 @dataclass

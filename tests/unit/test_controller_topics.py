@@ -7,16 +7,6 @@ from collections import Counter
 
 import pytest
 
-from cluster.errors import (
-    InvalidConfigError,
-    InvalidPartitionsError,
-    InvalidReplicationFactorError,
-    InvalidRequestError,
-    InvalidTopicError,
-    LograftError,
-    TopicAlreadyExistsError,
-    UnknownTopicOrPartitionError,
-)
 from controller.logic import (
     ControllerConfig,
     NewTopic,
@@ -25,10 +15,20 @@ from controller.logic import (
     fence_brokers,
     unclean_leader_election_enabled,
 )
-from controller.metadata import (
+from lograft.metadata import (
     ConfigRecord,
     PartitionRecord,
     TopicRecord,
+)
+from lograft.protocol.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidTopicError,
+    LograftError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
 )
 from tests.unit.controller_fixtures import Cluster
 

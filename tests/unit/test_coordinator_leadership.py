@@ -9,7 +9,11 @@ from collections.abc import Callable
 
 import pytest
 
-from cluster.errors import CoordinatorLoadInProgressError, LograftError, NotCoordinatorError
+from lograft.protocol.errors import (
+    CoordinatorLoadInProgressError,
+    LograftError,
+    NotCoordinatorError,
+)
 from replica.group import GroupCoordinator
 from replica.txn import TransactionCoordinator
 

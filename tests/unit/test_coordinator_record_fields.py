@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.errors import CorruptMessageError
+from lograft.protocol.errors import CorruptMessageError
+from lograft.protocol.topic_partition import MAX_PARTITIONS
+from lograft.protocol.topic_partition import TopicPartition as TP
 from replica.coordinator_record_fields import MAX_STRING_BYTES, FieldReader, FieldWriter
 from replica.group.errors import GroupRecordError
-from replica.topic_partition import MAX_PARTITIONS
-from replica.topic_partition import TopicPartition as TP
 
 
 class DamagedError(CorruptMessageError):

@@ -29,28 +29,28 @@ from typing import Any, cast
 import grpc
 import pytest
 
-from cluster.errors import (
-    CoordinatorLoadInProgressError,
-    NotCoordinatorError,
-    RequestTimedOutError,
-)
 from cluster.kraft_broker import KRaftBroker
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from cluster.wire import controller_pb2 as cpb
-from controller.metadata import (
+from controller.quorum.metadata_machine import MetadataStateMachine
+from lograft.metadata import (
     Listener,
     PartitionChangeRecord,
     PartitionRecord,
     RegisterBrokerRecord,
     TopicRecord,
 )
-from controller.quorum.metadata_machine import MetadataStateMachine
+from lograft.protocol.errors import (
+    CoordinatorLoadInProgressError,
+    NotCoordinatorError,
+    RequestTimedOutError,
+)
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.wire import controller_pb2 as cpb
 from replica.broker_rpcs import BrokerEndpoint
 from replica.broker_service import BrokerService
 from replica.group_service import OFFSETS_TOPIC
 from replica.log_manager import LogManager
-from replica.topic_config import LogConfig
 from replica.txn_service import TRANSACTION_STATE_TOPIC
 from tests.unit.broker_fixtures import WAIT_S, Image, now_ms
 

@@ -18,7 +18,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster.errors import KafkaStorageError, MessageTooLargeError
 from controller.raft import (
     Entry,
     EntryKind,
@@ -47,6 +46,7 @@ from controller.storage.formats import (
     encode_snapshot,
     snapshot_file_name,
 )
+from lograft.protocol.errors import KafkaStorageError, MessageTooLargeError
 
 LOGGER = "controller.storage.recovery"
 

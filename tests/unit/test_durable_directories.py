@@ -1,4 +1,4 @@
-"""A created directory is durable only after its parent is fsynced (cluster/durable.py).
+"""A created directory is durable only after its parent is fsynced (proto/lograft/durable.py).
 
 Power loss cannot be simulated in a unit test; these tests record which directories are
 fsynced, which is what decides whether a new entry survives one (POSIX: a directory entry is
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster import durable
-from cluster.durable import create_directories
+from lograft import durable
+from lograft.durable import create_directories
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from lograft.protocol.topic_config import LogConfig
 from replica.log import log_checkpoints as log_checkpoints_module
 from replica.log.epoch_checkpoint import (
     LEADER_EPOCH_CHECKPOINT_FILE,
@@ -20,7 +21,6 @@ from replica.log.partition_log import PartitionLog, delete_files
 from replica.log.segment import LogSegment
 from replica.replication.errors import LeaderEpochCheckpointError
 from replica.replication.leader_epoch_cache import EpochEntry, LeaderEpochCache
-from replica.topic_config import LogConfig
 from tests.unit.log_fixtures import append_values, crash_copy, headers_of, read_all
 from tests.unit.test_follower_append import entries, follow, leader_batches
 

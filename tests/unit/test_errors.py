@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from cluster import errors
-from cluster.errors import LograftError, UnknownServerError, error_for_code
+from lograft.protocol import errors
+from lograft.protocol.errors import LograftError, UnknownServerError, error_for_code
 
 ERROR_CLASSES = [
     cls

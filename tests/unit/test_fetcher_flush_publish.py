@@ -16,14 +16,14 @@ import pytest
 
 import replica.fetcher as fetcher_module
 import replica.partition as partition_module
-from cluster.wire import broker_pb2 as pb
-from replica.batch_header import assign_offsets
+from lograft.protocol.batch_header import assign_offsets
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import broker_pb2 as pb
 from replica.fetcher import ReplicaFetcher, _Sent, to_core_response
 from replica.follower_fetch import NextFetch, handle_fetch_response
 from replica.log_manager import LogManager
 from replica.partition import Partition
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
 from tests.unit.log_fixtures import headers_of, make_batch
 
 TP = TopicPartition("t", 0)

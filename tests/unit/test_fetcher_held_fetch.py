@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 import replica.fetcher as fetcher_module
-from cluster.errors import UnknownServerError
-from cluster.framed.server import FramedListener
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.errors import UnknownServerError
+from lograft.protocol.framed.server import FramedListener
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import broker_pb2 as pb
 from replica.fetcher import ReplicaFetcher
 from replica.log_manager import LogManager
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
 
 # The fetcher's max wait here: far longer than any test waits, so a fetch held that long
 # is only ever given up.

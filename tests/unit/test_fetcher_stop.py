@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
 from replica.fetcher import FollowedPartition, ReplicaFetcher, ReplicaFetcherManager
 from replica.log_manager import LogManager
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
 
 # Far longer than a stop takes: only a fetcher that ignores its cancellation reaches it.
 HANG_S = 10.0

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster.errors import CorruptMessageError
-from replica.batch_header import assign_offsets, validate_batches
+from lograft.protocol.batch_header import assign_offsets, validate_batches
+from lograft.protocol.errors import CorruptMessageError
+from lograft.protocol.topic_config import LogConfig
 from replica.log.partition_log import PartitionLog
 from replica.replication.leader_epoch_cache import EpochEntry
-from replica.topic_config import LogConfig
 from tests.unit.log_fixtures import append_values, crash_copy, headers_of, make_batch, read_all
 
 SMALL = LogConfig(segment_bytes=600, index_interval_bytes=128, retention_ms=-1)

@@ -20,14 +20,14 @@ from typing import cast
 import grpc
 import pytest
 
-from replica.batch_header import validate_batches
+from lograft.protocol.batch_header import validate_batches
+from lograft.protocol.records import encode_batch
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
 from replica.broker_service import BrokerEndpoint, BrokerService
 from replica.fetcher import ReplicaFetcher
 from replica.log_manager import LogManager
 from replica.partition import Partition
-from replica.records import encode_batch
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
 A, B, C = 1, 2, 3

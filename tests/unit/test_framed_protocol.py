@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.errors import NetworkError, NotLeaderOrFollowerError, UnknownServerError
-from cluster.framed import client as client_module
-from cluster.framed.client import FramedChannel, _ClientConnection
-from cluster.framed.protocol import (
+from lograft.protocol.errors import NetworkError, NotLeaderOrFollowerError, UnknownServerError
+from lograft.protocol.framed import client as client_module
+from lograft.protocol.framed.client import FramedChannel, _ClientConnection
+from lograft.protocol.framed.protocol import (
     HEADER,
     MAGIC,
     FrameReceiver,
@@ -25,7 +25,7 @@ from cluster.framed.protocol import (
     error_text,
     take_frame,
 )
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2 as pb
 
 TIMEOUT_S = 10.0
 

@@ -9,7 +9,12 @@ import struct
 
 import pytest
 
-from cluster.errors import GroupIdNotFoundError, GroupSubscribedToTopicError, UnknownMemberIdError
+from lograft.protocol.errors import (
+    GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
+    UnknownMemberIdError,
+)
+from lograft.protocol.topic_partition import TopicPartition
 from replica.group import (
     GroupCoordinator,
     GroupRecord,
@@ -22,7 +27,6 @@ from replica.group import (
     encode_key,
 )
 from replica.group_rpcs import _client_host
-from replica.topic_partition import TopicPartition
 
 
 def _active() -> GroupCoordinator:

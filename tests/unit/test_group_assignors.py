@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.errors import UnsupportedAssignorError
+from lograft.protocol.errors import UnsupportedAssignorError
+from lograft.protocol.topic_partition import TopicPartition as TP
 from replica.group import (
     Assignment,
     assign,
@@ -19,7 +20,6 @@ from replica.group import (
     assign_roundrobin,
     canonical_assignor,
 )
-from replica.topic_partition import TopicPartition as TP
 
 
 def _tps(topic: str, *partitions: int) -> frozenset[TP]:

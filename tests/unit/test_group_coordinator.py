@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import pytest
 
 import replica.group
-from cluster.errors import (
+from lograft.protocol.errors import (
     CoordinatorLoadInProgressError,
     FencedMemberEpochError,
     GroupIdNotFoundError,
@@ -34,6 +34,7 @@ from cluster.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedAssignorError,
 )
+from lograft.protocol.topic_partition import TopicPartition as TP
 from replica.group import (
     CoordinatorState,
     GroupCoordinator,
@@ -50,7 +51,6 @@ from replica.group import (
     encode,
     partition_for_group,
 )
-from replica.topic_partition import TopicPartition as TP
 
 SESSION_MS = 1_000
 REBALANCE_MS = 500
@@ -488,7 +488,7 @@ def test_a_full_group_refuses_new_members() -> None:
 
 
 def test_bad_config_is_refused() -> None:
-    from cluster.errors import InvalidConfigError
+    from lograft.protocol.errors import InvalidConfigError
 
     for bad in (
         {"heartbeat_interval_ms": 2_000},

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.errors import CorruptMessageError
+from lograft.protocol.errors import CorruptMessageError
+from lograft.protocol.topic_partition import TopicPartition as TP
 from replica.group import (
     MAX_KEY_BYTES,
     MAX_VALUE_BYTES,
@@ -32,7 +33,6 @@ from replica.group import (
     encode_key,
     encode_value,
 )
-from replica.topic_partition import TopicPartition as TP
 
 PARTS = frozenset({TP("orders", 0), TP("orders", 7), TP("payments", 2)})
 

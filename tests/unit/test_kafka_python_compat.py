@@ -22,9 +22,15 @@ with warnings.catch_warnings():
     from kafka import codec as kafka_codec
     from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from replica.batch_header import parse_header, validate_batches
-from replica.compression import CompressionType, compress, decompress
-from replica.records import Record, RecordBatchBuilder, decode_records, encode_batch, iter_records
+from lograft.protocol.batch_header import parse_header, validate_batches
+from lograft.protocol.compression import CompressionType, compress, decompress
+from lograft.protocol.records import (
+    Record,
+    RecordBatchBuilder,
+    decode_records,
+    encode_batch,
+    iter_records,
+)
 
 CODECS = list(CompressionType)
 MAX_BATCH = 1 << 30

@@ -21,15 +21,9 @@ from typing import Any, cast
 
 import pytest
 
-from cluster.errors import (
-    LograftError,
-    NotEnoughReplicasError,
-    NotLeaderOrFollowerError,
-    StaleBrokerEpochError,
-)
 from cluster.kraft_broker import KRaftBroker
-from cluster.wire import controller_pb2 as cpb
-from controller.metadata import (
+from controller.quorum.metadata_machine import MetadataStateMachine
+from lograft.metadata import (
     ConfigRecord,
     ConfigResourceType,
     Listener,
@@ -37,13 +31,19 @@ from controller.metadata import (
     RegisterBrokerRecord,
     TopicRecord,
 )
-from controller.quorum.metadata_machine import MetadataStateMachine
+from lograft.protocol.errors import (
+    LograftError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    StaleBrokerEpochError,
+)
+from lograft.protocol.records import encode_batch as encode_records
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import controller_pb2 as cpb
 from replica.broker_rpcs import BrokerEndpoint
 from replica.log_manager import LogManager
 from replica.partition import Partition
-from replica.records import encode_batch as encode_records
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
 from tests.unit.broker_fixtures import Image, eventually, now_ms
 
 TP = TopicPartition("t", 0)

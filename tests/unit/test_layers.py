@@ -3,7 +3,8 @@
 ``LAYERS`` places each module, by a path glob, in one layer; the first matching row wins.
 Three rules follow from it:
 
-* every module of ``cluster``, ``controller``, ``replica``, ``spark`` and ``chaos`` is placed
+* every module of ``lograft`` (under ``proto/``), ``cluster``, ``controller``, ``replica``,
+  ``spark`` and ``chaos`` is placed
   (a new file fails until a row covers it, so each new module is placed on purpose);
 * imports point down: a module imports only from its own layer or the layers below it.
   Importing ``a.b.c`` also runs ``a/__init__`` and ``a/b/__init__``, so those count too;
@@ -26,7 +27,16 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("cluster", "controller", "replica", "spark", "chaos")
+PACKAGE_ROOTS: Mapping[str, Path] = {
+    "lograft": ROOT / "proto",  # the protocol and the metadata image (decision 0020)
+    "cluster": ROOT,
+    "controller": ROOT,
+    "replica": ROOT,
+    "spark": ROOT,
+    "chaos": ROOT,
+}
+"""Each first-party package and the directory its top level sits in."""
+PACKAGES = tuple(PACKAGE_ROOTS)
 
 
 class Layer(enum.IntEnum):
@@ -45,25 +55,18 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("cluster/__init__.py", Layer.PROTOCOL),
     ("controller/__init__.py", Layer.PROTOCOL),
     ("replica/__init__.py", Layer.PROTOCOL),
-    ("replica/records.py", Layer.PROTOCOL),
-    ("replica/varints.py", Layer.PROTOCOL),  # the records' zigzag varints
-    ("replica/record_codec.py", Layer.PROTOCOL),  # one record's bytes; decoding a batch
-    ("replica/batch_builder.py", Layer.PROTOCOL),  # RecordBatchBuilder, encode_batch
-    ("replica/control_records.py", Layer.PROTOCOL),  # transaction markers (control batches)
-    ("replica/batch_header.py", Layer.PROTOCOL),
-    ("replica/compression.py", Layer.PROTOCOL),
-    ("replica/topic_partition.py", Layer.PROTOCOL),
+    ("proto/lograft/__init__.py", Layer.PROTOCOL),
+    # Errors and their wire codes, the generated messages, the framed protocol, the record
+    # format, topic-partition and topic-config values: one package, importing no other.
+    ("proto/lograft/protocol/*", Layer.PROTOCOL),
     # The checked field codec of the coordinators' records: both the group and the
     # transaction coordinator cores use it, and neither may import the other.
     ("replica/coordinator_record_fields.py", Layer.PROTOCOL),
-    ("cluster/errors.py", Layer.PROTOCOL),
-    ("cluster/error_responses.py", Layer.PROTOCOL),  # error <-> wire error code
     ("controller/*/errors.py", Layer.PROTOCOL),  # the per-domain error modules
     ("replica/*/errors.py", Layer.PROTOCOL),
-    ("cluster/wire/*", Layer.PROTOCOL),  # generated from proto/
     # -- 2. Pure cores: inputs in, decisions out; no clock, socket, thread, disk, global random.
     ("controller/raft/*", Layer.CORE),
-    ("controller/metadata/*", Layer.CORE),
+    ("proto/lograft/metadata/*", Layer.CORE),
     ("controller/logic/*", Layer.CORE),
     ("replica/replication/*", Layer.CORE),
     ("replica/group/*", Layer.CORE),
@@ -73,18 +76,14 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("replica/coordinator_leadership.py", Layer.CORE),
     ("replica/producer_state.py", Layer.CORE),
     ("replica/partition_roles.py", Layer.CORE),  # metadata image -> local partition roles
-    ("replica/topic_config.py", Layer.CORE),  # topic config names, types, defaults, checks
     ("replica/produce_validation.py", Layer.CORE),  # what a leader checks in produced bytes
     ("cluster/client/_sequencing.py", Layer.CORE),  # the idempotent producer's sequences
     ("cluster/broker_lease.py", Layer.CORE),  # how long a broker may trust its leaderships
-    # Config definitions and checks: pure values that the controller logic describes and
-    # validates (DescribeConfigs on a broker), and that the node is built from.
-    ("cluster/node_config.py", Layer.CORE),
     # -- 3. Storage: the partition log and the metadata log, on disk.
     ("replica/log/*", Layer.STORAGE),
     ("replica/producer_snapshots.py", Layer.STORAGE),
     ("controller/storage/*", Layer.STORAGE),
-    ("cluster/durable.py", Layer.STORAGE),
+    ("proto/lograft/durable.py", Layer.STORAGE),  # atomic files, directory fsyncs
     # -- 4. Shells: asyncio + gRPC around a core; translate, call the core, perform its output.
     ("replica/partition.py", Layer.SHELL),
     ("replica/fetcher.py", Layer.SHELL),
@@ -106,8 +105,6 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("replica/producer_ids.py", Layer.SHELL),  # producer-id blocks: controller RPC or a file
     ("controller/quorum/*", Layer.SHELL),
     ("cluster/halt.py", Layer.SHELL),
-    # Framed Produce and Fetch on the listener's port (gRPC relayed); the fetcher's client.
-    ("cluster/framed/*", Layer.SHELL),  # halt on a broken invariant; shells re-raise through it
     # -- 5. Node and tools: the process, and what users run.
     ("cluster/node.py", Layer.NODE),
     ("cluster/allocator.py", Layer.NODE),  # the node process's malloc thresholds
@@ -131,31 +128,31 @@ CORE_DEPENDENCIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Cores that stand alone: besides the standard library they import only these (and
     # their submodules). Raft knows nothing of metadata; replication and groups know
     # nothing of the log or of each other.
-    ("controller/raft/*", ("controller.raft", "cluster.errors")),
-    ("replica/replication/*", ("replica.replication", "cluster.errors")),
+    ("controller/raft/*", ("controller.raft", "lograft.protocol.errors")),
+    ("replica/replication/*", ("replica.replication", "lograft.protocol.errors")),
     # Both coordinators' records share their field codec, replica.coordinator_record_fields,
     # and their leadership rule, replica.coordinator_leadership.
     (
         "replica/group/*",
         (
             "replica.group",
-            "replica.topic_partition",
+            "lograft.protocol.topic_partition",
             "replica.coordinator_record_fields",
             "replica.coordinator_leadership",
-            "cluster.errors",
+            "lograft.protocol.errors",
         ),
     ),
     (
         "replica/txn/*",
         (
             "replica.txn",
-            "replica.topic_partition",
+            "lograft.protocol.topic_partition",
             "replica.coordinator_record_fields",
             "replica.coordinator_leadership",
-            "cluster.errors",
+            "lograft.protocol.errors",
         ),
     ),
-    ("replica/coordinator_leadership.py", ("cluster.errors",)),
+    ("replica/coordinator_leadership.py", ("lograft.protocol.errors",)),
 )
 
 FORBIDDEN_IN_CORES = frozenset(
@@ -220,10 +217,11 @@ def layer_of(path: str) -> Layer | None:
 def first_party_modules(root: Path = ROOT) -> dict[str, Module]:
     """Every module of the first-party packages, by dotted name."""
     modules: dict[str, Module] = {}
-    for package in PACKAGES:
-        for file in sorted((root / package).rglob("*.py")):
+    for package, base in PACKAGE_ROOTS.items():
+        base = root / base.relative_to(ROOT)
+        for file in sorted((base / package).rglob("*.py")):
             path = file.relative_to(root).as_posix()
-            parts = path.removesuffix(".py").split("/")
+            parts = file.relative_to(base).as_posix().removesuffix(".py").split("/")
             if parts[-1] == "__init__":
                 parts.pop()
             modules[".".join(parts)] = Module(".".join(parts), path, file.read_text())
@@ -432,7 +430,7 @@ def test_the_checker_catches_violations() -> None:
             Module("replica.partition", "replica/partition.py", ""),
             Module("controller.raft", "controller/raft/__init__.py", ""),
             Module("controller.raft.errors", "controller/raft/errors.py", ""),
-            Module("controller.metadata.image", "controller/metadata/image.py", ""),
+            Module("lograft.metadata.image", "proto/lograft/metadata/image.py", ""),
             Module("replica.new_thing", "replica/new_thing.py", ""),
             Module(
                 "replica.partition_roles",
@@ -455,11 +453,15 @@ def test_the_checker_catches_violations() -> None:
                 "    Random()\n",
             ),
             Module("replica.log.segment", "replica/log/segment.py", "from ..partition import P\n"),
-            Module("cluster.errors", "cluster/errors.py", "from controller.raft import errors\n"),
+            Module(
+                "lograft.protocol.errors",
+                "proto/lograft/protocol/errors.py",
+                "from controller.raft import errors\n",
+            ),
             Module(
                 "controller.raft.node",
                 "controller/raft/node.py",
-                "from . import errors\nfrom controller.metadata.image import MetadataImage\n",
+                "from . import errors\nfrom lograft.metadata.image import MetadataImage\n",
             ),
         )
     }
@@ -476,8 +478,9 @@ def test_the_checker_catches_violations() -> None:
         ("replica.partition_roles", "random"),  # the module handed on
         ("replica.partition_roles", "random.Random"),  # its own RNG
         ("replica.log.segment", "replica.partition"),  # relative import, 3 -> 4
-        ("cluster.errors", "controller.raft.errors"),  # 1 -> 2 through controller/raft/__init__
-        ("controller.raft.node", "controller.metadata.image"),  # outside raft's dependencies
+        # 1 -> 2 through controller/raft/__init__
+        ("lograft.protocol.errors", "controller.raft.errors"),
+        ("controller.raft.node", "lograft.metadata.image"),  # outside raft's dependencies
     }
     messages = _format(check(fake))
     assert "replica.partition_roles (2 CORE) imports cluster.node (5 NODE)" in messages

@@ -19,14 +19,14 @@ from typing import cast
 import grpc
 import pytest
 
-from cluster.errors import FencedLeaderEpochError, NotLeaderOrFollowerError
-from cluster.wire import broker_pb2 as pb
-from replica.batch_header import validate_batches
+from lograft.protocol.batch_header import validate_batches
+from lograft.protocol.errors import FencedLeaderEpochError, NotLeaderOrFollowerError
+from lograft.protocol.records import encode_batch, iter_records
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import broker_pb2 as pb
 from replica.broker_service import BrokerEndpoint, BrokerService
 from replica.log_manager import LogManager
-from replica.records import encode_batch, iter_records
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
 
 LEADER, FOLLOWER = 1, 2
 REPLICAS = (1, 2, 3)

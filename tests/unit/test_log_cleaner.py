@@ -15,9 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster.errors import CorruptMessageError, InvalidRecordError, KafkaStorageError
-from cluster.wire import broker_pb2 as pb
-from replica.batch_header import (
+from lograft.protocol.batch_header import (
     ATTR_TRANSACTIONAL,
     BatchHeader,
     assign_offsets,
@@ -26,8 +24,12 @@ from replica.batch_header import (
     parse_header,
     validate_batches,
 )
+from lograft.protocol.control_records import EndTxnMarker, decode_marker, encode_marker_batch
+from lograft.protocol.errors import CorruptMessageError, InvalidRecordError, KafkaStorageError
+from lograft.protocol.records import Record, RecordBatchBuilder, encode_batch, iter_records
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.wire import broker_pb2 as pb
 from replica.broker_service import BrokerEndpoint, BrokerService
-from replica.control_records import EndTxnMarker, decode_marker, encode_marker_batch
 from replica.log.cleaner import (
     DELETE_HORIZON_FLAG,
     CleaningResult,
@@ -45,8 +47,6 @@ from replica.log_cleaner_loop import LogCleaner
 from replica.log_manager import LogManager
 from replica.producer_snapshots import load_producer_state, marker_reader
 from replica.producer_state import ProducerStateManager
-from replica.records import Record, RecordBatchBuilder, encode_batch, iter_records
-from replica.topic_config import LogConfig
 
 COMPACT = LogConfig(
     segment_bytes=700,

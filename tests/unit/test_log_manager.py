@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from cluster.errors import KafkaStorageError, TopicAlreadyExistsError
-from replica.batch_header import validate_batches
+from lograft.protocol.batch_header import validate_batches
+from lograft.protocol.errors import KafkaStorageError, TopicAlreadyExistsError
+from lograft.protocol.records import encode_batch
+from lograft.protocol.topic_config import LogConfig
 from replica.log.partition_log import LogFailureHandler, PartitionLog
 from replica.log_manager import LogManager
-from replica.records import encode_batch
-from replica.topic_config import LogConfig
 
 
 def _manager(data_dir: Path) -> LogManager:

@@ -12,7 +12,7 @@ from cluster.client._membership import (
     MemberState,
     Reconciliation,
 )
-from cluster.errors import IllegalStateError, InvalidRequestError, UnknownServerError
+from lograft.protocol.errors import IllegalStateError, InvalidRequestError, UnknownServerError
 
 A0, A1, A2, B0 = (
     TopicPartition("a", 0),

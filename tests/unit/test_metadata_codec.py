@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cluster.wire import metadata_pb2 as pb
-from controller.metadata import (
+from lograft.metadata import (
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     ConfigResourceType,
@@ -38,7 +37,8 @@ from controller.metadata import (
     encode_record,
     encode_snapshot,
 )
-from controller.metadata.codec import MAX_BATCH_BYTES
+from lograft.metadata.codec import MAX_BATCH_BYTES
+from lograft.protocol.wire import metadata_pb2 as pb
 from tests.unit.controller_fixtures import Cluster
 
 T1 = uuid.UUID(int=0x1234_5678_9ABC)

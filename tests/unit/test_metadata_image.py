@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from controller.metadata import (
+from lograft.metadata import (
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     ConfigResource,
@@ -27,7 +27,7 @@ from controller.metadata import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
-from replica.topic_partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 
 T1 = uuid.UUID(int=0x1111)
 T2 = uuid.UUID(int=0x2222)

@@ -12,9 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from cluster.errors import InvalidConfigError
 from cluster.node import _parse_args, node_settings
-from cluster.node_config import (
+from cluster.node_health import assess, health_main
+from controller.logic import BrokerRegistrationRequest, register_broker
+from controller.logic.configs import describe_broker_configs
+from lograft.metadata import Listener, decode_snapshot, encode_snapshot
+from lograft.protocol.errors import InvalidConfigError
+from lograft.protocol.node_config import (
     BROKER_TO_TOPIC_CONFIG,
     IDENTITY_SETTINGS,
     NODE_CONFIGS,
@@ -23,11 +27,7 @@ from cluster.node_config import (
     node_setting_names,
     parse_listeners,
 )
-from cluster.node_health import assess, health_main
-from cluster.wire import node_pb2 as npb
-from controller.logic import BrokerRegistrationRequest, register_broker
-from controller.logic.configs import describe_broker_configs
-from controller.metadata import Listener, decode_snapshot, encode_snapshot
+from lograft.protocol.wire import node_pb2 as npb
 from tests.integration.nodes import free_port
 from tests.unit.controller_fixtures import Cluster
 

@@ -22,15 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from cluster.errors import KafkaStorageError
+from lograft.protocol.batch_header import validate_batches
+from lograft.protocol.errors import KafkaStorageError
+from lograft.protocol.records import encode_batch
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
 from replica import flush_worker
 from replica import partition as partition_module
-from replica.batch_header import validate_batches
 from replica.log.partition_log import LogFailureHandler, PartitionLog
 from replica.partition import INLINE_FLUSH_MAX_S, Partition
-from replica.records import encode_batch
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
 SLOW_S = 5 * INLINE_FLUSH_MAX_S

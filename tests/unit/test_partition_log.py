@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from cluster.errors import KafkaStorageError, OffsetOutOfRangeError
-from replica.batch_header import BatchHeader, validate_batches
+from lograft.protocol.batch_header import BatchHeader, validate_batches
+from lograft.protocol.errors import KafkaStorageError, OffsetOutOfRangeError
+from lograft.protocol.topic_config import LogConfig
 from replica.log import segment as segment_module
 from replica.log.partition_log import (
     CLEAN_SHUTDOWN_FILE,
@@ -27,7 +28,6 @@ from replica.log.partition_log import (
     delete_files,
 )
 from replica.log.segment import LogSegment, SegmentRecovery
-from replica.topic_config import LogConfig
 from tests.unit.log_fixtures import (
     append_values,
     crash_copy,

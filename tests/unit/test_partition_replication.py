@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from cluster.errors import (
+from lograft.protocol.batch_header import iter_headers, validate_batches
+from lograft.protocol.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
 )
-from replica.batch_header import iter_headers, validate_batches
+from lograft.protocol.records import encode_batch
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
 from replica.log.partition_log import PartitionLog
 from replica.partition import Partition
-from replica.records import encode_batch
 from replica.replication import DivergingEpoch
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
 CONFIG = LogConfig().with_overrides({"flush.policy": "interval", "min.insync.replicas": "2"})

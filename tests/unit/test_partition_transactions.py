@@ -12,20 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from cluster.errors import (
+from lograft.protocol.batch_builder import RecordBatchBuilder
+from lograft.protocol.batch_header import iter_headers, validate_batches
+from lograft.protocol.control_records import EndTxnMarker
+from lograft.protocol.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceNumberError,
     TransactionCoordinatorFencedError,
 )
-from replica.batch_builder import RecordBatchBuilder
-from replica.batch_header import iter_headers, validate_batches
-from replica.control_records import EndTxnMarker
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
 from replica.log.partition_log import PartitionLog
 from replica.partition import Partition
 from replica.producer_state import AbortedTxn
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
 CONFIG = LogConfig().with_overrides({"flush.policy": "interval", "min.insync.replicas": "1"})

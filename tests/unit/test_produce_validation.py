@@ -12,15 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from cluster.errors import CorruptMessageError, InvalidRecordError, MessageTooLargeError
-from replica.batch_header import ATTR_DELETE_HORIZON, ATTR_TRANSACTIONAL, batch_crc, parse_header
-from replica.compression import CompressionType
+from lograft.protocol.batch_header import (
+    ATTR_DELETE_HORIZON,
+    ATTR_TRANSACTIONAL,
+    batch_crc,
+    parse_header,
+)
+from lograft.protocol.compression import CompressionType
+from lograft.protocol.errors import CorruptMessageError, InvalidRecordError, MessageTooLargeError
+from lograft.protocol.records import encode_batch
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
 from replica.log.partition_log import PartitionLog
 from replica.partition import Partition
 from replica.produce_validation import validate_produced
-from replica.records import encode_batch
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
 DELETE = LogConfig()

@@ -19,8 +19,12 @@ import pytest
 
 from cluster.client import Producer
 from cluster.client._clock import ManualClock
-from cluster.errors import MessageTooLargeError, NotLeaderOrFollowerError, RequestTimedOutError
-from replica.records import iter_records
+from lograft.protocol.errors import (
+    MessageTooLargeError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+)
+from lograft.protocol.records import iter_records
 from tests.unit.producer_fixtures import TIMEOUT_S, FakeLeader, Plan, fake_leader
 
 COORDINATOR_NOT_AVAILABLE = 15

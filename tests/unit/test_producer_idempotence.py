@@ -19,7 +19,13 @@ from cluster.client._accumulator import ProducerBatch, requeue
 from cluster.client._clock import ManualClock
 from cluster.client._sequencing import PartitionSequences
 from cluster.client.producer import PRODUCER_CONFIGS
-from cluster.errors import (
+from lograft.protocol.batch_header import (
+    BatchHeader,
+    parse_header,
+    validate_batches,
+    with_producer_fields,
+)
+from lograft.protocol.errors import (
     InvalidConfigError,
     InvalidRequestError,
     MessageTooLargeError,
@@ -27,14 +33,8 @@ from cluster.errors import (
     OutOfOrderSequenceNumberError,
     RequestTimedOutError,
 )
-from replica.batch_header import (
-    BatchHeader,
-    parse_header,
-    validate_batches,
-    with_producer_fields,
-)
+from lograft.protocol.records import RecordBatchBuilder, encode_batch, iter_records
 from replica.producer_state import ProducerStateManager
-from replica.records import RecordBatchBuilder, encode_batch, iter_records
 from tests.unit.producer_fixtures import (
     PRODUCER_ID,
     TIMEOUT_S,

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from cluster.client import Producer
-from cluster.errors import InvalidRecordError, MessageTooLargeError
-from replica.records import iter_records
+from lograft.protocol.errors import InvalidRecordError, MessageTooLargeError
+from lograft.protocol.records import iter_records
 from tests.unit.producer_fixtures import TIMEOUT_S, FakeLeader, Plan, fake_leader
 
 

@@ -24,7 +24,8 @@ from cluster.client._sequencing import (
     PartitionSequences,
     Sequencer,
 )
-from cluster.errors import (
+from lograft.protocol.batch_header import BatchHeader
+from lograft.protocol.errors import (
     LograftError,
     MessageTooLargeError,
     NetworkError,
@@ -32,9 +33,8 @@ from cluster.errors import (
     OutOfOrderSequenceNumberError,
     RequestTimedOutError,
 )
-from replica.batch_header import BatchHeader
+from lograft.protocol.topic_partition import TopicPartition
 from replica.producer_state import Duplicate, ProducerStateManager
-from replica.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
 
@@ -92,8 +92,8 @@ def test_the_core_imports_no_clock_thread_socket_or_io() -> None:
         "dataclasses",
         "logging",
         "typing",
-        "cluster.errors",
-        "replica.topic_partition",
+        "lograft.protocol.errors",
+        "lograft.protocol.topic_partition",
     }
     assert imported <= allowed, imported - allowed
 

@@ -12,20 +12,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from cluster.errors import (
-    InvalidProducerEpochError,
-    InvalidRecordError,
-    InvalidTxnStateError,
-    OutOfOrderSequenceNumberError,
-)
-from replica.batch_header import (
+from lograft.protocol.batch_header import (
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
     BatchHeader,
     iter_headers,
     validate_batches,
 )
-from replica.control_records import EndTxnMarker
+from lograft.protocol.control_records import EndTxnMarker
+from lograft.protocol.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceNumberError,
+)
+from lograft.protocol.records import encode_batch
+from lograft.protocol.topic_config import LogConfig
 from replica.log.partition_log import PartitionLog
 from replica.producer_state import (
     MAX_SEQUENCE,
@@ -39,8 +41,6 @@ from replica.producer_state import (
     parse_snapshot_file_name,
     snapshot_file_name,
 )
-from replica.records import encode_batch
-from replica.topic_config import LogConfig
 
 PID = 1000
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from cluster.client import AsyncProducer, ConsumerGroupMetadata, Producer, TopicPartition
-from cluster.errors import (
+from lograft.protocol.errors import (
     ClusterAuthorizationFailedError,
     InvalidProducerEpochError,
     LograftError,

@@ -1,7 +1,7 @@
 """The Raft core's public names are pinned and its messages are values.
 
 Its purity (no clock, socket, thread, disk or global random; only ``controller.raft`` and
-``cluster.errors`` imported) is checked with every other layer rule in
+``lograft.protocol.errors`` imported) is checked with every other layer rule in
 ``tests/unit/test_layers.py``.
 """
 

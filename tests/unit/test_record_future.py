@@ -11,7 +11,7 @@ import pytest
 
 from cluster.client import RecordFuture, RecordMetadata
 from cluster.client._record_future import BatchOutcome
-from cluster.errors import NotEnoughReplicasError
+from lograft.protocol.errors import NotEnoughReplicasError
 
 
 def test_records_of_a_batch_get_consecutive_offsets_and_their_own_timestamps() -> None:

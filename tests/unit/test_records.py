@@ -11,10 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import replica.varints as varints
-from cluster.errors import CorruptMessageError, UnsupportedCompressionTypeError
-from replica.batch_builder import encode_records
-from replica.batch_header import (
+import lograft.protocol.varints as varints
+from lograft.protocol.batch_builder import encode_records
+from lograft.protocol.batch_header import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
@@ -24,9 +23,10 @@ from replica.batch_header import (
     parse_header,
     validate_batches,
 )
-from replica.compression import CompressionType
-from replica.record_codec import encode_headers
-from replica.records import (
+from lograft.protocol.compression import CompressionType
+from lograft.protocol.errors import CorruptMessageError, UnsupportedCompressionTypeError
+from lograft.protocol.record_codec import encode_headers
+from lograft.protocol.records import (
     LOG_APPEND_TIME,
     Record,
     RecordBatchBuilder,
@@ -250,7 +250,7 @@ def test_log_append_time_uses_max_timestamp() -> None:
 
 
 def test_default_timestamp_is_wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("replica.batch_builder.time.time", lambda: 1_700_000_000.1234)
+    monkeypatch.setattr("lograft.protocol.batch_builder.time.time", lambda: 1_700_000_000.1234)
     builder = RecordBatchBuilder()
     builder.append(b"now")
     assert decode(builder.build())[0].timestamp == 1_700_000_000_123
@@ -625,9 +625,9 @@ def _forge_count(batch: bytes, count: int) -> bytes:
 
 @pytest.mark.parametrize("codec", [1, 2, 3, 4])
 def test_compressed_record_count_is_checked(codec: int) -> None:
-    from cluster.errors import CorruptMessageError
-    from replica.batch_header import parse_header, validate_batches
-    from replica.records import check_compressed_records
+    from lograft.protocol.batch_header import parse_header, validate_batches
+    from lograft.protocol.errors import CorruptMessageError
+    from lograft.protocol.records import check_compressed_records
 
     batch = encode_batch([b"one", b"two", b"three"], compression=codec)
     check_compressed_records(batch, parse_header(batch))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import replica.replication
-from cluster.errors import (
+from lograft.protocol.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidUpdateVersionError,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replica.batch_header import BatchHeader, assign_offsets, validate_batches
+from lograft.protocol.batch_header import BatchHeader, assign_offsets, validate_batches
 from replica.log.offset_index import CorruptIndexError
 from replica.log.segment import LogSegment, parse_segment_file_name, segment_file
 from tests.unit.log_fixtures import headers_of, make_batch

@@ -9,7 +9,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 types = pytest.importorskip("pyspark.sql.types")
 
-from cluster.errors import InvalidConfigError  # noqa: E402
+from lograft.protocol.errors import InvalidConfigError  # noqa: E402
 from spark.arrow_records import check_sink_schema, columns_of  # noqa: E402
 
 

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from cluster.errors import IllegalStateError, InvalidConfigError, OffsetOutOfRangeError
-from replica.topic_partition import TopicPartition
+from lograft.protocol.errors import IllegalStateError, InvalidConfigError, OffsetOutOfRangeError
+from lograft.protocol.topic_partition import TopicPartition
 from spark.offsets import (
     EARLIEST,
     LATEST,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cluster.client.producer import PRODUCER_CONFIGS
-from cluster.errors import InvalidConfigError
+from lograft.protocol.errors import InvalidConfigError
 from spark.options import client_config, option, option_int
 
 

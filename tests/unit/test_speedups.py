@@ -1,4 +1,4 @@
-"""The C record codec (``replica._speedups``) against the Python codec it accelerates.
+"""The C record codec (``lograft.protocol._speedups``) against the Python codec it accelerates.
 
 Each C function must return exactly what the Python code returns for the same input, or
 decline (``None``) so that the Python code decides: the C decoder must never accept a batch
@@ -16,20 +16,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster.client.consumer import ConsumerRecord
-from cluster.errors import CorruptMessageError
-from replica import batch_builder, record_codec
-from replica.batch_builder import encode_records
-from replica.batch_header import parse_header
-from replica.compression import CompressionType
-from replica.record_codec import _batch_records_data, decode_records, decode_rows, encode_headers
-from replica.records import LOG_APPEND_TIME, RecordBatchBuilder, encode_batch
+from lograft.protocol import batch_builder, record_codec
+from lograft.protocol.batch_builder import encode_records
+from lograft.protocol.batch_header import parse_header
+from lograft.protocol.compression import CompressionType
+from lograft.protocol.errors import CorruptMessageError
+from lograft.protocol.record_codec import (
+    _batch_records_data,
+    decode_records,
+    decode_rows,
+    encode_headers,
+)
+from lograft.protocol.records import LOG_APPEND_TIME, RecordBatchBuilder, encode_batch
 
 try:
-    from replica import _speedups
+    from lograft.protocol import _speedups
 except ImportError:  # pragma: no cover - only on a machine without a C compiler
     if os.environ.get("LOGRAFT_REQUIRE_SPEEDUPS"):
         raise
-    pytest.skip("replica._speedups is not built (no C compiler)", allow_module_level=True)
+    pytest.skip("lograft.protocol._speedups is not built (no C compiler)", allow_module_level=True)
 
 
 @contextmanager

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from chaos.torn_tails import DAMAGE_KINDS, tear_tails
+from lograft.protocol.record_codec import iter_records
+from lograft.protocol.topic_config import LogConfig
 from replica.log.partition_log import PartitionLog
-from replica.record_codec import iter_records
-from replica.topic_config import LogConfig
 from tests.unit.log_fixtures import append_values
 
 BATCHES = 20

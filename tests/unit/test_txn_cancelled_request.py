@@ -24,13 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from cluster.errors import LograftError
+from lograft.protocol.errors import LograftError
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
 from replica.coordinator_log import append_acks_all
 from replica.log.partition_log import PartitionLog
 from replica.log_manager import LogManager
 from replica.partition import Partition
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
 from replica.txn.coordinator import MarkerJob
 from replica.txn.metadata import TxnState
 from replica.txn_service import TRANSACTION_STATE_TOPIC, TransactionService

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
     CorruptMessageError,
@@ -19,7 +19,7 @@ from cluster.errors import (
     InvalidTxnStateError,
     ProducerFencedError,
 )
-from replica.topic_partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 from replica.txn import (
     MAX_PRODUCER_EPOCH,
     EndResult,

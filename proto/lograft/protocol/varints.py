@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from cluster.errors import CorruptMessageError
+from lograft.protocol.errors import CorruptMessageError
 
 __all__ = [
     "INT32_MAX",
@@ -39,7 +39,7 @@ MAX_VARINT_BYTES = 10
 """The longest varlong; a varint never needs more than 5."""
 
 # With 2**14 entries, values under 16 KiB and batches of up to 16384 records never leave the
-# tables; this table and the two built from it in replica.batch_builder cost about 3.5 MB
+# tables; this table and the two built from it in lograft.protocol.batch_builder cost about 3.5 MB
 # and 10 ms at import, which the bulk encoder earns back within a few batches.
 TABLE_SIZE = 1 << 14
 """Zigzag varints of ``0 .. TABLE_SIZE - 1`` are looked up in :data:`VARINT_TABLE`."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from cluster.errors import InvalidRequestError, InvalidTopicError
+from lograft.protocol.errors import InvalidRequestError, InvalidTopicError
 
 __all__ = ["MAX_PARTITIONS", "TopicPartition", "partition_for_name", "validate_topic_name"]
 

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from cluster.errors import InvalidConfigError
+from lograft.protocol.errors import InvalidConfigError
 
 __all__ = ["MAX_LONG", "TOPIC_CONFIGS", "CleanupPolicy", "ConfigDef", "FlushPolicy", "LogConfig"]
 

@@ -32,7 +32,7 @@ import lz4.frame as _lz4frame
 import snappy as _snappy
 import zstandard as _zstd
 
-from cluster.errors import CorruptMessageError, UnsupportedCompressionTypeError
+from lograft.protocol.errors import CorruptMessageError, UnsupportedCompressionTypeError
 
 __all__ = [
     "DEFAULT_MAX_DECOMPRESSED_SIZE",

@@ -16,11 +16,11 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from cluster import errors
-from cluster.errors import LograftError, UnknownServerError
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import controller_pb2 as cpb
-from cluster.wire import raft_pb2 as rpb
+from lograft.protocol import errors
+from lograft.protocol.errors import LograftError, UnknownServerError
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import controller_pb2 as cpb
+from lograft.protocol.wire import raft_pb2 as rpb
 
 __all__ = [
     "HEADER",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cluster.errors import InvariantError, LograftError
+from lograft.protocol.errors import InvariantError, LograftError
 
 __all__ = ["CorruptMetadataError", "MetadataInvariantError"]
 
@@ -24,6 +24,6 @@ class MetadataInvariantError(InvariantError):
 
     A committed record that cannot be replayed means a controller bug; the node must stop
     rather than serve metadata that differs from its peers', so this is never caught and
-    logged away (except by :func:`~controller.metadata.codec.decode_snapshot`, which turns it
+    logged away (except by :func:`~lograft.metadata.codec.decode_snapshot`, which turns it
     into :class:`CorruptMetadataError` because a snapshot from disk or a peer is untrusted).
     """

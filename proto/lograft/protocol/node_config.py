@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from cluster.errors import InvalidConfigError
-from replica.topic_config import TOPIC_CONFIGS, LogConfig
+from lograft.protocol.errors import InvalidConfigError
+from lograft.protocol.topic_config import TOPIC_CONFIGS, LogConfig
 
 if TYPE_CHECKING:
     # Only the type of ``data_dir``: parsing a config touches no disk (tests/unit/test_layers.py).

@@ -3,11 +3,11 @@
 :class:`RecordBatchBuilder` accumulates records one at a time, as a Kafka producer does;
 :func:`encode_batch` encodes a whole list of values (and keys) with one timestamp and no
 headers, the commonest batch, much faster and to the same bytes. Both frame the records
-(:mod:`replica.record_codec`) in a 61-byte header (:mod:`replica.batch_header`) with a
-CRC-32C, compressing them first if asked.
+(:mod:`lograft.protocol.record_codec`) in a 61-byte header
+(:mod:`lograft.protocol.batch_header`) with a CRC-32C, compressing them first if asked.
 
 Building is hot: producers encode many small records. :func:`encode_batch` and
-:func:`encode_records` encode a whole batch's records in one C call (``replica._speedups``)
+:func:`encode_records` encode a whole batch's records in one C call (``lograft.protocol._speedups``)
 when the extension is built; their Python encoders, the reference, look small varints up in
 precomputed tables and assemble a batch with one ``b"".join``.
 """
@@ -22,8 +22,7 @@ from typing import cast
 
 import crc32c as _crc32c
 
-from cluster.errors import UnsupportedCompressionTypeError
-from replica.batch_header import (
+from lograft.protocol.batch_header import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
@@ -31,9 +30,10 @@ from replica.batch_header import (
     LOG_OVERHEAD,
     MAGIC,
 )
-from replica.compression import CompressionType, compress
-from replica.record_codec import encode_record
-from replica.varints import (
+from lograft.protocol.compression import CompressionType, compress
+from lograft.protocol.errors import UnsupportedCompressionTypeError
+from lograft.protocol.record_codec import encode_record
+from lograft.protocol.varints import (
     INT32_MAX,
     INT64_MAX,
     INT64_MIN,
@@ -44,7 +44,7 @@ from replica.varints import (
 )
 
 try:
-    from replica import _speedups
+    from lograft.protocol import _speedups
 except ImportError:  # built without a C compiler: the Python encoders below do it all
     _speedups = None  # type: ignore[assignment]
 
@@ -161,7 +161,7 @@ class RecordBatchBuilder:
     ) -> None:
         """Start an empty batch.
 
-        ``compression`` is a codec id (:class:`~replica.compression.CompressionType`);
+        ``compression`` is a codec id (:class:`~lograft.protocol.compression.CompressionType`);
         ``timestamp_type`` is ``CREATE_TIME`` (0) or ``LOG_APPEND_TIME`` (1). Raises
         ``UnsupportedCompressionTypeError`` or ``ValueError`` for values out of range.
         """
@@ -367,7 +367,7 @@ def encode_records(
     """One batch of records sent one at a time: the producer's open batch, encoded at once.
 
     ``keys`` and ``timestamps`` run alongside ``values``; ``headers`` holds each record's
-    :func:`replica.record_codec.encode_headers` bytes, or is None when no record has any.
+    :func:`lograft.protocol.record_codec.encode_headers` bytes, or is None when no record has any.
     The first timestamp is the batch's base, the largest its maximum; timestamps must be
     non-negative 64-bit integers (``Producer.send`` checks), so every delta fits a varlong.
     The same bytes as :class:`RecordBatchBuilder` gives for the same records, several times

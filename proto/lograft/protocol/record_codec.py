@@ -14,13 +14,13 @@ Each record is::
     headers         keyLength varint, key (UTF-8), valueLength varint (-1 = null), value
 
 With compression, the bytes of all records (not the 61-byte header) are compressed together.
-The batch around the records is :mod:`replica.batch_header`'s (parsing, CRC) and
-:mod:`replica.batch_builder`'s (building); :mod:`replica.varints` has the varints.
+The batch around the records is :mod:`lograft.protocol.batch_header`'s (parsing, CRC) and
+:mod:`lograft.protocol.batch_builder`'s (building); :mod:`lograft.protocol.varints` has the varints.
 
 Decoding is hot (consumers decode every record they read). :func:`decode_records` reads
 one- and two-byte varints inline and calls out only for longer ones. :func:`decode_rows`,
 the consumer's decoder, builds a batch's ``ConsumerRecord`` tuples in one call of the C
-decoder (``replica._speedups``) when it is built; otherwise, and for whatever the C decoder
+decoder (``lograft.protocol._speedups``) when it is built; otherwise, and for whatever the C decoder
 declines, it uses :func:`decode_columns`' Python path, which returns a batch as columns
 (offsets, timestamps, keys, values, headers) and decodes the commonest batch, whose records
 all have the same key and value lengths and no headers, without a Python loop per record:
@@ -38,8 +38,7 @@ from itertools import repeat
 from operator import add
 from typing import NamedTuple, TypeVar, cast
 
-from cluster.errors import CorruptMessageError
-from replica.batch_header import (
+from lograft.protocol.batch_header import (
     ATTR_COMPRESSION_MASK,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -48,11 +47,12 @@ from replica.batch_header import (
     check_stored_batch,
     parse_header,
 )
-from replica.compression import CompressionType, decompress
-from replica.varints import TABLE_SIZE, VARINT_TABLE, encode_varint, read_raw_varint
+from lograft.protocol.compression import CompressionType, decompress
+from lograft.protocol.errors import CorruptMessageError
+from lograft.protocol.varints import TABLE_SIZE, VARINT_TABLE, encode_varint, read_raw_varint
 
 try:
-    from replica import _speedups
+    from lograft.protocol import _speedups
 except ImportError:  # built without a C compiler: the Python decoder below does it all
     _speedups = None  # type: ignore[assignment]
 
@@ -201,7 +201,7 @@ def _decode(
     """Decode ``count`` records that fill ``data`` exactly.
 
     Each varint is read inline when it is one or two bytes long (lengths under 8 KiB,
-    offset deltas under 8192) and by :func:`~replica.varints.read_raw_varint` otherwise.
+    offset deltas under 8192) and by :func:`~lograft.protocol.varints.read_raw_varint` otherwise.
     Lengths are checked once per record: a record must end exactly where its length says,
     which also catches any field running past it.
     """
@@ -437,7 +437,7 @@ def decode_rows(
     consumer's records, built without a Python call per record.
 
     ``row_type`` is ``tuple`` or a named tuple of those seven fields. The same records,
-    checks and errors as :func:`decode_records`. The C decoder (``replica._speedups``)
+    checks and errors as :func:`decode_records`. The C decoder (``lograft.protocol._speedups``)
     decodes a batch whole when it is built; anything it declines (a malformed batch, to
     raise the right error) goes through :func:`decode_columns`' Python decoders.
     """

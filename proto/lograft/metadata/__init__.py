@@ -5,7 +5,7 @@ when replayed (:class:`MetadataImage`, :class:`MetadataDelta`), ``codec`` their 
 encoding for log entries and snapshots.
 """
 
-from controller.metadata.codec import (
+from lograft.metadata.codec import (
     decode_batch,
     decode_record,
     decode_snapshot,
@@ -13,8 +13,8 @@ from controller.metadata.codec import (
     encode_record,
     encode_snapshot,
 )
-from controller.metadata.errors import CorruptMetadataError, MetadataInvariantError
-from controller.metadata.image import (
+from lograft.metadata.errors import CorruptMetadataError, MetadataInvariantError
+from lograft.metadata.image import (
     BrokerRegistration,
     ConfigResource,
     MetadataDelta,
@@ -22,7 +22,7 @@ from controller.metadata.image import (
     PartitionRegistration,
     TopicImage,
 )
-from controller.metadata.records import (
+from lograft.metadata.records import (
     NO_LEADER,
     BrokerRegistrationChangeRecord,
     ConfigRecord,

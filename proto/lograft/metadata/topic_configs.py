@@ -1,18 +1,18 @@
 """Validation of topic configs, including those the controller reads itself.
 
-The log's configs are defined and checked by :data:`replica.topic_config.TOPIC_CONFIGS`. The
-controller additionally reads ``unclean.leader.election.enable``, which that table does not
-define yet; it is accepted and checked here until it is added there, and then that table's
-definition wins.
+The log's configs are defined and checked by
+:data:`lograft.protocol.topic_config.TOPIC_CONFIGS`. The controller additionally reads
+``unclean.leader.election.enable``, which that table does not define yet; it is accepted and
+checked here until it is added there, and then that table's definition wins.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from cluster.errors import InvalidConfigError
-from controller.metadata.image import MetadataImage
-from replica.topic_config import TOPIC_CONFIGS, LogConfig
+from lograft.metadata.image import MetadataImage
+from lograft.protocol.errors import InvalidConfigError
+from lograft.protocol.topic_config import TOPIC_CONFIGS, LogConfig
 
 __all__ = [
     "UNCLEAN_LEADER_ELECTION_ENABLE",

@@ -1,7 +1,7 @@
 """Metadata records as typed values: what the controller appends and every node replays.
 
 Each class mirrors one message of ``proto/metadata.proto`` (and one of Kafka's KRaft
-records of the same name); :mod:`controller.metadata.codec` converts between the two. Values
+records of the same name); :mod:`lograft.metadata.codec` converts between the two. Values
 here are what the pure code works with, so a record can be built, compared and matched on
 without touching protobuf.
 """

@@ -1,8 +1,8 @@
 /* The record codec's two hot loops, in C: encoding the records of a batch, and decoding a
  * batch's records straight into consumer records.
  *
- * Both are accelerators for pure-Python code that stays the reference (replica/batch_builder.py,
- * replica/record_codec.py): each either returns exactly what the Python code returns for the
+ * Both are accelerators for pure-Python code that stays the reference (proto/lograft/protocol/batch_builder.py,
+ * proto/lograft/protocol/record_codec.py): each either returns exactly what the Python code returns for the
  * same input, or returns None and lets the Python code decide. So the decoder never raises
  * for malformed bytes (the Python decoder raises the typed CorruptMessageError), and the
  * encoder handles bytes and None only (the Python encoder reports other types).
@@ -546,8 +546,8 @@ static PyMethodDef speedups_methods[] = {
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
-    "replica._speedups",
-    "The record codec's hot loops in C; replica.record_codec and replica.batch_builder hold\n"
+    "lograft.protocol._speedups",
+    "The record codec's hot loops in C; lograft.protocol.record_codec and lograft.protocol.batch_builder hold\n"
     "the reference Python code and use these when the extension is built.",
     -1,
     speedups_methods,

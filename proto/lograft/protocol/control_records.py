@@ -23,16 +23,16 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cluster.errors import CorruptMessageError
-from replica.batch_builder import RecordBatchBuilder
-from replica.batch_header import (
+from lograft.protocol.batch_builder import RecordBatchBuilder
+from lograft.protocol.batch_header import (
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
     BatchHeader,
     check_stored_batch,
     parse_header,
 )
-from replica.record_codec import decode_records
+from lograft.protocol.errors import CorruptMessageError
+from lograft.protocol.record_codec import decode_records
 
 __all__ = [
     "CONTROL_RECORD_VERSION",
@@ -143,7 +143,7 @@ def decode_marker(batch: bytes | bytearray | memoryview) -> EndTxnMarker | None:
 
 class AbortedBatchFilter:
     """What a ``read_committed`` reader drops from a fetch (Kafka's ``Fetcher`` rule); a
-    :data:`~replica.record_codec.BatchSkip` for ``iter_records``.
+    :data:`~lograft.protocol.record_codec.BatchSkip` for ``iter_records``.
 
     ``aborted`` holds ``(producer id, first offset)`` of each aborted transaction the fetch
     answer named. Walking the batches in order, a producer is *aborting* from its first

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import crc32c as _crc32c
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     CorruptMessageError,
     InvalidRecordError,
     MessageTooLargeError,

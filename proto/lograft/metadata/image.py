@@ -16,7 +16,7 @@ returns a new image that shares the untouched parts with the old one.
 
 Replay checks every invariant (ISR non-empty and within the replicas, leader in the ISR or
 -1, epochs never decrease, references to known brokers and topics) and raises
-:class:`~controller.metadata.errors.MetadataInvariantError` when one would break: a
+:class:`~lograft.metadata.errors.MetadataInvariantError` when one would break: a
 committed record that breaks one is a controller bug, and the node must stop.
 """
 
@@ -27,8 +27,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from controller.metadata.errors import MetadataInvariantError
-from controller.metadata.records import (
+from lograft.metadata.errors import MetadataInvariantError
+from lograft.metadata.records import (
     NO_LEADER,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
@@ -46,7 +46,7 @@ from controller.metadata.records import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
-from replica.topic_partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = [
     "BrokerRegistration",

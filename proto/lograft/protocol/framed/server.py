@@ -1,6 +1,6 @@
 """The node's listener: framed calls served here, every other connection relayed to gRPC.
 
-A connection's first five bytes decide what it is. :data:`~cluster.framed.protocol.MAGIC`
+A connection's first five bytes decide what it is. :data:`~lograft.protocol.framed.protocol.MAGIC`
 makes it a framed connection: each request frame is decoded, handed to the Broker service's
 own handler (the same coroutine gRPC calls) as a task, and answered when that task ends, so a
 Fetch held by the broker does not stall the calls behind it. Anything else (gRPC's HTTP/2
@@ -22,8 +22,13 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from cluster.errors import InvalidRequestError, InvariantError, LograftError, UnknownServerError
-from cluster.framed.protocol import (
+from lograft.protocol.errors import (
+    InvalidRequestError,
+    InvariantError,
+    LograftError,
+    UnknownServerError,
+)
+from lograft.protocol.framed.protocol import (
     HEADER,
     MAGIC,
     METHODS,

@@ -1,4 +1,4 @@
-"""The record codec's hot loops in C (replica/_speedups.c); see its docstrings."""
+"""The record codec's hot loops in C (proto/lograft/protocol/_speedups.c); see its docstrings."""
 
 from collections.abc import Sequence
 

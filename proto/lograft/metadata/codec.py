@@ -7,7 +7,7 @@ header followed by one serialized ``MetadataSnapshot`` (``proto/metadata.proto``
 
 Everything decoded here may come from a peer or a damaged disk, so decoding checks sizes
 before parsing, checks every field it converts, and raises
-:class:`~controller.metadata.errors.CorruptMetadataError` (never anything else) on bad input.
+:class:`~lograft.metadata.errors.CorruptMetadataError` (never anything else) on bad input.
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from cluster.wire import metadata_pb2 as pb
-from controller.metadata.errors import CorruptMetadataError, MetadataInvariantError
-from controller.metadata.image import MetadataDelta, MetadataImage
-from controller.metadata.records import (
+from lograft.metadata.errors import CorruptMetadataError, MetadataInvariantError
+from lograft.metadata.image import MetadataDelta, MetadataImage
+from lograft.metadata.records import (
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     ConfigResourceType,
@@ -41,6 +40,7 @@ from controller.metadata.records import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
+from lograft.protocol.wire import metadata_pb2 as pb
 
 __all__ = [
     "MAX_BATCH_BYTES",

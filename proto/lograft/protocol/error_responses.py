@@ -8,8 +8,8 @@ active controller and the controller itself all answer that way.
 
 from __future__ import annotations
 
-from cluster.errors import LograftError
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.errors import LograftError
+from lograft.protocol.wire import broker_pb2 as pb
 
 __all__ = [
     "alter_configs_failed",

@@ -23,8 +23,13 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from cluster.errors import LograftError, NetworkError, RequestTimedOutError, UnknownServerError
-from cluster.framed.protocol import (
+from lograft.protocol.errors import (
+    LograftError,
+    NetworkError,
+    RequestTimedOutError,
+    UnknownServerError,
+)
+from lograft.protocol.framed.protocol import (
     HEADER,
     MAGIC,
     METHOD_IDS,

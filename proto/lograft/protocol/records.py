@@ -1,7 +1,7 @@
 """The records inside a Kafka RecordBatch v2, encoded and decoded byte for byte.
 
 The broker never needs this module on its produce path (it validates headers only, see
-:mod:`replica.batch_header`); clients, tools and tests do. Each record is::
+:mod:`lograft.protocol.batch_header`); clients, tools and tests do. Each record is::
 
     length          varint   bytes after this field
     attributes      int8     unused, 0
@@ -20,25 +20,31 @@ With compression, the bytes of all records (not the 61-byte header) are compress
 The code lives in one module per concept; this module gathers their public names, the
 import path every caller uses:
 
-* :mod:`replica.varints`: zigzag varints (``encode_varlong``, ``read_varlong``);
-* :mod:`replica.record_codec`: one record's bytes, and decoding the records of a batch
+* :mod:`lograft.protocol.varints`: zigzag varints (``encode_varlong``, ``read_varlong``);
+* :mod:`lograft.protocol.record_codec`: one record's bytes, and decoding the records of a batch
   (``Record``, ``decode_records``, ``iter_records``, ``check_compressed_records``);
-* :mod:`replica.batch_builder`: building batches (``RecordBatchBuilder``, ``encode_batch``).
+* :mod:`lograft.protocol.batch_builder`: building batches (``RecordBatchBuilder``,
+  ``encode_batch``).
 """
 
 from __future__ import annotations
 
 import logging
 
-from replica.batch_builder import CREATE_TIME, LOG_APPEND_TIME, RecordBatchBuilder, encode_batch
-from replica.record_codec import (
+from lograft.protocol.batch_builder import (
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    RecordBatchBuilder,
+    encode_batch,
+)
+from lograft.protocol.record_codec import (
     Header,
     Record,
     check_compressed_records,
     decode_records,
     iter_records,
 )
-from replica.varints import encode_varlong, read_varlong
+from lograft.protocol.varints import encode_varlong, read_varlong
 
 __all__ = [
     "CREATE_TIME",

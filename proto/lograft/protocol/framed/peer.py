@@ -1,7 +1,7 @@
 """Calls from one node to another, from the node's own loop: framed, else gRPC.
 
 A :class:`PeerChannel` makes a call as a frame when the method has one
-(:data:`~cluster.framed.protocol.METHODS`) and the peer answered the framed handshake;
+(:data:`~lograft.protocol.framed.protocol.METHODS`) and the peer answered the framed handshake;
 otherwise, and for a peer that speaks only gRPC (an older lograft during a rolling upgrade,
 or a bare gRPC server in a test), over a ``grpc.aio`` channel it opens on first need. Either
 way a failure is a ``LograftError``: no answer in time is ``RequestTimedOutError``, and any
@@ -17,9 +17,9 @@ from typing import Any
 
 import grpc
 
-from cluster.errors import NetworkError, RequestTimedOutError
-from cluster.framed.client import FramedChannel
-from cluster.framed.protocol import METHOD_IDS, NotFramedError
+from lograft.protocol.errors import NetworkError, RequestTimedOutError
+from lograft.protocol.framed.client import FramedChannel
+from lograft.protocol.framed.protocol import METHOD_IDS, NotFramedError
 
 __all__ = ["PeerChannel"]
 
