@@ -40,7 +40,7 @@ from ._clock import Clock
 from ._record_future import BatchOutcome
 
 if TYPE_CHECKING:
-    from .producer import _Bulk
+    from ._bulk import BulkCall
 
 __all__ = [
     "BATCH_OVERHEAD",
@@ -107,7 +107,7 @@ class ProducerBatch:
         self.data: bytes | None = None
         self.outcome: BatchOutcome | None = None
         """Shared by the futures of the records sent one at a time (None for bulk)."""
-        self.bulk: _Bulk | None = None
+        self.bulk: BulkCall | None = None
         self.bulk_start = 0
         self.record_count = 0
         self.size = BATCH_OVERHEAD
@@ -309,7 +309,7 @@ class RecordAccumulator:
 
     def append_bulk(
         self,
-        bulk: _Bulk,
+        bulk: BulkCall,
         topic: str,
         partition: int,
         values: Sequence[bytes],

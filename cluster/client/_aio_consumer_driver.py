@@ -25,7 +25,8 @@ from ._aio_buffer import RecordBuffer
 from ._aio_rebalance import IN_CALLBACK
 from ._aio_worker import Worker
 from ._connection import TopicPartition
-from .consumer import Consumer, ConsumerBatch, ConsumerRecord
+from ._consumer_values import ConsumerBatch, ConsumerRecord
+from .consumer import Consumer
 
 __all__ = ["ConsumerDriver"]
 

@@ -22,7 +22,8 @@ from lograft.protocol.errors import IllegalStateError
 
 from ._aio_worker import Worker
 from ._connection import TopicPartition
-from .consumer import Consumer, ConsumerRebalanceListener, RebalanceCallback
+from ._consumer_values import ConsumerRebalanceListener, RebalanceCallback
+from .consumer import Consumer
 
 if TYPE_CHECKING:
     from .aio import AsyncConsumer, AsyncConsumerRebalanceListener, AsyncRebalanceCallback

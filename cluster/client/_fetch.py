@@ -48,7 +48,7 @@ from ._connection import Connections, TopicPartition
 from ._subscription import CompletedFetch, PartitionState, SubscriptionState
 
 if TYPE_CHECKING:
-    from .consumer import ConsumerBatch, ConsumerRecord
+    from ._consumer_values import ConsumerBatch, ConsumerRecord
 
 __all__ = ["FETCH_AHEAD", "FetchCall", "Fetcher"]
 

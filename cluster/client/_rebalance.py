@@ -30,7 +30,8 @@ from ._membership import MemberState, Reconciliation
 from ._subscription import SubscriptionState
 
 if TYPE_CHECKING:
-    from .consumer import Consumer, ConsumerRebalanceListener, RebalanceCallback
+    from ._consumer_values import ConsumerRebalanceListener, RebalanceCallback
+    from .consumer import Consumer
 
 __all__ = ["Rebalancer"]
 
