@@ -1,5 +1,5 @@
 """The consumer's values: what ``poll`` and ``poll_batches`` return, the group metadata a
-transactional producer needs, and the rebalance callbacks' types.
+transactional producer needs, and the rebalance listener.
 
 A leaf of the client: the helpers that build or pass these values import them from here,
 not from the ``Consumer`` facade (``cluster.client.consumer`` re-exports them).
@@ -7,24 +7,19 @@ not from the ``Consumer`` facade (``cluster.client.consumer`` re-exports them).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from lograft.protocol.batch_header import parse_header
 from lograft.protocol.record_codec import decode_rows
 
 from ._connection import TopicPartition
 
-if TYPE_CHECKING:
-    from .consumer import Consumer
-
 __all__ = [
     "ConsumerBatch",
     "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
-    "RebalanceCallback",
 ]
 
 
@@ -37,10 +32,6 @@ class ConsumerGroupMetadata:
     group_id: str
     member_id: str = ""
     member_epoch: int = -1
-
-
-RebalanceCallback = Callable[["Consumer", list[TopicPartition]], None]
-"""``callback(consumer, partitions)``: what ``subscribe`` calls on a rebalance."""
 
 
 class ConsumerRebalanceListener:

@@ -72,10 +72,10 @@ from ._consumer_values import (
     ConsumerGroupMetadata,
     ConsumerRebalanceListener,
     ConsumerRecord,
-    RebalanceCallback,
 )
 from ._fetch import FetchCall, Fetcher
 from ._group_client import CoordinatorClient, GroupMember
+from ._list_offsets import list_offsets
 from ._lookups import Lookup, Lookups
 from ._rebalance import Rebalancer
 from ._subscription import EARLIEST, LATEST, SubscriptionState
@@ -99,6 +99,9 @@ logger = logging.getLogger(__name__)
 
 _CLOSE_TIMEOUT_MS = 30000
 
+
+RebalanceCallback = Callable[["Consumer", list[TopicPartition]], None]
+"""``callback(consumer, partitions)``: what ``subscribe`` calls on a rebalance."""
 
 _Response = tuple[FetchCall, Any] | Lookup | None
 """A fetch outcome, a finished lookup, or ``None``: a wake-up."""
@@ -396,14 +399,14 @@ class Consumer:
 
     def beginning_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """The first offset of each partition."""
-        found = self._conn.list_offsets({tp: EARLIEST for tp in partitions}, self._api_ms())
+        found = list_offsets(self._conn, {tp: EARLIEST for tp in partitions}, self._api_ms())
         return {tp: found[tp][0] for tp in partitions}
 
     def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """The end offset of each partition: the high watermark, or with
         ``isolation.level=read_committed`` the last stable offset."""
-        found = self._conn.list_offsets(
-            {tp: LATEST for tp in partitions}, self._api_ms(), self._isolation_level
+        found = list_offsets(
+            self._conn, {tp: LATEST for tp in partitions}, self._api_ms(), self._isolation_level
         )
         return {tp: found[tp][0] for tp in partitions}
 

@@ -24,19 +24,15 @@ import enum
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGE_ROOTS: Mapping[str, Path] = {
-    "lograft": ROOT / "proto",  # the protocol and the metadata image (decision 0020)
-    "cluster": ROOT,
-    "controller": ROOT,
-    "replica": ROOT,
-    "spark": ROOT,
-    "chaos": ROOT,
-}
-"""Each first-party package and the directory its top level sits in."""
-PACKAGES = tuple(PACKAGE_ROOTS)
+from tests.unit.imports_model import (
+    PACKAGES,
+    Module,
+    first_party_modules,
+    import_cycles,
+    imports,
+    runtime_nodes,
+)
 
 
 class Layer(enum.IntEnum):
@@ -177,24 +173,93 @@ FORBIDDEN_IN_CORES = frozenset(
     }
 )
 FORBIDDEN_CALLS_IN_CORES = frozenset({"open", "print", "input", "eval", "exec", "__import__"})
+FORBIDDEN_IN_CORES_TOO = frozenset({"secrets", "ctypes"})
+"""Randomness from the OS, and raw memory: a core's output must follow from its inputs."""
+FORBIDDEN_ATTRIBUTES_IN_CORES = frozenset({"uuid.uuid1", "uuid.uuid4", "logging.getLogger"})
+"""Fresh ids come from the caller (a seeded simulation must replay them), and so does the
+logger: a core logs through the one its shell gives it (the shell names it, and a
+simulation can tell its nodes apart)."""
 
-KNOWN_VIOLATIONS: Mapping[tuple[str, str], str] = {
-    # (importer, imported): why it is still here. Remove a row once it is fixed.
+# What each package of the node-and-tools layer may import, besides its own modules and the
+# standard library and third-party packages: the first row whose glob matches the module's
+# path names every first-party prefix it may import (its own among them).
+# The client is what users import, so it stands on the protocol alone; the tools build on
+# the client; only the node (and the chaos suite, which reads replicas' files) sees inside.
+NODE_MODULES = (
+    "cluster.node",
+    "cluster.kraft_broker",
+    "cluster.broker_frontend",
+    "cluster.controller_client",
+    "cluster.txn_peers",
+    "cluster.broker_lease",
+    "cluster.halt",
+    "cluster.allocator",
+    "cluster.loop_monitor",
+    "cluster.node_health",
+    "cluster.container",
+)
+PACKAGE_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("cluster/client/*", "the client", ("cluster.client", "lograft.protocol")),
+    (
+        "cluster/cli/*",
+        "the CLI",
+        ("cluster.cli", "lograft.protocol", "cluster.client", "cluster.launcher"),
+    ),
+    (
+        "cluster/launcher/*",
+        "the launcher",
+        (
+            "cluster.launcher",
+            "lograft.protocol",
+            "lograft.durable",
+            "cluster.client",
+            "cluster.status",
+            "cluster.node_health",
+        ),
+    ),
+    ("cluster/demo.py", "the demo", ("lograft.protocol", "cluster.client", "cluster.launcher")),
+    ("cluster/status.py", "cluster status", ("lograft.protocol", "cluster.client")),
+    ("spark/*", "the Spark connector", ("lograft.protocol", "cluster.client")),
+    (
+        "chaos/*",
+        "the chaos suite",
+        (
+            "lograft.protocol",
+            "cluster.client",
+            "cluster.launcher",
+            "cluster.container",
+            "cluster.node",
+            "replica.log",
+        ),
+    ),
+    ("cluster/*", "the node", ("lograft", "controller", "replica", *NODE_MODULES)),
+)
+OUTSIDE_THE_LIBRARY = frozenset({"tests", "bench", "docs"})
+"""Top-level directories of the repository that no library module may import."""
+KNOWN_CYCLES: Mapping[tuple[str, ...], str] = {
+    # (modules, sorted): why the loop is still there. Remove a row once it is fixed.
+    ("controller.raft._leader", "controller.raft._node_state"): (
+        "the Raft roles share fields through mixins until they are composed (issue 41, item 5)"
+    ),
 }
 
-
-@dataclass(frozen=True)
-class Module:
-    """One first-party module: its dotted name, path (relative to the root) and source."""
-
-    name: str
-    path: str
-    source: str
-
-    @property
-    def is_package(self) -> bool:
-        """Whether this is a package's ``__init__``."""
-        return self.path.endswith("/__init__.py")
+_MODULE_LOGGER = "a module-level logger until its shell passes one in (issue 41, item 5)"
+KNOWN_VIOLATIONS: Mapping[tuple[str, str], str] = {
+    # (importer, imported): why it is still here. Remove a row once it is fixed.
+    **{
+        (core, "logging.getLogger"): _MODULE_LOGGER
+        for core in (
+            "cluster.client._sequencing",
+            "controller.raft.quorum_state",
+            "replica.group._membership",
+            "replica.group._offsets",
+            "replica.group.coordinator",
+            "replica.replication.follower_state",
+            "replica.replication.leader_state",
+            "replica.txn.coordinator",
+        )
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -212,62 +277,6 @@ def layer_of(path: str) -> Layer | None:
         if fnmatchcase(path, pattern):
             return layer
     return None
-
-
-def first_party_modules(root: Path = ROOT) -> dict[str, Module]:
-    """Every module of the first-party packages, by dotted name."""
-    modules: dict[str, Module] = {}
-    for package, base in PACKAGE_ROOTS.items():
-        base = root / base.relative_to(ROOT)
-        for file in sorted((base / package).rglob("*.py")):
-            path = file.relative_to(root).as_posix()
-            parts = file.relative_to(base).as_posix().removesuffix(".py").split("/")
-            if parts[-1] == "__init__":
-                parts.pop()
-            modules[".".join(parts)] = Module(".".join(parts), path, file.read_text())
-    return modules
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    if isinstance(test, ast.Name):
-        return test.id == "TYPE_CHECKING"
-    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-
-
-def runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    """Every node that can run: the bodies of ``if TYPE_CHECKING:`` are left out."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            stack.extend(node.orelse)
-            stack.append(node.test)
-        else:
-            stack.extend(ast.iter_child_nodes(node))
-
-
-def imports(module: Module, known: Mapping[str, Module]) -> Iterator[tuple[str, int]]:
-    """``(imported module, line)`` for each runtime import, relative ones resolved.
-
-    ``from a.b import c`` imports ``a.b.c`` when that is a module, else ``a.b``.
-    """
-    tree = ast.parse(module.source, module.path)
-    for node in runtime_nodes(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield alias.name, node.lineno
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                package = module.name.split(".")
-                if not module.is_package:
-                    package.pop()
-                package = package[: len(package) - (node.level - 1)]
-                base = ".".join([*package, base] if base else package)
-            named = {f"{base}.{alias.name}" for alias in node.names}
-            for imported in sorted({name if name in known else base for name in named}):
-                yield imported, node.lineno
 
 
 def _with_parents(importer: str, imported: str) -> Iterator[tuple[str, bool]]:
@@ -295,9 +304,15 @@ def check(modules: Mapping[str, Module]) -> list[Violation]:
             continue
         for imported, line in imports(module, modules):
             where = f"{module.path}:{line}"
-            if imported.split(".")[0] in PACKAGES:
+            top = imported.split(".")[0]
+            if top in PACKAGES:
                 violations.extend(_check_edge(module, layer, imported, where, modules))
-            elif layer is Layer.CORE and imported.split(".")[0] in FORBIDDEN_IN_CORES:
+                violations.extend(_check_package_rule(module, imported, where))
+            elif top in OUTSIDE_THE_LIBRARY:
+                violations.append(
+                    Violation(module.name, imported, f"{where}: library code imports {imported}")
+                )
+            elif layer is Layer.CORE and top in FORBIDDEN_IN_CORES | FORBIDDEN_IN_CORES_TOO:
                 violations.append(
                     Violation(module.name, imported, f"{where}: a pure core imports {imported}")
                 )
@@ -306,9 +321,32 @@ def check(modules: Mapping[str, Module]) -> list[Violation]:
     return violations
 
 
+def _check_package_rule(module: Module, imported: str, where: str) -> Iterator[Violation]:
+    """An import of another first-party package that the importer's package rule omits."""
+    if imported.split(".")[0] == module.name.split(".")[0] and not module.path.startswith(
+        "cluster/"
+    ):
+        return  # within its own package (cluster's parts have rules of their own)
+    for pattern, label, allowed in PACKAGE_RULES:
+        if not fnmatchcase(module.path, pattern):
+            continue
+        if any(imported == p or imported.startswith(f"{p}.") for p in allowed):
+            return
+        yield Violation(
+            module.name,
+            imported,
+            f"{where}: {module.name} imports {imported}; {label} may import only "
+            f"{', '.join(allowed)}",
+        )
+        return
+
+
 def _check_edge(
     module: Module, layer: Layer, imported: str, where: str, modules: Mapping[str, Module]
 ) -> Iterator[Violation]:
+    if imported not in modules and not any(t in modules for t, _ in _with_parents("", imported)):
+        yield Violation(module.name, imported, f"{where}: {imported} does not exist")
+        return
     for target, implicit in _with_parents(module.name, imported):
         if target not in modules:
             continue
@@ -353,6 +391,9 @@ def _check_core_body(module: Module) -> Iterator[Violation]:
     }
     for node in nodes:
         where = f"{module.path}:{getattr(node, 'lineno', 0)}"
+        banned = _banned_attribute(node)
+        if banned is not None:
+            yield Violation(module.name, banned, f"{where}: a pure core uses {banned}")
         if isinstance(node, ast.ImportFrom) and node.module == "random" and not node.level:
             for alias in node.names:
                 if alias.name != "Random":
@@ -386,6 +427,18 @@ def _check_core_body(module: Module) -> Iterator[Violation]:
                     "random.Random",
                     f"{where}: makes its own random.Random: take the caller's",
                 )
+
+
+def _banned_attribute(node: ast.AST) -> str | None:
+    """``uuid.uuid4``, ``logging.getLogger``, ... as an attribute or a name imported."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        name = f"{node.value.id}.{node.attr}"
+        return name if name in FORBIDDEN_ATTRIBUTES_IN_CORES else None
+    if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        for alias in node.names:
+            if f"{node.module}.{alias.name}" in FORBIDDEN_ATTRIBUTES_IN_CORES:
+                return f"{node.module}.{alias.name}"
+    return None
 
 
 def _format(violations: list[Violation]) -> str:
@@ -487,3 +540,55 @@ def test_the_checker_catches_violations() -> None:
     assert "replica/log/segment.py:1" in messages
     assert "(2 CORE) through the package controller.raft" in messages
     assert messages.count("makes its own random.Random") == 2
+
+
+CYCLES = import_cycles(MODULES)
+
+
+def test_no_module_imports_itself_around_a_loop() -> None:
+    """Import cycles, ``if TYPE_CHECKING:`` imports included (they tie the definitions
+    together as much as runtime ones), except the known ones."""
+    new = [" -> ".join(c) for c in CYCLES if c not in KNOWN_CYCLES]
+    assert not new, "import cycles:\n" + "\n".join(new)
+    fixed = sorted(set(KNOWN_CYCLES) - set(CYCLES))
+    assert not fixed, f"fixed, remove from KNOWN_CYCLES: {fixed}"
+
+
+def test_the_package_rules_and_the_cycle_check_catch_violations() -> None:
+    """A client module importing the broker, a library module importing the tests, a
+    missing module, and a loop of two modules through ``if TYPE_CHECKING:``."""
+    fake = {
+        m.name: m
+        for m in (
+            Module("replica.partition", "replica/partition.py", ""),
+            Module("lograft.protocol.errors", "proto/lograft/protocol/errors.py", ""),
+            Module(
+                "cluster.client.producer",
+                "cluster/client/producer.py",
+                "from replica.partition import Partition\n"
+                "from lograft.protocol.errors import LograftError\n"
+                "from tests.unit.broker_fixtures import Image\n"
+                "from cluster.client.gone import nothing\n"
+                "from cluster.client.consumer import Consumer\n",
+            ),
+            Module(
+                "cluster.client.consumer",
+                "cluster/client/consumer.py",
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n"
+                "    from cluster.client.producer import Producer\n",
+            ),
+            Module("spark.sink", "spark/sink.py", "from cluster.node import Node\n"),
+            Module("cluster.node", "cluster/node.py", "from cluster.cli import main\n"),
+            Module("cluster.cli", "cluster/cli/__init__.py", ""),
+        )
+    }
+    found = {(v.importer, v.imported) for v in check(fake)}
+    assert found == {
+        ("cluster.client.producer", "replica.partition"),  # the client sees the broker
+        ("cluster.client.producer", "tests.unit.broker_fixtures"),
+        ("cluster.client.producer", "cluster.client.gone"),  # does not exist
+        ("spark.sink", "cluster.node"),
+        ("cluster.node", "cluster.cli"),
+    }
+    assert import_cycles(fake) == [("cluster.client.consumer", "cluster.client.producer")]
