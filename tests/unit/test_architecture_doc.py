@@ -54,9 +54,12 @@ def unresolved(text: str, root: Path = REPO_ROOT) -> list[str]:
         target = root / path if "/" in path else _find(root, path)
         if target is None or not target.exists():
             missing.append(path)
-        elif name is not None and path.endswith(".py"):
-            if name not in _defined_names(ast.parse(target.read_text())):
-                missing.append(f"{path}:{name}")
+        elif (
+            name is not None
+            and path.endswith(".py")
+            and name not in _defined_names(ast.parse(target.read_text()))
+        ):
+            missing.append(f"{path}:{name}")
     return missing
 
 
