@@ -1,6 +1,6 @@
 """One chaos run: start a cluster, load it, inject the scheduled faults, heal, drain, check.
 
-:func:`run` starts its own three-node cluster on a :class:`~chaos.nemesis.Target` (local
+:func:`run` starts its own three-node cluster on a :class:`~chaos.targets.Target` (local
 processes on free ports with their data under the results directory, each node in a network
 namespace of its own when the scenario cuts the network, the data on LazyFS when it loses
 power; or the compose project, its data on LazyFS when it loses power), creates a
@@ -41,19 +41,13 @@ from typing import Any
 
 from chaos.busy import BusyLoops
 from chaos.checker import CheckResult, FinalState, check
+from chaos.compose_target import ComposeTarget
 from chaos.history import HistoryWriter, Op
-from chaos.nemesis import (
-    END_OF_FAULTS,
-    ComposeTarget,
-    LocalTarget,
-    Nemesis,
-    ReplicaLogs,
-    Target,
-    under_replicated,
-)
+from chaos.nemesis import END_OF_FAULTS, Nemesis
 from chaos.node_events import mark_logs, read_events, read_halts
 from chaos.report import render_report
 from chaos.scenarios import scenario, schedule
+from chaos.targets import LocalTarget, ReplicaLogs, Target, under_replicated
 from chaos.workload import (
     WORKLOADS,
     AssignConsumerWorker,
@@ -155,6 +149,7 @@ def _make_target(options: RunOptions, out: Path) -> Target:
     )
 
 
+# Over 70 lines: a run's phases in order, sharing the workers and target its cleanup stops.
 def run(options: RunOptions) -> dict[str, Any]:
     """Run one scenario; returns its summary (see the module docstring)."""
     workload = WORKLOADS[options.workload]

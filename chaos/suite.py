@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from chaos.checker import KINDS
-from chaos.nemesis import SCENARIOS
 from chaos.runner import RunOptions, run
+from chaos.scenarios import SCENARIOS
 
 __all__ = [
     "LONG_SET",

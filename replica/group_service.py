@@ -48,6 +48,7 @@ from replica.group import (
     CoordinatorState,
     GroupCoordinator,
     GroupCoordinatorConfig,
+    GroupLoggers,
     GroupRecord,
     partition_for_group,
 )
@@ -58,6 +59,13 @@ from replica.partition import Partition
 __all__ = ["OFFSETS_TOPIC", "GroupService"]
 
 log = logging.getLogger(__name__)
+# The core's loggers, named after its modules as when each made its own: its log lines, and
+# whatever filters on those names, are unchanged.
+_CORE_LOGGERS = GroupLoggers(
+    coordinator=logging.getLogger("replica.group.coordinator"),
+    membership=logging.getLogger("replica.group._membership"),
+    offsets=logging.getLogger("replica.group._offsets"),
+)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 #: The ticker sleeps until the earliest member deadline, but at least this long (a tick that
@@ -136,7 +144,11 @@ class GroupService:
             if index not in self._slots:
                 slot = _Slot(
                     GroupCoordinator(
-                        random.Random(), self._config, partition=index, leader_epoch=epoch
+                        random.Random(),
+                        self._config,
+                        loggers=_CORE_LOGGERS,
+                        partition=index,
+                        leader_epoch=epoch,
                     )
                 )
                 self._slots[index] = slot

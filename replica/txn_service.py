@@ -65,6 +65,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+# The core's logger, named after its module as when it made its own: its log lines, and
+# whatever filters on that name, are unchanged.
+_CORE_LOGGER = logging.getLogger("replica.txn.coordinator")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 TICK_INTERVAL_S = 1.0
@@ -190,6 +193,7 @@ class TransactionService:
                     max_timeout_ms=self._config.max_timeout_ms,
                     two_phase_enabled=self._config.two_phase_enabled,
                     id_expiration_ms=self._config.id_expiration_ms,
+                    logger=_CORE_LOGGER,
                 )
                 slot = self._slots[index] = _Slot(coordinator)
                 slot.loader = asyncio.create_task(self._load(index, slot), name=f"txn-load-{index}")

@@ -86,8 +86,6 @@ __all__ = [
     "Sequencer",
 ]
 
-log = logging.getLogger(__name__)
-
 MAX_IN_FLIGHT = 5
 """Kafka's limit on ``max.in.flight.requests.per.connection`` for an idempotent producer,
 and here also on a partition's sequence window (its oldest unresolved batch and every batch
@@ -187,11 +185,15 @@ class EpochBump:
 
 
 class Sequencer:
-    """Producer id, epoch and every partition's sequences; see the module docstring."""
+    """Producer id, epoch and every partition's sequences; see the module docstring.
 
-    __slots__ = ("partitions", "producer_epoch", "producer_id", "transactional")
+    ``logger`` is the producer's (a pure core creates none).
+    """
 
-    def __init__(self, transactional: bool = False) -> None:
+    __slots__ = ("_log", "partitions", "producer_epoch", "producer_id", "transactional")
+
+    def __init__(self, transactional: bool = False, *, logger: logging.Logger) -> None:
+        self._log = logger
         self.producer_id = -1
         self.producer_epoch = -1
         self.partitions: dict[TopicPartition, PartitionSequences] = {}
@@ -242,7 +244,7 @@ class Sequencer:
         ):
             # The highest sequence sent was acknowledged, so the leader expects the next one:
             # the batch that failed had been written after all (it appends in sequence).
-            log.debug(
+            self._log.debug(
                 "producer sequence whole again topic=%s partition=%d next_sequence=%d",
                 tp.topic,
                 tp.partition,
@@ -376,7 +378,7 @@ class Sequencer:
                 and sequences is not None
                 and batch in sequences.window
             ):
-                log.info(
+                self._log.info(
                     "leader lost acknowledged sequences, restarting under a new epoch "
                     "topic=%s partition=%d producer_id=%d producer_epoch=%d base_sequence=%d "
                     "error=%s",

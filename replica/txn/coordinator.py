@@ -76,8 +76,6 @@ __all__ = [
     "partition_for_transactional_id",
 ]
 
-log = logging.getLogger(__name__)
-
 R = TypeVar("R")
 
 DEFAULT_MAX_TIMEOUT_MS = 900_000
@@ -143,7 +141,8 @@ class TransactionCoordinator:
     """Transactional ids of one ``__transaction_state`` partition; see the module docstring.
 
     ``coordinator_epoch`` is that partition's leader epoch when this broker took it over:
-    markers carry it, and partitions refuse markers from an older coordinator.
+    markers carry it, and partitions refuse markers from an older coordinator. ``logger``
+    is the shell's (a pure core creates none).
     """
 
     def __init__(
@@ -153,7 +152,10 @@ class TransactionCoordinator:
         max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS,
         two_phase_enabled: bool = False,
         id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS,
+        *,
+        logger: logging.Logger,
     ) -> None:
+        self._log = logger
         self.partition = partition
         self.coordinator_epoch = coordinator_epoch
         self.max_timeout_ms = max_timeout_ms
@@ -403,7 +405,7 @@ class TransactionCoordinator:
                 or now_ms - meta.started_ms <= meta.timeout_ms
             ):
                 continue
-            log.info(
+            self._log.info(
                 "transaction timed out transactional_id=%s producer_id=%d epoch=%d",
                 meta.transactional_id,
                 meta.producer_id,

@@ -25,6 +25,7 @@ new epoch (KIP-360); only ``delivery.timeout.ms`` ends it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
@@ -46,6 +47,9 @@ from tests.sim.replication_sim import (
     ReplicationSimulator,
     ReplRunResult,
 )
+
+# The cores' logger in these tests (their shells pass the real ones).
+CORE_LOG = logging.getLogger(__name__)
 
 __all__ = [
     "CLIENT",
@@ -167,7 +171,7 @@ class ProducerReplication(ReplicationSimulator):
         self.stamps: dict[int, Stamp] = {}
         """Record id -> the producer batch it is (records of other writers have none)."""
         self.waiters: dict[int, list[Waiter]] = {r: [] for r in REPLICAS}
-        self.sequencer = Sequencer()
+        self.sequencer = Sequencer(logger=CORE_LOG)
         self.sequencer.set_producer_id(PRODUCER_ID, 0)
         self.batches: list[SimBatch] = []
         self.queue: deque[SimBatch] = deque()

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import os
 import random
 from collections import Counter
@@ -63,6 +64,9 @@ from replica.txn import (
     encode_record,
 )
 from replica.txn import coordinator as coordinator_module
+
+# The cores' logger in these tests (their shells pass the real ones).
+CORE_LOG = logging.getLogger(__name__)
 
 DEFAULT_SCHEDULES = 200
 ENV_SCHEDULES = "LOGRAFT_TXN_SIM_SCHEDULES"
@@ -151,7 +155,7 @@ class TxnSimulator:
         self.stats: Counter[str] = Counter()
         self.identity: dict[str, tuple[int, int]] = {}
         self.owner: dict[str, int] = {}
-        self.replayed = TransactionCoordinator(0, 0)
+        self.replayed = TransactionCoordinator(0, 0, logger=CORE_LOG)
         self.replayed_upto = 0
         self.decided: dict[tuple[int, int], bool] = {}
         self.job_partitions: dict[tuple[int, int], frozenset[TopicPartition]] = {}
@@ -170,7 +174,9 @@ class TxnSimulator:
 
     def _load(self) -> TransactionCoordinator:
         self.coordinator_epoch += 1
-        loaded = TransactionCoordinator(0, self.coordinator_epoch, two_phase_enabled=True)
+        loaded = TransactionCoordinator(
+            0, self.coordinator_epoch, two_phase_enabled=True, logger=CORE_LOG
+        )
         for key, value in self.log:
             loaded.replay(decode_record(key, value))
         self._pending_jobs = loaded.complete_load()
@@ -280,6 +286,7 @@ class TxnSimulator:
         an end whose answer the process lost)."""
         return self.identity.get(process.tid) != (process.producer_id, process.epoch)
 
+    # Over 70 lines: one branch per step of the client's loop, which share its bookkeeping.
     def do(self, process: Process, c: TransactionCoordinator, stale: bool) -> bool:
         """One step of the client loop; returns whether a step that needs the current
         epoch was granted (zombies must never be)."""
@@ -387,7 +394,7 @@ class TxnSimulator:
 
     def check_replay(self, full: bool = False) -> None:
         if full:
-            self.replayed, self.replayed_upto = TransactionCoordinator(0, 0), 0
+            self.replayed, self.replayed_upto = TransactionCoordinator(0, 0, logger=CORE_LOG), 0
         replayed = self.replayed
         for key, value in self.log[self.replayed_upto :]:
             replayed.replay(decode_record(key, value))

@@ -10,21 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from chaos import nemesis as nemesis_module
+from chaos import faults as faults_module
+from chaos.faults import FAULTS, LastInSync, last_in_sync
 from chaos.history import HistoryWriter
-from chaos.nemesis import (
-    FAULTS,
-    Disk,
-    LastInSync,
-    Nemesis,
-    Network,
-    PartitionState,
-    ReplicaLogs,
-    TargetError,
-    last_in_sync,
-)
+from chaos.nemesis import Nemesis
 from chaos.runner import RunOptions, run
 from chaos.scenarios import LAST_REPLICA_FAULTS, SCENARIOS, FaultStep, scenario, schedule
+from chaos.targets import Disk, Network, PartitionState, ReplicaLogs, TargetError
 from chaos.torn_tails import empty_partition, tear_tail
 from chaos.workload import send_outcome
 from lograft.protocol.errors import (
@@ -325,7 +317,7 @@ class LastReplicaTarget(FakeTarget):
 
     def slow_disk(self, node: int, milliseconds: float, under: str = "") -> None:
         super().slow_disk(node, milliseconds, under)
-        if milliseconds >= nemesis_module.FSYNC_HOLD_MS and node not in self.stuck:
+        if milliseconds >= faults_module.FSYNC_HOLD_MS and node not in self.stuck:
             isr = tuple(r for r in self.state.isr if r != node)
             self.state = PartitionState(self.state.leader, self.state.replicas, isr)
 
@@ -351,8 +343,8 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     wait for the followers to append (the fakes do not), no poll interval."""
     for name in LAST_REPLICA_FAULTS:
         monkeypatch.setitem(FAULTS, name, LastInSync(last_in_sync, FAULTS[name].then, 0.0))
-    monkeypatch.setattr(nemesis_module, "PRIME_TIMEOUT_S", 0.0)
-    monkeypatch.setattr(nemesis_module, "PARTITION_POLL_S", 0.0)
+    monkeypatch.setattr(faults_module, "PRIME_TIMEOUT_S", 0.0)
+    monkeypatch.setattr(faults_module, "PARTITION_POLL_S", 0.0)
 
 
 def _inject(target: FakeTarget, fault: str = "last-replica") -> tuple[Nemesis, HistoryWriter]:

@@ -4,6 +4,7 @@ partition at the leader epoch it was loaded for."""
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 
@@ -14,22 +15,28 @@ from lograft.protocol.errors import (
     LograftError,
     NotCoordinatorError,
 )
-from replica.group import GroupCoordinator
+from replica.group import GroupCoordinator, GroupLoggers
 from replica.txn import TransactionCoordinator
+
+# The cores' logger in these tests (their shells pass the real ones).
+CORE_LOG = logging.getLogger(__name__)
+GROUP_LOGGERS = GroupLoggers(CORE_LOG, CORE_LOG, CORE_LOG)
 
 LOADED_AT = 7
 Check = Callable[[int | None], None]
 
 
 def _group(*, loaded: bool) -> Check:
-    coordinator = GroupCoordinator(random.Random(1), partition=3, leader_epoch=LOADED_AT)
+    coordinator = GroupCoordinator(
+        random.Random(1), partition=3, leader_epoch=LOADED_AT, loggers=GROUP_LOGGERS
+    )
     if loaded:
         coordinator.complete_load({}, now_ms=0)
     return coordinator.check_leadership
 
 
 def _txn(*, loaded: bool) -> Check:
-    coordinator = TransactionCoordinator(3, LOADED_AT)
+    coordinator = TransactionCoordinator(3, LOADED_AT, logger=CORE_LOG)
     if loaded:
         coordinator.complete_load()
     return coordinator.check_leadership
@@ -71,7 +78,9 @@ def test_within_its_leadership_a_coordinator_answers_once_loaded(
 
 
 def test_a_closed_group_coordinator_answers_nothing_even_at_its_epoch() -> None:
-    coordinator = GroupCoordinator(random.Random(1), partition=3, leader_epoch=LOADED_AT)
+    coordinator = GroupCoordinator(
+        random.Random(1), partition=3, leader_epoch=LOADED_AT, loggers=GROUP_LOGGERS
+    )
     coordinator.complete_load({}, now_ms=0)
     coordinator.close()
     with pytest.raises(NotCoordinatorError):

@@ -4,6 +4,7 @@ and how a gRPC peer becomes Kafka's host string."""
 
 from __future__ import annotations
 
+import logging
 import random
 import struct
 
@@ -17,6 +18,7 @@ from lograft.protocol.errors import (
 from lograft.protocol.topic_partition import TopicPartition
 from replica.group import (
     GroupCoordinator,
+    GroupLoggers,
     GroupRecord,
     MemberMetadataKey,
     MemberMetadataValue,
@@ -28,9 +30,13 @@ from replica.group import (
 )
 from replica.group_rpcs import _client_host
 
+# The cores' logger in these tests (their shells pass the real ones).
+CORE_LOG = logging.getLogger(__name__)
+GROUP_LOGGERS = GroupLoggers(CORE_LOG, CORE_LOG, CORE_LOG)
+
 
 def _active() -> GroupCoordinator:
-    coordinator = GroupCoordinator(random.Random(1))
+    coordinator = GroupCoordinator(random.Random(1), loggers=GROUP_LOGGERS)
     coordinator.replay([])
     coordinator.complete_load({"t": 2}, 0)
     return coordinator
@@ -55,7 +61,7 @@ def test_a_members_host_is_described_and_survives_a_replay() -> None:
     _join(coordinator, "/10.0.0.7")
     (member,) = coordinator.describe("g").members
     assert (member.client_id, member.client_host) == ("app", "/10.0.0.7")
-    reloaded = GroupCoordinator(random.Random(2))
+    reloaded = GroupCoordinator(random.Random(2), loggers=GROUP_LOGGERS)
     reloaded.replay(decode(*encode(r)) for r in coordinator.snapshot())
     reloaded.complete_load({"t": 2}, 0)
     assert reloaded.describe("g").members[0].client_host == "/10.0.0.7"

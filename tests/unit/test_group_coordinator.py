@@ -6,9 +6,11 @@ Each claim of the module docstring of ``replica/group/coordinator.py`` has a tes
 what it lists, and reports what it owns on its next heartbeat.
 """
 
+# Over 600 lines: the group coordinator core's tests, beside the helpers they all share.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 from collections.abc import Iterable
 
@@ -40,6 +42,7 @@ from replica.group import (
     GroupCoordinator,
     GroupCoordinatorConfig,
     GroupInvariantError,
+    GroupLoggers,
     GroupRecord,
     GroupState,
     HeartbeatResult,
@@ -51,6 +54,10 @@ from replica.group import (
     encode,
     partition_for_group,
 )
+
+# The cores' logger in these tests (their shells pass the real ones).
+CORE_LOG = logging.getLogger(__name__)
+GROUP_LOGGERS = GroupLoggers(CORE_LOG, CORE_LOG, CORE_LOG)
 
 SESSION_MS = 1_000
 REBALANCE_MS = 500
@@ -87,7 +94,7 @@ class _Log:
 def _coordinator(
     topics: dict[str, int] | None = None, config: GroupCoordinatorConfig = CONFIG, seed: int = 1
 ) -> tuple[GroupCoordinator, _Log]:
-    coordinator = GroupCoordinator(random.Random(seed), config)
+    coordinator = GroupCoordinator(random.Random(seed), config, loggers=GROUP_LOGGERS)
     coordinator.replay([])
     log = _Log()
     log.add(coordinator.complete_load({"t": 6} if topics is None else topics, 0))
@@ -664,7 +671,7 @@ def test_a_new_coordinator_rebuilt_from_the_records_serves_the_same_state(compac
     log.add(c.commit_offsets("simple", "", -1, {TP("t", 1): OffsetAndMetadata(1)}, now).records)
     now = _settle(members[:2], now + 1)
 
-    successor = GroupCoordinator(random.Random(99), CONFIG)
+    successor = GroupCoordinator(random.Random(99), CONFIG, loggers=GROUP_LOGGERS)
     with pytest.raises(CoordinatorLoadInProgressError):
         successor.fetch_offsets("g")
     successor.replay(log.compacted() if compact else log.records())
@@ -686,7 +693,7 @@ def test_replaying_into_an_inconsistent_state_is_refused() -> None:
     _c, log, _members, now = _group_of(2)
     records = log.records()
     dropped = [r for r in records if not isinstance(r.key, replica.group.MemberMetadataKey)]
-    successor = GroupCoordinator(random.Random(1), CONFIG)
+    successor = GroupCoordinator(random.Random(1), CONFIG, loggers=GROUP_LOGGERS)
     successor.replay(dropped)
     with pytest.raises(replica.group.GroupRecordError, match="no member metadata"):
         successor.complete_load({"t": 6}, now)
@@ -694,14 +701,14 @@ def test_replaying_into_an_inconsistent_state_is_refused() -> None:
 
 def test_topics_that_changed_during_failover_reassign_on_load() -> None:
     c, log, _members, now = _group_of(2)
-    successor = GroupCoordinator(random.Random(1), CONFIG)
+    successor = GroupCoordinator(random.Random(1), CONFIG, loggers=GROUP_LOGGERS)
     successor.replay(log.records())
     records = successor.complete_load({"t": 8}, now)
     assert records and successor.describe("g").group_epoch == c.describe("g").group_epoch + 1
 
 
 def test_lifecycle() -> None:
-    c = GroupCoordinator(random.Random(1), CONFIG)
+    c = GroupCoordinator(random.Random(1), CONFIG, loggers=GROUP_LOGGERS)
     assert c.state is CoordinatorState.LOADING
     with pytest.raises(CoordinatorLoadInProgressError):
         c.heartbeat("g", "", 0, now_ms=0, rebalance_timeout_ms=1, subscribed_topics=["t"])
@@ -766,6 +773,7 @@ def test_public_names_are_pinned() -> None:
             "GroupInvariantError",
             "GroupKey",
             "GroupListing",
+            "GroupLoggers",
             "GroupMetadataKey",
             "GroupMetadataValue",
             "GroupRecord",
@@ -817,7 +825,7 @@ def test_transactional_offsets_wait_for_their_marker_and_survive_a_reload() -> N
     assert c.unstable_partitions("app") == _t(0, 1)
 
     # What the log holds: the transactional batches, then the markers.
-    successor = GroupCoordinator(random.Random(2), CONFIG)
+    successor = GroupCoordinator(random.Random(2), CONFIG, loggers=GROUP_LOGGERS)
     successor.replay(log.records())
     successor.replay_transactional(7, pending.records)
     successor.replay_transactional(8, aborted.records)

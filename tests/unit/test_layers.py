@@ -71,6 +71,8 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     # loaded): the rule both coordinator cores share, neither importing the other.
     ("replica/coordinator_leadership.py", Layer.CORE),
     ("replica/producer_state.py", Layer.CORE),
+    # The producer state's snapshot bytes and their checks; pure, beside the state it encodes.
+    ("replica/producer_snapshot_codec.py", Layer.CORE),
     ("replica/partition_roles.py", Layer.CORE),  # metadata image -> local partition roles
     ("replica/produce_validation.py", Layer.CORE),  # what a leader checks in produced bytes
     ("cluster/client/_sequencing.py", Layer.CORE),  # the idempotent producer's sequences

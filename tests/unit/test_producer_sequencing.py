@@ -10,6 +10,7 @@ batch is in the log exactly once and in order.
 from __future__ import annotations
 
 import ast
+import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,9 @@ from lograft.protocol.errors import (
 from lograft.protocol.topic_partition import TopicPartition
 from replica.producer_state import Duplicate, ProducerStateManager
 
+# The cores' logger in these tests (their shells pass the real ones).
+CORE_LOG = logging.getLogger(__name__)
+
 TP = TopicPartition("t", 0)
 
 
@@ -58,7 +62,7 @@ class Batch:
 def _sequencer(
     producer_id: int = 7, producer_epoch: int = 0
 ) -> tuple[Sequencer, PartitionSequences]:
-    sequencer = Sequencer()
+    sequencer = Sequencer(logger=CORE_LOG)
     sequencer.set_producer_id(producer_id, producer_epoch)
     sequences = sequencer.partition(TP)
     assert sequencer.restart(TP, sequences) is None  # adopts the identity, no bump
@@ -102,7 +106,7 @@ def test_the_core_imports_no_clock_thread_socket_or_io() -> None:
 
 
 def test_nothing_goes_before_the_producer_has_an_id() -> None:
-    sequencer = Sequencer()
+    sequencer = Sequencer(logger=CORE_LOG)
     sequences = sequencer.partition(TP)
     assert not sequencer.has_producer_id
     assert sequencer.restart(TP, sequences) is None
@@ -240,7 +244,7 @@ def test_a_leader_that_lost_acknowledged_sequences_gets_the_batch_under_a_new_ep
 
 
 def test_a_transactional_producer_fails_the_batch_of_a_real_gap() -> None:
-    sequencer = Sequencer(transactional=True)
+    sequencer = Sequencer(transactional=True, logger=CORE_LOG)
     sequencer.set_producer_id(7, 0)
     sequences = sequencer.partition(TP)
     sequencer.restart(TP, sequences)
@@ -476,6 +480,7 @@ def _header(request: _Request, base_offset: int) -> BatchHeader:
     )  # fmt: skip
 
 
+# Over 70 lines: the core's loop and the fake broker share the state they check.
 def _simulate(seed: int, fail_for_good: float) -> tuple[int, list[int], dict[int, int], set[int]]:
     """Run one partition's batches through the core and a broker until all are resolved.
 
@@ -486,7 +491,7 @@ def _simulate(seed: int, fail_for_good: float) -> tuple[int, list[int], dict[int
     the failed batches.
     """
     rng = random.Random(seed)
-    sequencer = Sequencer()
+    sequencer = Sequencer(logger=CORE_LOG)
     sequencer.set_producer_id(7, 0)
     batches = [Batch(record_count=rng.randint(1, 3)) for _ in range(rng.randint(5, 40))]
     created = {id(b): i for i, b in enumerate(batches)}

@@ -1,12 +1,12 @@
-"""ProducerStateManager: Kafka's idempotent-producer rules, recovery, truncation, snapshots."""
+"""ProducerStateManager: Kafka's idempotent-producer rules, recovery, truncation, replaying
+its snapshots (their codec: ``test_producer_snapshot_codec.py``)."""
 
+# Over 600 lines: the state machine's rules and its reference-model tests, read together.
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,67 +29,17 @@ from lograft.protocol.errors import (
 from lograft.protocol.records import encode_batch
 from lograft.protocol.topic_config import LogConfig
 from replica.log.partition_log import PartitionLog
+from replica.producer_snapshot_codec import decode_snapshot, encode_snapshot
 from replica.producer_state import (
     MAX_SEQUENCE,
     NUM_BATCHES_TO_RETAIN,
     AppendPlan,
     BatchMetadata,
-    CorruptProducerSnapshotError,
     Duplicate,
     ProducerStateManager,
     last_sequence,
-    parse_snapshot_file_name,
-    snapshot_file_name,
 )
-
-PID = 1000
-
-
-def header(
-    producer_id: int = PID,
-    epoch: int = 0,
-    seq: int = 0,
-    count: int = 1,
-    base_offset: int = 0,
-    timestamp: int = 1_000,
-) -> BatchHeader:
-    """A batch header as the broker sees it (only the fields the producer state reads)."""
-    return BatchHeader(
-        position=0,
-        base_offset=base_offset,
-        batch_length=49 + 7 * count,
-        partition_leader_epoch=0,
-        magic=2,
-        crc=0,
-        attributes=0,
-        last_offset_delta=count - 1,
-        base_timestamp=timestamp,
-        max_timestamp=timestamp,
-        producer_id=producer_id,
-        producer_epoch=epoch,
-        base_sequence=seq,
-        records_count=count,
-    )
-
-
-def produce(manager: ProducerStateManager, batch: BatchHeader) -> AppendPlan | Duplicate:
-    """Check ``batch``; if it is new, append it at the manager's end offset and record it."""
-    result = manager.check_and_plan(batch)
-    if isinstance(result, AppendPlan):
-        manager.on_appended(_at(batch, manager.end_offset))
-    return result
-
-
-def _at(batch: BatchHeader, base_offset: int) -> BatchHeader:
-    return header(
-        batch.producer_id,
-        batch.producer_epoch,
-        batch.base_sequence,
-        batch.records_count,
-        base_offset,
-        batch.max_timestamp,
-    )
-
+from tests.unit.producer_state_fixtures import PID, at_offset, header, produce
 
 # ---- the produce rules ---------------------------------------------------------------------
 
@@ -310,7 +260,7 @@ def test_rebuild_from_headers_equals_live_appends() -> None:
     for batch in batches:
         result = live.check_and_plan(batch)
         assert isinstance(result, AppendPlan)
-        stamped = _at(batch, live.end_offset)
+        stamped = at_offset(batch, live.end_offset)
         live.on_appended(stamped)
         appended.append(stamped)
     rebuilt = ProducerStateManager()
@@ -319,7 +269,7 @@ def test_rebuild_from_headers_equals_live_appends() -> None:
     # Replaying from a snapshot skips what the snapshot covers.
     middle = ProducerStateManager()
     middle.rebuild_from_batches(appended[:4])
-    resumed = ProducerStateManager.load_snapshot(middle.take_snapshot())
+    resumed = decode_snapshot(encode_snapshot(middle))
     resumed.rebuild_from_batches(appended)
     assert resumed == live
 
@@ -399,96 +349,6 @@ def test_truncating_a_full_cache_reports_the_producer() -> None:
     assert manager.truncate_to(6) == frozenset({PID})
     entry = manager.entry(PID)
     assert entry is not None and entry.last_seq == 5 and len(entry.batches) == 4
-
-
-def test_snapshot_round_trip() -> None:
-    manager = ProducerStateManager(producer_id_expiration_ms=5)
-    produce(manager, header(producer_id=-1, epoch=-1, seq=-1, count=2))
-    for i in range(30):  # the replication path: no checks, epochs and sequences as given
-        epoch = 1 if i == 27 else 0
-        batch = header(producer_id=i % 3, epoch=epoch, seq=7 * i, count=1 + i % 2, timestamp=-i)
-        manager.on_appended(_at(batch, manager.end_offset))
-    produce(manager, header(producer_id=2**62, epoch=2**15 - 1, seq=MAX_SEQUENCE, count=2))
-    assert {len(entry.batches) for entry in manager.entries().values()} == {1, 5}
-    data = manager.take_snapshot()
-    loaded = ProducerStateManager.load_snapshot(data, producer_id_expiration_ms=5)
-    assert loaded == manager
-    assert loaded.producer_id_expiration_ms == 5
-    assert loaded.take_snapshot() == data
-    empty = ProducerStateManager(end_offset=42)
-    assert ProducerStateManager.load_snapshot(empty.take_snapshot()) == empty
-
-
-def test_snapshot_file_names() -> None:
-    assert snapshot_file_name(42) == "00000000000000000042.snapshot"
-    assert parse_snapshot_file_name(snapshot_file_name(42)) == 42
-    for name in ("42.snapshot", "0000000000000000004x.snapshot", "00000000000000000042.log"):
-        assert parse_snapshot_file_name(name) is None
-    with pytest.raises(ValueError):
-        snapshot_file_name(-1)
-
-
-def _sample_snapshot() -> bytes:
-    manager = ProducerStateManager()
-    for seq in range(3):
-        produce(manager, header(producer_id=1, seq=2 * seq, count=2))
-    produce(manager, header(producer_id=2, seq=0))
-    return manager.take_snapshot()
-
-
-def _resealed(body: bytes) -> bytes:
-    """``body`` (everything after the CRC) framed with a correct header and CRC."""
-    return b"LGPS" + struct.pack(">HI", 2, crc32c.crc32c(body)) + body
-
-
-@pytest.mark.parametrize(
-    ("mutate", "message"),
-    [
-        (lambda d: d[:-1], "CRC|truncated"),
-        (lambda d: d + b"\x00", "CRC|unexpected"),
-        (lambda d: d[:5], "truncated"),
-        (lambda d: b"XXXX" + d[4:], "magic"),
-        (lambda d: d[:4] + b"\x00\x09" + d[6:], "version"),
-        (lambda d: d[:30] + bytes([d[30] ^ 0x40]) + d[31:], "CRC"),
-        (lambda d: _resealed(d[10:-44]), "truncated"),
-        (lambda d: _resealed(d[10:18] + b"\xff\xff\xff\xff" + d[22:]), "truncated"),
-        (lambda d: _resealed(b"\xff" * 8 + d[18:]), "negative"),
-        (lambda d: _resealed(b"\x00" * 8 + d[18:]), "offsets"),
-        (lambda d: _resealed(d[10:52] + b"\x09" + d[53:]), "cached batches"),
-        (lambda d: _resealed(d[10:-8] + b"\x00\x00\x00\x09" + d[-4:]), "claimed"),
-        (lambda d: _resealed(d[10:40] + b"\xff\xff\xff\xfe" + d[44:]), "coordinator epoch"),
-        (lambda d: _resealed(d[10:30] + b"\xff\xff" + d[32:]), "epoch"),
-    ],
-)
-def test_corrupt_snapshot_is_a_typed_error(mutate: object, message: str) -> None:
-    data = _sample_snapshot()
-    assert callable(mutate)
-    with pytest.raises(CorruptProducerSnapshotError, match=message):
-        ProducerStateManager.load_snapshot(mutate(data))
-
-
-def test_snapshot_size_limit() -> None:
-    data = _sample_snapshot()
-    with pytest.raises(CorruptProducerSnapshotError, match="exceeds"):
-        ProducerStateManager.load_snapshot(data, max_bytes=len(data) - 1)
-    assert ProducerStateManager.load_snapshot(data, max_bytes=len(data)).end_offset == 7
-
-
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-@given(st.binary(max_size=400), st.data())
-def test_arbitrary_bytes_load_or_raise_the_typed_error(noise: bytes, data: st.DataObject) -> None:
-    sample = bytearray(_sample_snapshot())
-    candidates = [noise, _resealed(noise)]
-    if noise:
-        position = data.draw(st.integers(0, len(sample) - 1))
-        sample[position] ^= noise[0] or 1
-        candidates += [bytes(sample), _resealed(bytes(sample[10:]))]
-    for candidate in candidates:
-        try:
-            loaded = ProducerStateManager.load_snapshot(candidate)
-        except CorruptProducerSnapshotError:
-            continue
-        assert ProducerStateManager.load_snapshot(loaded.take_snapshot()) == loaded
 
 
 # ---- a stateful test against a reference model ---------------------------------------------
@@ -593,7 +453,7 @@ class ProducerStateMachine(RuleBasedStateMachine):
             return expected
         for batch, answer in zip(batches, expected, strict=True):
             if answer == "ok":
-                stamped = _at(batch, self.end)
+                stamped = at_offset(batch, self.end)
                 self.manager.on_appended(stamped)
                 self.log.append(stamped)
         return expected
@@ -653,13 +513,13 @@ class ProducerStateMachine(RuleBasedStateMachine):
     def non_idempotent(self) -> None:
         batch = header(-1, -1, -1, 2)
         assert self.manager.check_and_plan(batch) == AppendPlan(-1, -1, -1, -1)
-        stamped = _at(batch, self.end)
+        stamped = at_offset(batch, self.end)
         self.manager.on_appended(stamped)
         self.log.append(stamped)
 
     @rule()
     def snapshot(self) -> None:
-        self.snapshots.append(self.manager.take_snapshot())
+        self.snapshots.append(encode_snapshot(self.manager))
 
     @rule()
     def restart(self) -> None:
@@ -674,9 +534,7 @@ class ProducerStateMachine(RuleBasedStateMachine):
         offset = self.log[keep].base_offset if keep < len(self.log) else self.end
         self.log = self.log[:keep]
         inexact = self.manager.truncate_to(offset)
-        self.snapshots = [
-            s for s in self.snapshots if ProducerStateManager.load_snapshot(s).end_offset <= offset
-        ]
+        self.snapshots = [s for s in self.snapshots if decode_snapshot(s).end_offset <= offset]
         for producer_id in range(3):
             if producer_id not in inexact:
                 self._check_producer(producer_id)
@@ -685,11 +543,7 @@ class ProducerStateMachine(RuleBasedStateMachine):
 
     def _recover(self) -> ProducerStateManager:
         """What a restart does: the newest snapshot, then the log after it."""
-        manager = (
-            ProducerStateManager.load_snapshot(self.snapshots[-1])
-            if self.snapshots
-            else ProducerStateManager()
-        )
+        manager = decode_snapshot(self.snapshots[-1]) if self.snapshots else ProducerStateManager()
         manager.rebuild_from_batches(self.log)
         return manager
 
@@ -778,7 +632,7 @@ def test_transactional_state_replays_snapshots_and_bounds_the_stable_offset(
     rebuilt = ProducerStateManager()
     rebuilt.rebuild_from_batches(logged, lambda h: markers[h.base_offset])
     assert rebuilt == live
-    assert ProducerStateManager.load_snapshot(live.take_snapshot()) == live
+    assert decode_snapshot(encode_snapshot(live)) == live
     stable = live.last_stable_offset(high_watermark)
     assert stable <= high_watermark
     assert all(stable <= first for first in live.open_transactions().values())

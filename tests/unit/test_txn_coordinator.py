@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import struct
 from collections.abc import Callable
 from dataclasses import replace
@@ -33,6 +34,9 @@ from replica.txn import (
 )
 from replica.txn.metadata import TxnRecord
 
+# The cores' logger in these tests (their shells pass the real ones).
+CORE_LOG = logging.getLogger(__name__)
+
 TID = "orders-writer"
 A, B, OFFSETS = (
     TopicPartition("a", 0),
@@ -50,7 +54,7 @@ def _ids(start: int = 4000) -> Callable[[], int]:
 
 def _coordinator(two_phase: bool = False) -> TransactionCoordinator:
     coordinator = TransactionCoordinator(
-        partition=3, coordinator_epoch=5, two_phase_enabled=two_phase
+        partition=3, coordinator_epoch=5, two_phase_enabled=two_phase, logger=CORE_LOG
     )
     assert coordinator.complete_load() == ()
     return coordinator
@@ -237,7 +241,7 @@ def test_a_loading_coordinator_answers_load_in_progress_and_restarts_deciding_jo
     c = _coordinator()
     p = _open(c, A)
     records = list(c.end_transaction(TID, p.producer_id, p.producer_epoch, True, NOW).records)
-    loaded = TransactionCoordinator(partition=3, coordinator_epoch=6)
+    loaded = TransactionCoordinator(partition=3, coordinator_epoch=6, logger=CORE_LOG)
     with pytest.raises(CoordinatorLoadInProgressError):
         loaded.init_producer_id(TID, TIMEOUT, NOW, _ids())
     for record in records:
@@ -258,7 +262,7 @@ def test_replaying_every_record_rebuilds_the_same_state() -> None:
         c.init_producer_id("other", TIMEOUT, NOW, _ids(7000)),
     ):
         written += outcome.records
-    replayed = TransactionCoordinator(partition=3, coordinator_epoch=6)
+    replayed = TransactionCoordinator(partition=3, coordinator_epoch=6, logger=CORE_LOG)
     for record in written:
         replayed.replay(decode_record(*encode_record(record)))
     replayed.complete_load()
@@ -339,7 +343,9 @@ def test_the_partition_set_is_checked_like_the_group_coordinators() -> None:
 
 
 def test_an_idle_id_without_an_open_transaction_expires() -> None:
-    c = TransactionCoordinator(partition=3, coordinator_epoch=5, id_expiration_ms=10_000)
+    c = TransactionCoordinator(
+        partition=3, coordinator_epoch=5, id_expiration_ms=10_000, logger=CORE_LOG
+    )
     c.complete_load()
     idle = _init(c)
     open_one = c.init_producer_id("busy", TIMEOUT, NOW, _ids(8000)).result
