@@ -251,14 +251,9 @@ KNOWN_VIOLATIONS: Mapping[tuple[str, str], str] = {
     **{
         (core, "logging.getLogger"): _MODULE_LOGGER
         for core in (
-            "cluster.client._sequencing",
             "controller.raft.quorum_state",
-            "replica.group._membership",
-            "replica.group._offsets",
-            "replica.group.coordinator",
             "replica.replication.follower_state",
             "replica.replication.leader_state",
-            "replica.txn.coordinator",
         )
     },
 }
