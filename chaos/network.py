@@ -109,6 +109,8 @@ CLIENTS: Final = 0
 """The endpoint id of the processes in the root namespace (clients), beside node ids 1..N."""
 
 DEFAULT_SUBNET: Final = "10.231.0.0/24"
+"""The subnet of a network given none: node i at its i-th address, the clients at ``.254``.
+Two networks that exist at the same time need different ones (:func:`free_subnet`)."""
 NFT_TABLE: Final = "lograft_chaos"
 """The nftables table (family ``inet``) in each node namespace."""
 

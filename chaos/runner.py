@@ -78,6 +78,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 PIPELINE_TIMEOUT_S = 120.0
 """How long after the producers stop the pipeline may take to commit the input's end."""
 TARGETS = ("local", "compose")
+"""Where a run's cluster lives: ``local`` node processes here, or the ``compose`` project."""
 RECOVERY_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
 PARTITION_DRAIN_TIMEOUT_S = 30.0

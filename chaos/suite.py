@@ -177,6 +177,7 @@ records within their documented limit; faults of minutes on both targets), the t
 compose (power loss included), the transactional pipeline on both targets."""
 
 SETS = {"short": SHORT_SET, "long": LONG_SET}
+"""The sets of runs by the name ``python -m chaos suite --set`` takes."""
 
 
 def within_limit(summary: dict[str, Any]) -> bool:

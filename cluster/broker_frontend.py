@@ -59,9 +59,12 @@ __all__ = ["GROUP_KEY", "READ_YOUR_WRITES_TIMEOUT_S", "TRANSACTION_KEY", "Broker
 log = logging.getLogger(__name__)
 
 READ_YOUR_WRITES_TIMEOUT_S = 5.0
+"""How long (s) an admin call waits for this broker's image to show what the controller
+committed (read-your-writes); after that it answers anyway and logs a warning."""
 GROUP_KEY = 0
+"""FindCoordinator's key type of a group id (Kafka's ``CoordinatorType.GROUP``)."""
 TRANSACTION_KEY = 1
-"""FindCoordinator's key types (Kafka's ``CoordinatorType``)."""
+"""FindCoordinator's key type of a transactional id (Kafka's ``CoordinatorType.TRANSACTION``)."""
 
 
 class BrokerFrontend:

@@ -65,6 +65,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ENV_PREFIX = "LOGRAFT_"
+"""What the environment variables of node settings start with (:func:`env_name`); any other
+variable with it, not in :data:`OTHER_VARIABLES`, stops the container."""
 DATA_DIR = "/var/lib/lograft/data"
 INTERNAL_PORT = 19092
 EXTERNAL_PORT = 9092

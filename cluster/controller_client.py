@@ -25,6 +25,8 @@ __all__ = ["CONTROLLER_CALL_TIMEOUT_S", "ControllerClient"]
 log = logging.getLogger(__name__)
 
 CONTROLLER_CALL_TIMEOUT_S = 60.0
+"""How long (s) a call tries the voters for the active controller (unless the caller gives
+its own) before ``NotControllerError``; also each channel's connect timeout."""
 RETRY_BACKOFF_S = 0.2
 #: How often a call that may move checks whether the node it waits on still leads.
 LEADER_CHECK_S = 0.05

@@ -68,6 +68,8 @@ _CORE_LOGGERS = GroupLoggers(
 )
 
 OFFSETS_TOPIC = "__consumer_offsets"
+"""Kafka's internal topic of group state: a group lives on one partition, whose leader is
+its coordinator."""
 #: The ticker sleeps until the earliest member deadline, but at least this long (a tick that
 #: left a deadline due cannot spin) and at most ``MAX_TICK_WAIT_S``.
 MIN_TICK_WAIT_S = 0.01

@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 _CORE_LOGGER = logging.getLogger("replica.txn.coordinator")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+"""Kafka's internal topic of transaction state: a transactional id lives on one partition,
+whose leader is its coordinator."""
 TICK_INTERVAL_S = 1.0
 """How often open transactions are checked against their timeout (Kafka checks every 10 s:
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms``)."""

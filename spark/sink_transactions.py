@@ -77,10 +77,14 @@ for partitions that exist; this one exists wherever groups do, whatever topics t
 writes to (the committed offset is a batch id, not a position in it)."""
 
 PREPARED: Final = "prepared"
+"""A :class:`PartitionWrite` outcome: the rows wait in a prepared transaction for the driver."""
 EMPTY: Final = "empty"
+"""An outcome: the partition had no rows; it wrote nothing and opened no transaction."""
 ALREADY_COMMITTED: Final = "already-committed"
+"""An outcome: an earlier run committed this batch (progress is past it); nothing written."""
 
 DEFAULT_PREFIX: Final = "lograft-spark"
+"""``transactional.id.prefix`` by default: ids are ``<prefix>-<query id>-<partition>``."""
 DEFAULT_COMPLETION_THREADS: Final = 8
 ABORT_TIMEOUT_S: Final = 30.0
 """How long a failing task waits for its transaction's abort (then the next

@@ -62,7 +62,9 @@ INTERNAL_DIR = ".lazyfs"
 """The durable store's internal directory; reserved: the live root cannot name it."""
 
 RENAME_NOREPLACE = 1
+"""``renameat2`` flag (Linux's value): fail with ``EEXIST`` rather than replace the new name."""
 RENAME_EXCHANGE = 2
+"""``renameat2`` flag (Linux's value): swap the two names atomically; both must exist."""
 UTIME_NOW = (1 << 30) - 1
 UTIME_OMIT = (1 << 30) - 2
 ROOT_INO = 1

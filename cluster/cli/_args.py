@@ -65,7 +65,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 BOOTSTRAP_ENV = "LOGRAFT_BOOTSTRAP"
+"""The environment variable naming ``bootstrap.servers`` when no flag or config file does."""
 CONFIG_ENV = "LOGRAFT_CONFIG"
+"""The environment variable naming the client config file when ``--config`` is not given."""
 MAX_CONFIG_FILE_BYTES = 1024 * 1024
 """A config file is a few lines; anything larger is refused rather than read."""
 

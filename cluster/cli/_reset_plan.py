@@ -35,6 +35,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ResetKind = Literal["earliest", "latest", "offset", "shift", "timestamp", "current"]
+"""Where ``reset-offsets`` moves a partition's offset (:class:`ResetSpec` says each)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,7 +57,10 @@ RECORD_OVERHEAD = 12
 """Estimate of a record's framing bytes (length, attributes, deltas, lengths, header count);
 exact for values under 64 bytes at small offset deltas, an over-estimate above."""
 BATCH_OVERHEAD = 61
+"""Bytes of a RecordBatch v2 header (``HEADER_SIZE``), counted in every batch's size."""
 REQUEST_OVERHEAD = 512
+"""An allowance (bytes) for a produce request's own fields (header, topics, partitions):
+its batches may take ``max.request.size`` less this."""
 BULK_CHUNK_BYTES = 1024 * 1024 - 1024
 """Bulk batches aim at just under 1 MiB: large enough to amortise per-batch costs, small
 enough for the default ``max.message.bytes`` (1 MiB + 12)."""

@@ -141,6 +141,7 @@ COMMON_CONFIGS: tuple[ConfigDef, ...] = (
         "refresh cached metadata at least this often",
     ),
 )
+"""The configs every client takes (producer, consumer, admin); each client's table adds more."""
 
 
 def resolve_config(

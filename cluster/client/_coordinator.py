@@ -36,8 +36,9 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.02
 GROUP_KEY = 0
+"""FindCoordinator's key type of a group id (Kafka's ``CoordinatorType.GROUP``)."""
 TRANSACTION_KEY = 1
-"""FindCoordinator's key types (Kafka's ``CoordinatorType``)."""
+"""FindCoordinator's key type of a transactional id (Kafka's ``CoordinatorType.TRANSACTION``)."""
 
 
 class CoordinatorCalls:

@@ -71,7 +71,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 JOIN_EPOCH = 0
+"""``member_epoch`` of a heartbeat that joins (or rejoins) the group."""
 LEAVE_EPOCH = -1
+"""``member_epoch`` of a heartbeat that leaves the group."""
 _FENCED_CODES = frozenset({UnknownMemberIdError.code, FencedMemberEpochError.code})
 
 

@@ -59,6 +59,7 @@ __all__ = [
 ]
 
 DEFAULT_LOG_LINES = 50
+"""Lines of a node's log ``lograft cluster logs`` prints without ``--lines``."""
 
 
 def _config_pair(text: str) -> tuple[str, str]:
@@ -119,12 +120,14 @@ A local cluster of lograft node processes (combined broker and controller roles)
 their data, logs and a cluster.json under one directory (--data-dir, default
 ./data/cluster). Node i listens on 127.0.0.1:BASE_PORT+i-1. Every action takes --data-dir;
 the nodes keep running after the command returns, until `lograft cluster down`."""
+"""The help text of ``lograft cluster``: what a local cluster is and where it lives."""
 
 CLUSTER_EPILOG = """\
 examples:
   lograft cluster up --nodes 3 --base-port 9092
   lograft cluster status --json | jq .quorum
   lograft cluster kill 2 && lograft cluster restart 2"""
+"""The examples closing the help of ``lograft cluster``."""
 
 
 def _add_subcommands(parser: argparse.ArgumentParser) -> None:

@@ -37,7 +37,10 @@ __all__ = [
 ]
 
 PROBE_TIMEOUT_S = 2.0
+"""How long (s) one Metadata probe of a node may take; a slower node counts as not answering."""
 MAX_METADATA_BYTES = 256 * 1024 * 1024
+"""The largest Metadata answer a probe reads (gRPC's default limit is 4 MiB); the answer
+lists every topic."""
 
 
 # ---- metadata probes -----------------------------------------------------------------------

@@ -13,6 +13,8 @@ from pathlib import Path
 __all__ = ["TMP_SUFFIX", "create_directories", "fsync_directory", "write_file_atomically"]
 
 TMP_SUFFIX = ".tmp"
+"""Appended to a file's name for the copy an atomic write renames over it; a crash may leave
+that copy behind (the old file intact), and the opens that find one remove it."""
 
 
 def fsync_directory(directory: Path) -> None:

@@ -25,6 +25,7 @@ __all__ = [
 ]
 
 LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
+"""The file's name in a partition directory (Kafka's)."""
 LEADER_EPOCH_CHECKPOINT_TMP_FILE = LEADER_EPOCH_CHECKPOINT_FILE + ".tmp"
 """Left behind only by a crash during a write; the log's open removes it."""
 _MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024

@@ -58,6 +58,8 @@ __all__ = ["CLEAN_SHUTDOWN_FILE", "LoadedLog", "load_log"]
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+"""Written by the close, removed by the next open: while it is there, indexes that pass
+their sanity checks are trusted."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)

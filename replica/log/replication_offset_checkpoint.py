@@ -36,6 +36,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"
+"""The file's name in each data directory (Kafka's)."""
 _VERSION = 0
 MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024
 """A checkpoint larger than this is refused (about a million partitions' worth)."""

@@ -67,9 +67,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
+"""A segment's record batches: ``<base offset, 20 digits>.log``."""
 INDEX_SUFFIX = ".index"
+"""A segment's sparse offset index (:class:`OffsetIndex`)."""
 TIME_INDEX_SUFFIX = ".timeindex"
+"""A segment's sparse time index (:class:`TimeIndex`)."""
 DELETED_SUFFIX = ".deleted"
+"""Appended to the files of a segment being deleted; they are unlinked later, and an open
+that finds one (the unlink never ran) unlinks it."""
 CLEANED_SUFFIX = ".cleaned"
 """Appended to the file names of a segment the log cleaner is still writing."""
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)

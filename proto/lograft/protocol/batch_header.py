@@ -62,17 +62,24 @@ HEADER_SIZE = 61
 LOG_OVERHEAD = 12
 """``baseOffset`` + ``batchLength``: bytes not counted in ``batchLength``."""
 MAGIC = 2
+"""The RecordBatch format version (v2), the only one accepted: any other means corrupt."""
 CRC_OFFSET = 17
+"""Where the CRC-32C starts; it covers ``attributes`` (offset 21) to the end of the batch."""
 ATTRIBUTES_OFFSET = 21
 LEADER_EPOCH_OFFSET = 12
 MAX_TIMESTAMP_OFFSET = 35
 PRODUCER_ID_OFFSET = 43
 """Where ``producerId``, ``producerEpoch`` and ``baseSequence`` start (in that order)."""
 RECORDS_COUNT_OFFSET = 57
+"""Where ``recordsCount`` starts, the header's last field."""
 ATTR_COMPRESSION_MASK = 0x07
+"""The attribute bits of the codec: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd."""
 ATTR_TIMESTAMP_TYPE = 0x08
+"""Attribute bit: the timestamps are LogAppendTime (the broker's clock), not CreateTime."""
 ATTR_TRANSACTIONAL = 0x10
+"""Attribute bit: part of a transaction (data or its marker); needs a producer id."""
 ATTR_CONTROL = 0x20
+"""Attribute bit: a control batch, whose records (transaction markers) are not data."""
 ATTR_DELETE_HORIZON = 0x40
 """Set by the log cleaner (KIP-534): ``baseTimestamp`` is when the batch's tombstones go."""
 MIN_RECORD_SIZE = 7

@@ -313,3 +313,4 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         ),
     )
 }
+"""Every topic config lograft accepts, by Kafka's name: its type, check and help text."""

@@ -33,8 +33,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 INT64_MIN = -(1 << 63)
+"""Java's ``Long.MIN_VALUE``, the smallest value a varlong holds."""
 INT64_MAX = (1 << 63) - 1
+"""Java's ``Long.MAX_VALUE``, the largest value a varlong holds."""
 INT32_MAX = (1 << 31) - 1
+"""Java's ``Integer.MAX_VALUE``: the most records a batch holds (``recordsCount`` is int32)."""
 MAX_VARINT_BYTES = 10
 """The longest varlong; a varint never needs more than 5."""
 

@@ -49,7 +49,9 @@ HEADER = struct.Struct(">IIB")
 """``length``, ``correlation_id`` and ``method`` (a request) or ``status`` (an answer)."""
 
 STATUS_OK = 0
+"""An answer's ``status``: the body is the method's protobuf response."""
 STATUS_ERROR = 1
+"""An answer's ``status``: the body is the UTF-8 text ``"KAFKA_ERROR_NAME: message"``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +71,10 @@ METHODS: dict[int, Method] = {
     3: Method("Step", rpb.RaftEnvelope, rpb.RaftReply),
     4: Method("BrokerHeartbeat", cpb.BrokerHeartbeatRequest, cpb.BrokerHeartbeatResponse),
 }
+"""The methods a frame can carry, by number: Produce and Fetch, which every record makes, and
+the calls an idle cluster keeps making; the rest stay on gRPC (docs/decisions/0008)."""
 METHOD_IDS: dict[str, int] = {method.name: number for number, method in METHODS.items()}
+"""The number of each method of :data:`METHODS`, by name: what a client puts in a frame."""
 
 
 class NotFramedError(errors.NetworkError):
