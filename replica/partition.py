@@ -7,8 +7,8 @@ ISR changes); as follower it holds a :class:`~replica.replication.FollowerState`
 decides what each fetch answer means (:mod:`replica.follower_fetch` performs it here through
 :meth:`Partition.append_fetched` and :meth:`Partition.truncate_diverged`), and publishes the
 high watermark that core computed once the appended records are flushed. It lives on the
-node's event loop and is not thread-safe; only ``PartitionLog.flush`` runs on a worker
-thread, through the group commit in ``wait_flushed``.
+node's event loop and is not thread-safe; its flushes are the group commit's
+(:mod:`replica.group_commit`), whose fdatasync runs off the loop.
 
 The high watermark a partition opens with is the broker's checkpointed one
 (``replication-offset-checkpoint``), never the log end: records above it may exist on this
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,15 +32,13 @@ from lograft.protocol.batch_header import BatchHeader, iter_headers
 from lograft.protocol.control_records import EndTxnMarker, decode_marker, encode_marker_batch
 from lograft.protocol.errors import (
     InvalidTxnStateError,
-    InvariantError,
     LograftError,
     NotLeaderOrFollowerError,
 )
 from lograft.protocol.topic_config import FlushPolicy, LogConfig
 from lograft.protocol.topic_partition import TopicPartition
-from replica.clocks import interval_clock_s
-from replica.flush_worker import LoopFlusher, loop_flusher
-from replica.log.partition_log import AppendResult, PartitionLog, PendingFlush
+from replica.group_commit import INLINE_FLUSH_MAX_S, GroupCommit
+from replica.log.partition_log import AppendResult, PartitionLog
 from replica.produce_validation import validate_produced
 from replica.producer_snapshots import (
     delete_snapshots_above,
@@ -58,18 +55,19 @@ from replica.replication import (
     LeaderState,
 )
 
-__all__ = ["FetchedBatches", "IsrProposer", "LeaderAppend", "Partition", "TopicPartition"]
+__all__ = [
+    "INLINE_FLUSH_MAX_S",  # where it was first defined; replica.group_commit holds it now
+    "FetchedBatches",
+    "IsrProposer",
+    "LeaderAppend",
+    "Partition",
+    "TopicPartition",
+]
 
 log = logging.getLogger(__name__)
 
 IsrProposer = Callable[["Partition", IsrProposal], None]
 """Sends a leader's AlterPartition proposal to the controller (the broker's job)."""
-
-INLINE_FLUSH_MAX_S = 0.001
-"""A partition whose recent flushes averaged less than this flushes on the event loop; a
-slower one in a worker thread (decision 0011)."""
-_FLUSH_TIME_WEIGHT = 0.25
-"""The weight of the newest flush in the moving average of flush times."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,10 +125,7 @@ class Partition:
         self._data_waiters: set[asyncio.Future[None]] = set()
         self._replica_waiters: set[asyncio.Future[None]] = set()
         self._acks_waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._flush_task: asyncio.Task[None] | None = None
-        # Unknown until the first flush, which therefore runs in a worker thread.
-        self._flush_seconds_average = math.inf
+        self.group_commit = GroupCommit(self)
 
     # ---- role -----------------------------------------------------------------------------
 
@@ -712,94 +707,9 @@ class Partition:
     # ---- flushing -------------------------------------------------------------------------
 
     async def wait_flushed(self, offset: int) -> None:
-        """Return once every offset below ``offset`` is fdatasync'ed (group commit).
-
-        Appends that arrive while a flush runs wait together for the next one, so one
-        fdatasync acknowledges many produce requests.
-        """
-        if self._flush_covers(offset, self.log.flushed_offset):
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._flush_waiters.append((offset, waiter))
-        if self._flush_task is None or self._flush_task.done():
-            self._flush_task = asyncio.create_task(self._flush_loop())
-        await waiter
-
-    def _flush_covers(self, offset: int, flushed_offset: int) -> bool:
-        """Whether a wait for every offset below ``offset`` to be flushed is over.
-
-        Only what the log still holds can be flushed: records a truncation cut never will,
-        and a wait for them would keep the flush loop spinning until the log grew past them
-        again (a produce's ack wait then finds its leadership gone and fails)."""
-        return min(offset, self.log.log_end_offset) <= flushed_offset
-
-    async def _flush_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        flusher = loop_flusher()
-        while self._flush_waiters:
-            inline = False
-            try:
-                pending = self.log.begin_flush(flusher) if flusher is not None else None
-                if flusher is not None and pending is not None:
-                    # The fdatasync runs on the C fsync thread: the loop serves the
-                    # followers' fetches and the next produces meanwhile (decision 0016).
-                    flushed_offset, seconds = await self._end_flush(flusher, pending)
-                else:
-                    # A fast fdatasync costs less than handing it to a Python thread and
-                    # back (the queue, the thread's wake-up, the GIL, the loop's wake-up);
-                    # a slow disk must not stall every other partition and the heartbeats.
-                    inline = self._flush_seconds_average < INLINE_FLUSH_MAX_S
-                    if inline:
-                        flushed_offset, seconds = self._timed_flush()
-                    else:
-                        flushed_offset, seconds = await loop.run_in_executor(
-                            None, self._timed_flush
-                        )
-            except InvariantError:
-                raise  # the node halts (cluster.halt); never handed to a produce's answer
-            except Exception as exc:
-                log.exception("flush failed partition=%s", self.topic_partition)
-                waiters, self._flush_waiters = self._flush_waiters, []
-                for _, waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_exception(exc)
-                return
-            still_waiting = []
-            for offset, waiter in self._flush_waiters:
-                if self._flush_covers(offset, flushed_offset):
-                    if not waiter.done():
-                        waiter.set_result(None)
-                elif not waiter.done():  # a cancelled wait (a timed-out produce) is dropped
-                    still_waiting.append((offset, waiter))
-            self._flush_waiters = still_waiting
-            self._note_flush_seconds(seconds)
-            self.on_local_flush()
-            if inline and self._flush_waiters:
-                await asyncio.sleep(0)  # a flush that could not satisfy them: let others run
-
-    async def _end_flush(self, flusher: LoopFlusher, pending: PendingFlush) -> tuple[int, float]:
-        """Wait for a begun flush's job and publish it: the flushed offset, the seconds."""
-        try:
-            error, seconds = await flusher.result(pending.job)
-        except BaseException:
-            # Cancelled (or a bug): the flush holds the log's flush lock, so end it before
-            # the task goes, or the next flush or close of this log would wait forever.
-            pending.end_unwaited(self.log)
-            raise
-        return self.log.end_flush(pending, error), seconds
-
-    def _timed_flush(self) -> tuple[int, float]:
-        """Flush the log: the new flushed offset, and the seconds the flush took."""
-        start = interval_clock_s()
-        flushed_offset = self.log.flush()
-        return flushed_offset, interval_clock_s() - start
-
-    def _note_flush_seconds(self, seconds: float) -> None:
-        average = self._flush_seconds_average
-        if average == math.inf:  # the first flush: nothing to average with yet
-            self._flush_seconds_average = seconds
-        else:
-            self._flush_seconds_average = average + _FLUSH_TIME_WEIGHT * (seconds - average)
+        """Return once every offset below ``offset`` is fdatasync'ed (group commit,
+        :meth:`replica.group_commit.GroupCommit.wait_flushed`)."""
+        await self.group_commit.wait_flushed(offset)
 
     def on_local_flush(self) -> None:
         """The log flushed (or, under ``flush.policy=interval``, appended): HW may move."""
@@ -813,25 +723,8 @@ class Partition:
 
     async def flush_now(self) -> None:
         """Flush everything appended so far (a follower's fetcher after an append, the
-        interval flusher, shutdown).
-
-        The fdatasync runs on the C fsync thread, as a group commit's does
-        (:meth:`wait_flushed`): on the loop, the first fdatasync after the disk turned slow
-        blocked everything the node does for as long as it took (a follower's loop stalled
-        30 s behind one held fsync, and the node was fenced). Without the C extension, on
-        a fast disk with no flush under way, it runs at once in the caller's turn of the
-        loop (decision 0011); otherwise it waits with the appends of others."""
-        end = self.log.log_end_offset
-        if self.log.flushed_offset >= end:
-            return
-        idle = self._flush_task is None or self._flush_task.done()
-        if idle and self._flush_seconds_average < INLINE_FLUSH_MAX_S and loop_flusher() is None:
-            flushed_offset, seconds = self._timed_flush()
-            self._note_flush_seconds(seconds)
-            self.on_local_flush()
-            if flushed_offset >= end:
-                return
-        await self.wait_flushed(end)
+        interval flusher, shutdown; :meth:`replica.group_commit.GroupCommit.flush_now`)."""
+        await self.group_commit.flush_now()
 
     def write_producer_snapshot(self) -> None:
         """Persist the producer state at the log end (at shutdown; disk work)."""
