@@ -47,12 +47,12 @@ from replica.producer_snapshots import (
 )
 from replica.producer_state import AbortedTxn, Duplicate, ProducerStateManager
 from replica.replication import (
-    DivergingEpoch,
     FetchDecision,
     FollowerState,
     IsrProposal,
     LeaderEpochCache,
     LeaderState,
+    LeaderUpdate,
 )
 
 __all__ = [
@@ -65,6 +65,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+replication_log = logging.getLogger("replica.replication")
+"""The replication cores' logger, handed to each one this shell builds."""
 
 IsrProposer = Callable[["Partition", IsrProposal], None]
 """Sends a leader's AlterPartition proposal to the controller (the broker's job)."""
@@ -156,10 +158,9 @@ class Partition:
         self._follower = None
         current = self._leader
         if current is not None and current.leader_epoch == leader_epoch:
-            if current.on_isr_committed(isr, partition_epoch):
-                self._on_replication_progress()
+            self._perform(current, current.on_isr_committed(isr, partition_epoch))
             return
-        self._leader = LeaderState(
+        leader = self._leader = LeaderState(
             replica_id=replica_id,
             replicas=replicas,
             isr=isr,
@@ -170,6 +171,7 @@ class Partition:
             log_end_offset=self.log.log_end_offset,
             high_watermark=self._high_watermark,
             now_ms=now_ms,
+            logger=replication_log,
             durable_end_offset=self.durable_end,
         )
         self.leader_epoch = leader_epoch
@@ -182,8 +184,7 @@ class Partition:
             self.log.log_end_offset,
             self._high_watermark,
         )
-        self._on_replication_progress()
-        self._wake(self._replica_waiters)
+        self._perform(leader, leader.start_update)
 
     def update_config(self, config: LogConfig) -> None:
         """Use a changed topic config from now on (the topic's configs were altered).
@@ -196,8 +197,7 @@ class Partition:
         self.log.update_config(config)
         leader = self._leader
         if leader is not None and leader.min_insync_replicas != config.min_insync_replicas:
-            leader.set_min_insync_replicas(config.min_insync_replicas)
-            self._on_replication_progress()
+            self._perform(leader, leader.set_min_insync_replicas(config.min_insync_replicas))
 
     def lead_alone(self, replica_id: int) -> None:
         """Lead as the only replica (a standalone node, where no controller exists)."""
@@ -242,6 +242,7 @@ class Partition:
                 leader_id=leader_id,
                 leader_epoch=leader_epoch,
                 high_watermark=self._high_watermark,
+                logger=replication_log,
                 unclean_leader_election=unclean_leader_election,
             )
         self.leader_epoch = leader_epoch
@@ -321,15 +322,20 @@ class Partition:
             return self.log.flushed_offset
         return self.log.log_end_offset
 
-    def _on_replication_progress(self) -> None:
-        """The leader's HW or ISR may have changed: publish the HW, settle acks=all waits."""
-        leader = self._leader
-        if leader is None:
-            return
-        if leader.high_watermark > self._high_watermark:
-            self._high_watermark = leader.high_watermark
+    def _perform(self, leader: LeaderState, update: LeaderUpdate) -> None:
+        """Do what a step of the leader core returned: wake the followers' held fetches,
+        send its ISR proposal, publish its high watermark, settle the ``acks=all`` waits it
+        may have decided (in the order the produce and fetch paths always woke them)."""
+        if update.wake_followers:
+            self._wake(self._replica_waiters)
+        if update.isr_proposal is not None:
+            self._send_proposal(update.isr_proposal)
+        high_watermark = update.high_watermark
+        # The core opens at its durable end, which may lag the checkpointed HW published.
+        if high_watermark is not None and high_watermark > self._high_watermark:
+            self._high_watermark = high_watermark
             self._wake(self._data_waiters)
-        if self._acks_waiters:
+        if update.recheck_acks and self._acks_waiters:
             still_waiting = []
             for offset, waiter in self._acks_waiters:
                 if waiter.done():
@@ -496,9 +502,7 @@ class Partition:
         result = self.log.append(records, headers, leader.leader_epoch, now_ms)
         for header in result.headers:
             self.producer_state.on_appended(header, marker)
-        leader.on_local_append(self.log.log_end_offset, self.durable_end)
-        self._wake(self._replica_waiters)
-        self._on_replication_progress()
+        self._perform(leader, leader.on_local_append(self.log.log_end_offset, self.durable_end))
         return result
 
     def acks_all_waiter(self, required_offset: int, leader_epoch: int) -> asyncio.Future[None]:
@@ -570,30 +574,26 @@ class Partition:
     ) -> FetchDecision:
         """Validate a follower's fetch, record its progress, maybe propose it into the ISR."""
         leader = self._require_leader()
-        decision = leader.on_follower_fetch(
+        outcome = leader.on_follower_fetch(
             replica_id, fetch_offset, last_fetched_epoch, now_ms, current_leader_epoch
         )
-        if not isinstance(decision, DivergingEpoch):
-            proposal = leader.maybe_expand_isr(replica_id)
-            if proposal is not None:
-                self._send_proposal(proposal)
-            self._on_replication_progress()
-        return decision
+        self._perform(leader, outcome.update)
+        return outcome.decision
 
     def maybe_shrink_isr(self, now_ms: int, replica_lag_time_max_ms: int) -> None:
         """Propose dropping followers that lag; resend a proposal still in flight."""
         leader = self._leader
         if leader is None:
             return
-        proposal = leader.maybe_shrink_isr(now_ms, replica_lag_time_max_ms)
-        if proposal is not None:
+        update = leader.maybe_shrink_isr(now_ms, replica_lag_time_max_ms)
+        if update.isr_proposal is not None:
             log.info(
                 "proposing isr shrink partition=%s isr=%s new_isr=%s",
                 self.topic_partition,
                 leader.isr,
-                proposal.new_isr,
+                update.isr_proposal.new_isr,
             )
-            self._send_proposal(proposal)
+        self._perform(leader, update)
 
     def pending_isr_proposal(self) -> IsrProposal | None:
         """The AlterPartition proposal in flight while this broker leads, else None."""
@@ -617,8 +617,7 @@ class Partition:
         leader = self._leader
         if leader is None or leader.leader_epoch != leader_epoch:
             return
-        if leader.on_isr_committed(isr, partition_epoch):
-            self._on_replication_progress()
+        self._perform(leader, leader.on_isr_committed(isr, partition_epoch))
 
     def on_isr_change_failed(self, leader_epoch: int, error: LograftError) -> None:
         """The controller refused (or did not answer) an AlterPartition."""
@@ -715,11 +714,7 @@ class Partition:
         """The log flushed (or, under ``flush.policy=interval``, appended): HW may move."""
         leader = self._leader
         if leader is not None:
-            durable = self.durable_end
-            # A follower that just became leader may flush below what its state knows.
-            if durable > leader.durable_end_offset:
-                leader.on_local_flush(durable)
-            self._on_replication_progress()
+            self._perform(leader, leader.on_local_flush(self.durable_end))
 
     async def flush_now(self) -> None:
         """Flush everything appended so far (a follower's fetcher after an append, the
