@@ -21,6 +21,7 @@ follower because it flushes before it fetches again), so ``acks=all`` means "on 
 every in-sync replica" and no consumer sees a record that a crash could take back.
 """
 
+# Over 600 lines on purpose: produce path, role changes and follower steps share one state.
 from __future__ import annotations
 
 import asyncio
@@ -39,6 +40,7 @@ from lograft.protocol.topic_config import FlushPolicy, LogConfig
 from lograft.protocol.topic_partition import TopicPartition
 from replica.group_commit import INLINE_FLUSH_MAX_S, GroupCommit
 from replica.log.partition_log import AppendResult, PartitionLog
+from replica.partition_waiters import PartitionWaiters
 from replica.produce_validation import validate_produced
 from replica.producer_snapshots import (
     delete_snapshots_above,
@@ -124,9 +126,7 @@ class Partition:
             max(start if high_watermark is None else high_watermark, start),
             partition_log.log_end_offset,
         )
-        self._data_waiters: set[asyncio.Future[None]] = set()
-        self._replica_waiters: set[asyncio.Future[None]] = set()
-        self._acks_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._waiters = PartitionWaiters()
         self.group_commit = GroupCommit(self)
 
     # ---- role -----------------------------------------------------------------------------
@@ -253,13 +253,13 @@ class Partition:
                 leader_id,
                 leader_epoch,
             )
-        self._fail_acks_waiters(
+        self._waiters.fail_acks(
             NotLeaderOrFollowerError(
                 f"{self.topic_partition}: leadership moved (leader epoch {leader_epoch})"
             )
         )
-        self._wake(self._replica_waiters)
-        self._wake(self._data_waiters)
+        self._waiters.wake_replicas()
+        self._waiters.wake_data()
 
     def _require_leader(self) -> LeaderState:
         leader = self._leader
@@ -327,27 +327,16 @@ class Partition:
         send its ISR proposal, publish its high watermark, settle the ``acks=all`` waits it
         may have decided (in the order the produce and fetch paths always woke them)."""
         if update.wake_followers:
-            self._wake(self._replica_waiters)
+            self._waiters.wake_replicas()
         if update.isr_proposal is not None:
             self._send_proposal(update.isr_proposal)
         high_watermark = update.high_watermark
         # The core opens at its durable end, which may lag the checkpointed HW published.
         if high_watermark is not None and high_watermark > self._high_watermark:
             self._high_watermark = high_watermark
-            self._wake(self._data_waiters)
-        if update.recheck_acks and self._acks_waiters:
-            still_waiting = []
-            for offset, waiter in self._acks_waiters:
-                if waiter.done():
-                    continue  # cancelled: its produce timed out
-                status = leader.completed_acks_all(offset)
-                if not status.done:
-                    still_waiting.append((offset, waiter))
-                elif status.error is None:
-                    waiter.set_result(None)
-                else:
-                    waiter.set_exception(status.error)
-            self._acks_waiters = still_waiting
+            self._waiters.wake_data()
+        if update.recheck_acks:
+            self._waiters.settle_acks(leader.completed_acks_all)
 
     # ---- leader: produce ------------------------------------------------------------------
 
@@ -518,7 +507,7 @@ class Partition:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         status = leader.completed_acks_all(required_offset)
         if not status.done:
-            self._acks_waiters.append((required_offset, waiter))
+            self._waiters.add_acks(required_offset, waiter)
         elif status.error is not None:
             waiter.set_exception(status.error)
         else:
@@ -555,12 +544,6 @@ class Partition:
             self._require_leading_at(leader_epoch)
         if high_watermark:
             await self.acks_all_waiter(required_offset, leader_epoch)
-
-    def _fail_acks_waiters(self, error: LograftError) -> None:
-        waiters, self._acks_waiters = self._acks_waiters, []
-        for _, waiter in waiters:
-            if not waiter.done():
-                waiter.set_exception(error)
 
     # ---- leader: followers and the ISR ----------------------------------------------------
 
@@ -670,14 +653,6 @@ class Partition:
 
     # ---- waiting for data -----------------------------------------------------------------
 
-    @staticmethod
-    def _wake(waiters: set[asyncio.Future[None]]) -> None:
-        pending = list(waiters)
-        waiters.clear()
-        for waiter in pending:
-            if not waiter.done():
-                waiter.set_result(None)
-
     def unhost(self) -> None:
         """The partition is going away (deleted, or the node stops): end its role here,
         complete every pending fetch wait and fail the produces waiting for acks; a produce
@@ -686,9 +661,9 @@ class Partition:
         self._leader = None
         self._propose_isr = None
         self._follower = None
-        self._wake(self._data_waiters)
-        self._wake(self._replica_waiters)
-        self._fail_acks_waiters(
+        self._waiters.wake_data()
+        self._waiters.wake_replicas()
+        self._waiters.fail_acks(
             NotLeaderOrFollowerError(f"{self.topic_partition} is no longer hosted here")
         )
 
@@ -696,12 +671,11 @@ class Partition:
         """Complete ``waiter`` when a fetch may find more here: new committed data
         (consumers), or any new data or a role change (``replica``: follower fetches). One
         waiter may wait on several partitions: the first of them to move completes it."""
-        (self._replica_waiters if replica else self._data_waiters).add(waiter)
+        self._waiters.add_fetch(waiter, replica)
 
     def discard_waiter(self, waiter: asyncio.Future[None]) -> None:
         """Forget a waiter that was not completed (the fetch returned for another reason)."""
-        self._data_waiters.discard(waiter)
-        self._replica_waiters.discard(waiter)
+        self._waiters.discard_fetch(waiter)
 
     # ---- flushing -------------------------------------------------------------------------
 
