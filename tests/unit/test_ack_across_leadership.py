@@ -25,7 +25,7 @@ from lograft.protocol.errors import NotLeaderOrFollowerError
 from lograft.protocol.records import encode_batch
 from lograft.protocol.topic_config import LogConfig
 from lograft.protocol.topic_partition import TopicPartition
-from replica import partition as partition_module
+from replica import group_commit as group_commit_module
 from replica.log.partition_log import PartitionLog
 from replica.partition import LeaderAppend, Partition
 
@@ -67,17 +67,18 @@ async def _waiting_for_its_flush(partition: Partition, values: list[bytes]) -> a
     _lead(partition, epoch=1)
     acked = _acked(partition, _append(partition, values))
     for _ in range(10):  # loop turns, not time: the ack wait's task starts the flush task
-        if partition._flush_task is not None:
+        if partition.group_commit.flush_task is not None:
             break
         await asyncio.sleep(0)
-    assert partition._flush_task is not None and not partition._flush_task.done()
+    flushing = partition.group_commit.flush_task
+    assert flushing is not None and not flushing.done()
     assert partition.log.flushed_offset < partition.log_end_offset
     return acked
 
 
 @pytest.fixture(autouse=True)
 def _flush_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(partition_module, "loop_flusher", lambda: None)  # no C thread
+    monkeypatch.setattr(group_commit_module, "loop_flusher", lambda: None)  # no C thread
 
 
 def test_records_cut_and_refilled_by_a_later_leadership_are_not_acknowledged(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import replica.fetcher as fetcher_module
-import replica.partition as partition_module
+import replica.group_commit as group_commit_module
 from lograft.protocol.batch_header import assign_offsets
 from lograft.protocol.topic_config import LogConfig
 from lograft.protocol.topic_partition import TopicPartition
@@ -146,7 +146,7 @@ async def test_a_replica_whose_fdatasync_failed_claims_nothing_more(
     the replica stops fetching it, so the leader never counts those records as on this
     replica's disk (it takes the replica out of the ISR instead)."""
     partition, fetcher = _following(tmp_path, monkeypatch)
-    monkeypatch.setattr(partition_module, "loop_flusher", lambda: None)  # no C thread
+    monkeypatch.setattr(group_commit_module, "loop_flusher", lambda: None)  # no C thread
 
     def failing_fdatasync(fd: int) -> None:
         raise OSError(errno.EIO, "I/O error")

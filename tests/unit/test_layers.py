@@ -84,6 +84,8 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("proto/lograft/durable.py", Layer.STORAGE),  # atomic files, directory fsyncs
     # -- 4. Shells: asyncio + gRPC around a core; translate, call the core, perform its output.
     ("replica/partition.py", Layer.SHELL),
+    ("replica/group_commit.py", Layer.SHELL),  # one fdatasync answers many appends' waits
+    ("replica/partition_waiters.py", Layer.SHELL),  # held fetches and acks=all produces
     ("replica/fetcher.py", Layer.SHELL),
     ("replica/follower_fetch.py", Layer.SHELL),  # the fetcher's per-partition step
     ("replica/broker_service.py", Layer.SHELL),

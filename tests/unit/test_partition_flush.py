@@ -28,9 +28,10 @@ from lograft.protocol.records import encode_batch
 from lograft.protocol.topic_config import LogConfig
 from lograft.protocol.topic_partition import TopicPartition
 from replica import flush_worker
-from replica import partition as partition_module
+from replica import group_commit as group_commit_module
+from replica.group_commit import INLINE_FLUSH_MAX_S
 from replica.log.partition_log import LogFailureHandler, PartitionLog
-from replica.partition import INLINE_FLUSH_MAX_S, Partition
+from replica.partition import Partition
 
 TP = TopicPartition("t", 0)
 SLOW_S = 5 * INLINE_FLUSH_MAX_S
@@ -68,8 +69,8 @@ def _flush_threads(
         partition = Partition(TP, log)
         disk = _TimedDisk(log, seconds)
         partition.log = disk  # type: ignore[assignment]
-        monkeypatch.setattr(partition_module, "interval_clock_s", disk.clock_s)
-        monkeypatch.setattr(partition_module, "loop_flusher", lambda: None)  # no C thread
+        monkeypatch.setattr(group_commit_module, "interval_clock_s", disk.clock_s)
+        monkeypatch.setattr(group_commit_module, "loop_flusher", lambda: None)  # no C thread
         loop_thread = threading.get_ident()
         for index in range(len(seconds)):
             data = bytearray(encode_batch([b"%d" % index]))
@@ -113,8 +114,8 @@ def _flush_now_steps(
         partition = Partition(TP, log)
         disk = _TimedDisk(log, [seconds, 0.0])
         partition.log = disk  # type: ignore[assignment]
-        monkeypatch.setattr(partition_module, "interval_clock_s", disk.clock_s)
-        monkeypatch.setattr(partition_module, "loop_flusher", lambda: None)  # no C thread
+        monkeypatch.setattr(group_commit_module, "interval_clock_s", disk.clock_s)
+        monkeypatch.setattr(group_commit_module, "loop_flusher", lambda: None)  # no C thread
         loop_thread = threading.get_ident()
         for index in range(2):
             data = bytearray(encode_batch([b"%d" % index]))
@@ -212,7 +213,7 @@ async def _flush_under_way(tmp_path: Path) -> tuple[PartitionLog, Partition, asy
     waiting = asyncio.ensure_future(partition.wait_flushed(_append(log, 3)))
     await asyncio.sleep(0)  # wait_flushed starts the flush task
     await asyncio.sleep(0)  # which hands the descriptors over and waits
-    flushing = partition._flush_task
+    flushing = partition.group_commit.flush_task
     assert flushing is not None and not flushing.done()
     return log, partition, waiting
 
@@ -260,7 +261,7 @@ def test_closing_a_log_while_its_group_commit_runs_ends_that_flush_first(
 def test_a_cancelled_group_commit_still_ends_its_flush(tmp_path: Path) -> None:
     async def scenario() -> None:
         log, partition, waiting = await _flush_under_way(tmp_path)
-        flushing = partition._flush_task
+        flushing = partition.group_commit.flush_task
         assert flushing is not None
         flushing.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -300,7 +301,7 @@ def _flush_through(
 ) -> pytest.ExceptionInfo[Exception]:
     """A group commit through ``flusher``: what it raised to the waiting produce. Checks
     that nothing was published as flushed, the log takes no more writes, and it closes."""
-    monkeypatch.setattr(partition_module, "loop_flusher", flusher)
+    monkeypatch.setattr(group_commit_module, "loop_flusher", flusher)
 
     async def scenario() -> pytest.ExceptionInfo[Exception]:
         log = PartitionLog.open(tmp_path, LogConfig(), int(time.time() * 1000), on_failure)

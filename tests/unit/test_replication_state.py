@@ -6,7 +6,10 @@ Divergence on Restoring after Multiple Hard Failures") through the leader and fo
 cores and check that nothing committed is lost and the logs converge.
 """
 
+# Over 600 lines on purpose: one test per rule of the three replication cores, in one place.
 from __future__ import annotations
+
+import logging
 
 import pytest
 
@@ -22,6 +25,7 @@ from lograft.protocol.errors import (
     UnknownLeaderEpochError,
 )
 from replica.replication import (
+    NO_CHANGE,
     UNDEFINED_EPOCH,
     AppendRecords,
     AwaitMetadata,
@@ -29,6 +33,7 @@ from replica.replication import (
     DivergingEpoch,
     EpochEndOffset,
     EpochEntry,
+    FetchOutcome,
     FetchResponse,
     FollowerState,
     Ignore,
@@ -37,12 +42,14 @@ from replica.replication import (
     LeaderEpochCache,
     LeaderEpochCheckpointError,
     LeaderState,
+    LeaderUpdate,
     ReplicationInvariantError,
     ServeFrom,
     TruncateTo,
 )
 
 LAG_MS = 100
+LOG = logging.getLogger("replica.replication")
 
 
 def cache(*pairs: tuple[int, int]) -> LeaderEpochCache:
@@ -69,11 +76,14 @@ def leader(
         log_end_offset=log_end,
         high_watermark=hw,
         now_ms=0,
+        logger=LOG,
     )
 
 
-def fetch(state: LeaderState, replica_id: int, offset: int, now_ms: int = 0) -> object:
-    return state.on_follower_fetch(replica_id, offset, state.leader_epoch, now_ms)
+def fetch(state: LeaderState, replica_id: int, offset: int, now_ms: int = 0) -> FetchOutcome:
+    outcome = state.on_follower_fetch(replica_id, offset, state.leader_epoch, now_ms)
+    state.check_invariants()
+    return outcome
 
 
 # --- leader-epoch cache --------------------------------------------------------------------
@@ -199,7 +209,7 @@ class TestHighWatermark:
         fetch(state, 2, 15)
         fetch(state, 3, 15)
         assert state.high_watermark == 10
-        assert state.on_local_flush(15)
+        assert state.on_local_flush(15) == LeaderUpdate(high_watermark=15, recheck_acks=True)
         assert state.high_watermark == 15
 
     def test_hw_ignores_replicas_outside_isr(self) -> None:
@@ -216,7 +226,7 @@ class TestHighWatermark:
         assert state.high_watermark == 10
         fetch(state, 3, 6)  # a follower lost its tail (say, a disk replaced)
         assert state.high_watermark == 10
-        assert state.on_isr_committed((1, 2), 8)
+        assert state.on_isr_committed((1, 2), 8).isr_committed == (1, 2)
         assert state.high_watermark == 10
 
     def test_new_leader_hw_starts_below_its_log_end(self) -> None:
@@ -229,17 +239,14 @@ class TestHighWatermark:
         state.on_isr_committed((1,), 8)
         state.on_local_append(12)
         assert state.high_watermark == 5  # the leader alone may not commit
-        fetch(state, 2, 12)
+        assert fetch(state, 2, 12).update.isr_proposal == IsrProposal((1, 2), 5, 8)
         assert state.high_watermark == 5
-        assert state.maybe_expand_isr(2) == IsrProposal((1, 2), 5, 8)
-        state.on_isr_committed((1, 2), 9)
-        assert state.high_watermark == 12
+        assert state.on_isr_committed((1, 2), 9).high_watermark == 12
 
     def test_hw_waits_for_pending_expansion(self) -> None:
         state = leader(isr=(1, 2), log_end=10)
         fetch(state, 2, 10)
-        fetch(state, 3, 10)
-        assert state.maybe_expand_isr(3) is not None
+        assert fetch(state, 3, 10).update.isr_proposal is not None
         assert state.maximal_isr == (1, 2, 3)
         state.on_local_append(20)
         fetch(state, 2, 20)
@@ -253,11 +260,12 @@ class TestHighWatermark:
         fetch(state, 3, 10)
         state.on_local_append(20)
         fetch(state, 2, 20, now_ms=150)
-        assert state.maybe_shrink_isr(150, LAG_MS) == IsrProposal((1, 2), 5, 7)
+        assert state.maybe_shrink_isr(150, LAG_MS).isr_proposal == IsrProposal((1, 2), 5, 7)
         assert state.isr == (1, 2, 3)
         assert state.high_watermark == 10  # not committed yet: 3 still counts
-        state.on_isr_committed((1, 2), 8)
-        assert state.high_watermark == 20
+        assert state.on_isr_committed((1, 2), 8) == LeaderUpdate(
+            high_watermark=20, isr_committed=(1, 2), recheck_acks=True
+        )
 
 
 # --- fetch validation and divergence -------------------------------------------------------
@@ -266,7 +274,7 @@ class TestHighWatermark:
 class TestFetch:
     def test_valid_fetch_serves_from_offset(self) -> None:
         state = leader()
-        assert fetch(state, 2, 3) == ServeFrom(3, 0)
+        assert fetch(state, 2, 3) == FetchOutcome(ServeFrom(3, 0))
         assert state.progress(2).log_end_offset == 3
 
     def test_epoch_fencing_kip_320(self) -> None:
@@ -282,23 +290,26 @@ class TestFetch:
 
     def test_diverging_epoch_is_not_progress(self) -> None:
         state = leader(epoch=3, log_end=6, epochs=cache((0, 0), (2, 4)))
-        decision = state.on_follower_fetch(2, 5, 1, 0)
-        assert decision == DivergingEpoch(EpochEndOffset(0, 4), 0)
+        outcome = state.on_follower_fetch(2, 5, 1, 0)
+        assert outcome == FetchOutcome(DivergingEpoch(EpochEndOffset(0, 4), 0))
         assert state.progress(2).log_end_offset == -1
 
     def test_fetch_beyond_leader_end_in_its_epoch_diverges(self) -> None:
         state = leader(epoch=3, log_end=6, epochs=cache((0, 0)))
-        assert state.on_follower_fetch(2, 8, 3, 0) == DivergingEpoch(EpochEndOffset(3, 6), 0)
+        decision = state.on_follower_fetch(2, 8, 3, 0).decision
+        assert decision == DivergingEpoch(EpochEndOffset(3, 6), 0)
 
     def test_kip_101_scenario_1_hw_truncation_then_leader_election(self) -> None:
         # A (1) leads epoch 0 with m1, m2; B (2) has both but learned HW 1 only. B restarts:
         # it keeps m2 (no truncation to the HW) and becomes leader in epoch 1; A follows.
         b_cache = cache((0, 0))
-        b_follower = FollowerState(replica_id=2, leader_id=1, leader_epoch=0, high_watermark=1)
+        b_follower = FollowerState(
+            replica_id=2, leader_id=1, leader_epoch=0, high_watermark=1, logger=LOG
+        )
         request = b_follower.fetch_request(2, b_cache)
         assert (request.fetch_offset, request.last_fetched_epoch) == (2, 0)
         a_leader = leader(isr=(1, 2), epoch=0, log_end=2, hw=2, epochs=cache((0, 0)))
-        assert a_leader.on_follower_fetch(2, 2, 0, 0, 0) == ServeFrom(2, 2)
+        assert a_leader.on_follower_fetch(2, 2, 0, 0, 0).decision == ServeFrom(2, 2)
         # A dies; B leads epoch 1 with both records; A comes back and follows B.
         b_leader = LeaderState(
             replica_id=2,
@@ -311,9 +322,10 @@ class TestFetch:
             log_end_offset=2,
             high_watermark=1,
             now_ms=0,
+            logger=LOG,
         )
         assert b_cache.entries == [EpochEntry(0, 0), EpochEntry(1, 2)]
-        assert b_leader.on_follower_fetch(1, 2, 0, 0, 1) == ServeFrom(2, 2)  # m2 kept
+        assert b_leader.on_follower_fetch(1, 2, 0, 0, 1).decision == ServeFrom(2, 2)  # m2 kept
 
     def test_kip_101_scenario_2_divergence_after_both_crash(self) -> None:
         # A (1) has m1, m2 in epoch 0; B (2) has m1. Both crash; B comes back first and
@@ -330,14 +342,16 @@ class TestFetch:
             log_end_offset=1,
             high_watermark=0,
             now_ms=0,
+            logger=LOG,
         )
         b_leader.on_local_append(2)  # m3 at offset 1, epoch 1
         a_cache = cache((0, 0))
-        a = FollowerState(replica_id=1, leader_id=2, leader_epoch=1, high_watermark=0)
+        a = FollowerState(replica_id=1, leader_id=2, leader_epoch=1, high_watermark=0, logger=LOG)
         request = a.fetch_request(2, a_cache)
         decision = b_leader.on_follower_fetch(
             1, request.fetch_offset, request.last_fetched_epoch, 0, 1
-        )
+        ).decision
+        assert isinstance(decision, DivergingEpoch)
         assert decision == DivergingEpoch(EpochEndOffset(0, 1), 2)
         response: FetchResponse[bytes] = FetchResponse(1, 2, 2, b"", 2, decision.diverging)
         action = a.on_fetch_response(response, 2, a_cache)
@@ -345,14 +359,16 @@ class TestFetch:
         a_cache.truncate_from_end(1)
         request = a.fetch_request(1, a_cache)
         again = b_leader.on_follower_fetch(1, 1, request.last_fetched_epoch, 0, 1)
-        assert again == ServeFrom(1, 2)  # A now copies m3: the logs agree
+        assert again.decision == ServeFrom(1, 2)  # A now copies m3: the logs agree
 
     def test_kip_279_follower_walks_back_epochs(self) -> None:
         # Leader: epochs 0@0, 1@3, 3@7. Follower: 0@0, 2@4 with log end 6.
         state = leader(epoch=3, log_end=9, epochs=cache((0, 0), (1, 3), (3, 7)))
-        follower = FollowerState(replica_id=2, leader_id=1, leader_epoch=3, high_watermark=0)
+        follower = FollowerState(
+            replica_id=2, leader_id=1, leader_epoch=3, high_watermark=0, logger=LOG
+        )
         follower_cache = cache((0, 0), (2, 4))
-        decision = state.on_follower_fetch(2, 6, 2, 0, 3)
+        decision = state.on_follower_fetch(2, 6, 2, 0, 3).decision
         assert decision == DivergingEpoch(EpochEndOffset(1, 7), 0)
         assert isinstance(decision, DivergingEpoch)
         response: FetchResponse[bytes] = FetchResponse(3, 6, 0, b"", 6, decision.diverging)
@@ -372,11 +388,11 @@ class TestIsr:
         fetch(state, 3, 4, now_ms=50)
         # ISR members count as caught up when the leader starts (t=0); 3 never reached
         # the leader's end since, so it lags from t=100 on.
-        assert state.maybe_shrink_isr(100, LAG_MS) is None
+        assert state.maybe_shrink_isr(100, LAG_MS).isr_proposal is None
         fetch(state, 2, 10, now_ms=101)
-        assert state.maybe_shrink_isr(101, LAG_MS) == IsrProposal((1, 2), 5, 7)
+        assert state.maybe_shrink_isr(101, LAG_MS).isr_proposal == IsrProposal((1, 2), 5, 7)
         assert state.isr == (1, 2, 3)  # a proposal, not a change
-        assert state.maybe_shrink_isr(500, LAG_MS) is None  # one change in flight
+        assert state.maybe_shrink_isr(500, LAG_MS).isr_proposal is None  # one change in flight
 
     def test_caught_up_at_previous_fetch(self) -> None:
         state = leader(log_end=10)
@@ -392,12 +408,10 @@ class TestIsr:
         state = leader(isr=(1, 2), log_end=10, hw=0)
         fetch(state, 2, 10)
         assert state.high_watermark == 10
-        fetch(state, 3, 9)
-        assert state.maybe_expand_isr(3) is None
-        fetch(state, 3, 10)
-        assert state.maybe_expand_isr(3) == IsrProposal((1, 2, 3), 5, 7)
+        assert fetch(state, 3, 9).update.isr_proposal is None
+        assert fetch(state, 3, 10).update.isr_proposal == IsrProposal((1, 2, 3), 5, 7)
         states = [state.isr_state]
-        assert state.on_isr_committed((1, 2, 3), 8)
+        assert state.on_isr_committed((1, 2, 3), 8).isr_committed == (1, 2, 3)
         states.append(state.isr_state)
         assert states == [IsrState.PENDING_EXPAND, IsrState.COMMITTED]
         assert state.isr == (1, 2, 3)
@@ -405,24 +419,22 @@ class TestIsr:
     def test_expand_needs_the_leader_epoch_start_offset(self) -> None:
         state = leader(isr=(1,), min_insync=1, log_end=10, hw=3)
         assert state.leader_epoch_start_offset == 10
-        fetch(state, 3, 5)  # >= HW 3, but not yet at the epoch start: may lack old commits
+        # >= HW 3, but not yet at the epoch start: may lack old commits
+        assert fetch(state, 3, 5).update.isr_proposal is None
         assert state.high_watermark == 10
-        assert state.maybe_expand_isr(3) is None
-        fetch(state, 3, 10)
-        assert state.maybe_expand_isr(3) is not None
+        assert fetch(state, 3, 10).update.isr_proposal is not None
 
     def test_stale_commit_ignored_and_invalid_isr_raises(self) -> None:
         state = leader()
-        assert not state.on_isr_committed((1, 2), 7)
+        assert state.on_isr_committed((1, 2), 7) == LeaderUpdate()
         assert state.isr == (1, 2, 3)
         with pytest.raises(ReplicationInvariantError):
             state.on_isr_committed((2, 3), 8)
 
     def test_failed_alter_partition(self) -> None:
         state = leader(isr=(1, 2))
-        fetch(state, 3, 10)
+        proposal = fetch(state, 3, 10).update.isr_proposal
         fetch(state, 2, 10)
-        proposal = state.maybe_expand_isr(3)
         assert proposal is not None and state.pending_proposal == proposal
         # INVALID_UPDATE_VERSION: maybe our own proposal, answered before: wait for metadata.
         assert not state.on_alter_partition_failed(InvalidUpdateVersionError("stale"))
@@ -465,7 +477,9 @@ class TestFollower:
     CACHE = cache((0, 0), (5, 3))
 
     def follower(self, hw: int = 0) -> FollowerState:
-        return FollowerState(replica_id=2, leader_id=1, leader_epoch=5, high_watermark=hw)
+        return FollowerState(
+            replica_id=2, leader_id=1, leader_epoch=5, high_watermark=hw, logger=LOG
+        )
 
     def test_fetch_request(self) -> None:
         request = self.follower().fetch_request(7, self.CACHE)
@@ -516,6 +530,7 @@ class TestFollower:
             leader_id=1,
             leader_epoch=5,
             high_watermark=6,
+            logger=LOG,
             unclean_leader_election=True,
         )
         response = FetchResponse(5, 7, 0, b"", 7, EpochEndOffset(0, 2))
@@ -530,6 +545,83 @@ class TestFollower:
         f.on_truncated(6)  # at the high watermark: fine
         with pytest.raises(ReplicationInvariantError):
             f.on_truncated(5)
+
+
+# --- what each step returns, and the invariants between steps ------------------------------
+
+
+class TestLeaderUpdates:
+    def test_becoming_leader_publishes_its_hw_and_wakes_followers(self) -> None:
+        state = leader(isr=(1,), min_insync=1, log_end=10, hw=4)
+        assert state.start_update == LeaderUpdate(
+            high_watermark=10, recheck_acks=True, wake_followers=True
+        )
+
+    def test_an_append_wakes_the_followers_and_names_an_advanced_hw(self) -> None:
+        state = leader(isr=(1,), min_insync=1, log_end=10)
+        assert state.on_local_append(12) == LeaderUpdate(
+            high_watermark=12, recheck_acks=True, wake_followers=True
+        )
+        assert state.on_local_append(14, durable_end_offset=12) == LeaderUpdate(wake_followers=True)
+        assert state.on_local_append(14, durable_end_offset=12) == NO_CHANGE
+
+    def test_a_flush_adding_nothing_durable_changes_nothing(self) -> None:
+        state = leader(isr=(1,), min_insync=1, log_end=10)
+        assert state.on_local_flush(10) == NO_CHANGE
+        assert state.on_local_flush(3) == NO_CHANGE  # below what it was opened with
+
+    def test_a_fetch_that_advances_the_hw_says_so(self) -> None:
+        state = leader(isr=(1, 2), log_end=10)
+        assert fetch(state, 2, 10) == FetchOutcome(
+            ServeFrom(10, 10), LeaderUpdate(high_watermark=10, recheck_acks=True)
+        )
+        assert fetch(state, 2, 10).update == NO_CHANGE
+
+    def test_a_changed_min_insync_asks_for_the_acks_to_be_judged(self) -> None:
+        state = leader(isr=(1,), min_insync=2, log_end=10)
+        assert state.set_min_insync_replicas(1) == LeaderUpdate(
+            high_watermark=10, recheck_acks=True
+        )
+        assert state.set_min_insync_replicas(3) == LeaderUpdate(recheck_acks=True)
+        assert state.set_min_insync_replicas(3) == NO_CHANGE
+
+
+class TestInvariants:
+    def test_a_leader_keeps_them_through_its_steps(self) -> None:
+        state = leader(isr=(1, 2), log_end=10)
+        state.check_invariants()
+        fetch(state, 2, 10)
+        fetch(state, 2, 4)  # a delayed fetch reports less: recorded, yet not a breach
+        state.maybe_shrink_isr(10_000, LAG_MS)
+        state.check_invariants()
+
+    def test_a_high_watermark_gone_back_is_caught(self) -> None:
+        state = leader(isr=(1, 2), log_end=10)
+        fetch(state, 2, 10)
+        state._high_watermark = 8  # as a bug would
+        with pytest.raises(ReplicationInvariantError, match="went back 10 -> 8"):
+            state.check_invariants()
+
+    def test_an_isr_member_below_the_hw_is_caught(self) -> None:
+        state = leader(isr=(1, 2), log_end=10)
+        fetch(state, 2, 6)
+        state._high_watermark = 7
+        with pytest.raises(ReplicationInvariantError, match="isr member 2"):
+            state.check_invariants()
+
+    def test_a_leader_missing_from_its_isr_is_caught(self) -> None:
+        state = leader(isr=(1, 2))
+        state._isr = (2,)
+        with pytest.raises(ReplicationInvariantError, match="leader not in its isr"):
+            state.check_invariants()
+
+    def test_a_follower_hw_beyond_its_log_end_is_caught(self) -> None:
+        follower = FollowerState(
+            replica_id=2, leader_id=1, leader_epoch=5, high_watermark=6, logger=LOG
+        )
+        follower.check_invariants(6)
+        with pytest.raises(ReplicationInvariantError, match="high watermark 6, log end 5"):
+            follower.check_invariants(5)
 
 
 # --- package rules -------------------------------------------------------------------------
@@ -550,6 +642,7 @@ def test_public_names_are_pinned() -> None:
             "EpochEndOffset",
             "EpochEntry",
             "FetchDecision",
+            "FetchOutcome",
             "FetchRequest",
             "FetchResponse",
             "FollowerAction",
@@ -561,6 +654,8 @@ def test_public_names_are_pinned() -> None:
             "LeaderEpochCache",
             "LeaderEpochCheckpointError",
             "LeaderState",
+            "LeaderUpdate",
+            "NO_CHANGE",
             "ReplicationInvariantError",
             "ServeFrom",
             "TruncateTo",
