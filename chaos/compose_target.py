@@ -33,6 +33,7 @@ __all__ = ["COMPOSE_FILE", "ComposeTarget"]
 log = logging.getLogger("chaos.nemesis")
 
 COMPOSE_FILE = Path(__file__).resolve().parent.parent / "docker-compose.yml"
+"""The repository's compose file: the target runs the cluster a user runs with it."""
 DOCKER_TIMEOUT_S = 120.0
 DATA_VOLUME_PATH = "/var/lib/lograft"
 """The node's data directory in the image (docker/Dockerfile's ``VOLUME``)."""

@@ -41,7 +41,10 @@ __all__ = [
 ]
 
 DEFAULT_MAX_SNAPSHOT_BYTES: Final = 64 * 1024 * 1024
+"""The longest snapshot :func:`decode_snapshot` reads: a longer file is refused as corrupt
+rather than read into memory."""
 SNAPSHOT_SUFFIX: Final = ".snapshot"
+"""The suffix of a producer snapshot file, named by its end offset (Kafka's ``.snapshot``)."""
 
 _SNAPSHOT_MAGIC: Final = b"LGPS"
 _SNAPSHOT_VERSION: Final = 2

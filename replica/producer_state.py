@@ -96,13 +96,17 @@ __all__ = [
 ]
 
 NO_PRODUCER_ID: Final = -1
+"""The producer id of a batch without one (not idempotent), as on the wire."""
 NO_PRODUCER_EPOCH: Final = -1
+"""The producer epoch of a batch without a producer id, as on the wire."""
 NUM_BATCHES_TO_RETAIN: Final = 5
 """Kafka's ``ProducerStateEntry.NUM_BATCHES_TO_RETAIN``: at most five requests in flight."""
 MAX_SEQUENCE: Final = 2**31 - 1
+"""Sequences are int32 and wrap from this one to 0."""
 DEFAULT_PRODUCER_ID_EXPIRATION_MS: Final = 86_400_000
 """Kafka's ``producer.id.expiration.ms`` default (one day)."""
 NO_COORDINATOR_EPOCH: Final = -1
+"""The coordinator epoch of a producer with no transaction marker written yet (Kafka's -1)."""
 
 
 def last_sequence(base_sequence: int, last_offset_delta: int) -> int:

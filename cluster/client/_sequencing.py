@@ -95,6 +95,7 @@ it. Kafka gets that from in-order responses; gRPC may answer a later request fir
 SEQUENCE_MODULUS = 2**31
 """Batch sequences are int32 and wrap from 2**31 - 1 to 0."""
 MAX_PRODUCER_EPOCH = 2**15 - 1
+"""Producer epochs are int16: past this one the producer must get a new producer id."""
 
 
 class SequencedBatch(Protocol):

@@ -43,7 +43,9 @@ __all__ = [
 ]
 
 RANGE = "range"
+"""The range assignor's name (Kafka's ``RangeAssignor``, KIP-848 ``range``)."""
 ROUNDROBIN = "roundrobin"
+"""The round-robin assignor's name (KIP-848's ``uniform`` is an alias of it)."""
 ASSIGNOR_NAMES = (ROUNDROBIN, RANGE)
 """Every assignor this module implements, by canonical name."""
 ASSIGNOR_ALIASES = {"uniform": ROUNDROBIN}

@@ -44,7 +44,9 @@ __all__ = [
 ]
 
 KEY_VERSION = 0
+"""The version written in, and required of, a ``__transaction_state`` record's key."""
 VALUE_VERSION = 0
+"""The version written in, and required of, a ``__transaction_state`` record's value."""
 MAX_PRODUCER_EPOCH = 2**15 - 1
 """Epochs are int16. The coordinator hands out at most ``MAX_PRODUCER_EPOCH - 1`` so that it
 can always bump once more to fence (Kafka's ``isEpochExhausted``)."""

@@ -250,14 +250,7 @@ KNOWN_CYCLES: Mapping[tuple[str, ...], str] = {
 _MODULE_LOGGER = "a module-level logger until its shell passes one in (issue 41, item 5)"
 KNOWN_VIOLATIONS: Mapping[tuple[str, str], str] = {
     # (importer, imported): why it is still here. Remove a row once it is fixed.
-    **{
-        (core, "logging.getLogger"): _MODULE_LOGGER
-        for core in (
-            "controller.raft.quorum_state",
-            "replica.replication.follower_state",
-            "replica.replication.leader_state",
-        )
-    },
+    **{(core, "logging.getLogger"): _MODULE_LOGGER for core in ("controller.raft.quorum_state",)},
 }
 
 
