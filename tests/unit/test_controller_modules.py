@@ -1,6 +1,7 @@
-"""The public names of the metadata and controller-logic packages are pinned.
+"""The controller logic's errors carry Kafka's codes and retriability.
 
-Their purity is checked with every other layer rule in ``tests/unit/test_layers.py``.
+Every public name is checked in ``tests/unit/test_public_names.py``, their purity with every
+other layer rule in ``tests/unit/test_layers.py``.
 """
 
 from __future__ import annotations
@@ -8,106 +9,6 @@ from __future__ import annotations
 import pytest
 
 import controller.logic
-import lograft.metadata
-
-
-def test_public_names_are_pinned() -> None:
-    assert set(lograft.metadata.__all__) == {
-        "NO_LEADER",
-        "BrokerRegistration",
-        "BrokerRegistrationChangeRecord",
-        "ConfigRecord",
-        "ConfigResource",
-        "ConfigResourceType",
-        "CorruptMetadataError",
-        "FenceBrokerRecord",
-        "Listener",
-        "MetadataDelta",
-        "MetadataImage",
-        "MetadataInvariantError",
-        "MetadataRecord",
-        "NoOpRecord",
-        "PartitionChangeRecord",
-        "PartitionRecord",
-        "PartitionRegistration",
-        "ProducerIdsRecord",
-        "RegisterBrokerRecord",
-        "RemoveTopicRecord",
-        "TopicImage",
-        "TopicRecord",
-        "UnfenceBrokerRecord",
-        "UnregisterBrokerRecord",
-        "decode_batch",
-        "decode_record",
-        "decode_snapshot",
-        "encode_batch",
-        "encode_record",
-        "encode_snapshot",
-    }
-    assert set(controller.logic.__all__) == {
-        "DEFAULT_CONFIG",
-        "UNCLEAN_LEADER_ELECTION_ENABLE",
-        "AlterConfigOp",
-        "AlterConfigOpType",
-        "AlterConfigsResource",
-        "AlterConfigsResult",
-        "AlterPartitionRequest",
-        "AlterPartitionResult",
-        "BrokerHeartbeatManager",
-        "BrokerHeartbeatRequest",
-        "BrokerHeartbeatResult",
-        "BrokerIdNotRegisteredError",
-        "BrokerRegistrationRequest",
-        "BrokerRegistrationResult",
-        "ConfigSource",
-        "ConfigSynonym",
-        "ConfigType",
-        "ControllerConfig",
-        "CreatePartitionsResult",
-        "CreateTopicResult",
-        "Decision",
-        "DeleteTopicResult",
-        "DescribedConfig",
-        "DuplicateBrokerRegistrationError",
-        "ElectionNotNeededError",
-        "ElectionResult",
-        "FencedLeaderEpochError",
-        "IneligibleReplicaError",
-        "InvalidUpdateVersionError",
-        "NewPartitions",
-        "NewTopic",
-        "NotControllerError",
-        "PlacementBroker",
-        "PreferredLeaderNotAvailableError",
-        "ProducerIdBlock",
-        "StaleBrokerEpochError",
-        "UnknownTopicIdError",
-        "allocate_producer_ids",
-        "alter_partition",
-        "broker_heartbeat",
-        "check_broker_epoch",
-        "controlled_shutdown",
-        "create_partitions",
-        "create_topics",
-        "delete_topics",
-        "describe_broker_configs",
-        "describe_topic_configs",
-        "elect_preferred_leaders",
-        "fence_brokers",
-        "fence_expired_brokers",
-        "granted_session_ms",
-        "record_heartbeat_contact",
-        "incremental_alter_configs",
-        "parse_broker_resource_name",
-        "place_replicas",
-        "register_broker",
-        "unclean_leader_election_enabled",
-        "unregister_broker",
-        "validate_topic_configs",
-    }
-    for package in (lograft.metadata, controller.logic):
-        for name in package.__all__:
-            assert hasattr(package, name), name
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,6 @@ import logging
 
 import pytest
 
-import replica.replication
 from lograft.protocol.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
@@ -625,39 +624,3 @@ class TestInvariants:
 
 
 # --- package rules -------------------------------------------------------------------------
-
-
-def test_public_names_are_pinned() -> None:
-    assert sorted(replica.replication.__all__) == sorted(
-        [
-            "CHECKPOINT_VERSION",
-            "ISR_TRANSITIONS",
-            "UNDEFINED_EPOCH",
-            "UNDEFINED_EPOCH_OFFSET",
-            "AcksAllStatus",
-            "AppendRecords",
-            "AwaitMetadata",
-            "BackOff",
-            "DivergingEpoch",
-            "EpochEndOffset",
-            "EpochEntry",
-            "FetchDecision",
-            "FetchOutcome",
-            "FetchRequest",
-            "FetchResponse",
-            "FollowerAction",
-            "FollowerProgress",
-            "FollowerState",
-            "Ignore",
-            "IsrProposal",
-            "IsrState",
-            "LeaderEpochCache",
-            "LeaderEpochCheckpointError",
-            "LeaderState",
-            "LeaderUpdate",
-            "NO_CHANGE",
-            "ReplicationInvariantError",
-            "ServeFrom",
-            "TruncateTo",
-        ]
-    )
