@@ -221,7 +221,9 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
         )
         self._transport = transport
         self._state_machine = state_machine
-        self._node = RaftNode(config, storage, rng)
+        # The core logs its role changes and votes to the logger it is given (it has none of
+        # its own); this one keeps the name operators filter on.
+        self._node = RaftNode(config, storage, rng, logging.getLogger("controller.raft"))
         self._ticks = LoopTicks(tick_ms / 1000, 0.0)
         self._on_ready = on_ready
         self._inbound: list[_Inbound] = []

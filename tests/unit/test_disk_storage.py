@@ -835,7 +835,8 @@ class Cluster:
             voters=frozenset(self.stores),
             election_timeout_ticks=TIMEOUT,
         )
-        return RaftNode(config, self.stores[node_id], random.Random(node_id))
+        rng, logger = random.Random(node_id), logging.getLogger("controller.raft")
+        return RaftNode(config, self.stores[node_id], rng, logger)
 
     def restart_disk_node(self) -> RaftNode:
         """Drop node 1's in-memory state and rebuild it from its directory."""

@@ -60,7 +60,8 @@ def make_node(
         election_timeout_ticks=TIMEOUT,
         **overrides,  # type: ignore[arg-type]
     )
-    return RaftNode(config, store, random.Random(seed * 1000 + node_id)), store
+    rng = random.Random(seed * 1000 + node_id)
+    return RaftNode(config, store, rng, logging.getLogger("controller.raft")), store
 
 
 def drain(
@@ -738,7 +739,9 @@ def test_ready_twice_without_advance_raises() -> None:
 
 def test_illegal_transition_raises() -> None:
     """Transition table: a leader never becomes a candidate; no silent fallback."""
-    state = QuorumState(1, frozenset({1, 2, 3}), HardState(1, None))
+    state = QuorumState(
+        1, frozenset({1, 2, 3}), HardState(1, None), logging.getLogger("controller.raft")
+    )
     state.transition_to_candidate()
     state.transition_to_leader()
     with pytest.raises(IllegalTransitionError):
