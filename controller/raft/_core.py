@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from logging import Logger
     from random import Random
 
-    from controller.raft._leader import HeldFetch, LeaderState
+    from controller.raft._state import HeldFetch, LeaderState
     from controller.raft.config import RaftConfig
     from controller.raft.storage import Storage
 

@@ -13,7 +13,7 @@ Functions of the :class:`~controller.raft._core.Core`; the candidate's round liv
 from __future__ import annotations
 
 from controller.raft._core import Core
-from controller.raft._leader import LeaderState
+from controller.raft._state import LeaderState
 from controller.raft.errors import RaftInvariantError
 from controller.raft.messages import (
     BeginQuorumEpoch,

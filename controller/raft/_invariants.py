@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controller.raft._core import Core
-from controller.raft._leader import LeaderState
+from controller.raft._state import LeaderState
 from controller.raft.errors import RaftInvariantError
 from controller.raft.quorum_state import Role
 

@@ -5,8 +5,9 @@ the high watermark is the largest offset a majority of voters reached that also 
 entry of the leader's epoch (Raft section 5.4.2). A fetch that does not match the log is
 answered with the diverging epoch (KIP-320) or, below the log start, with the snapshot id
 (KIP-630). The leader repeats ``BeginQuorumEpoch`` to silent voters and resigns when a
-majority stops fetching (check-quorum). :class:`LeaderState` lives only for one epoch:
-the core holds one exactly while it is the leader; the rest is functions of the core.
+majority stops fetching (check-quorum). The leader's state for its epoch
+(:class:`~controller.raft._state.LeaderState`) lives only while the core is the leader;
+the rest is functions of the core.
 
 Long poll (KRaft's fetch purgatory): a fetch that finds nothing new -- no entry past its
 offset, no high watermark above the fetcher's -- is held for up to its ``max_wait_ticks``
@@ -17,9 +18,9 @@ fetch is a fetcher waiting on us: it counts as heard from every tick it is held.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from controller.raft._state import HeldFetch, LeaderState, Progress
 from controller.raft.errors import RaftInvariantError
 from controller.raft.messages import (
     BeginQuorumEpoch,
@@ -32,13 +33,9 @@ from controller.raft.quorum_state import Role
 from controller.raft.ready import Rejection
 
 if TYPE_CHECKING:
-    # Only the type: ``_core`` builds on this module's LeaderState.
     from controller.raft._core import Core
 
 __all__ = [
-    "HeldFetch",
-    "LeaderState",
-    "Progress",
     "answer_held_fetches",
     "fetch_error",
     "held_fetch_due",
@@ -49,34 +46,6 @@ __all__ = [
     "serve_fetch_request",
     "tick_leader",
 ]
-
-
-@dataclass(slots=True)
-class Progress:
-    """The leader's knowledge of one fetcher in the current epoch."""
-
-    end_offset: int = 0
-    #: The last tick the fetcher was heard from: it fetched, or a fetch of it was held.
-    last_fetch_tick: int = -1
-
-
-@dataclass(slots=True)
-class HeldFetch:
-    """A fetch the leader holds until there is something new for it (long poll)."""
-
-    request: FetchRequest
-    #: Ticks left before it is answered anyway (empty).
-    ticks_left: int
-
-
-@dataclass(slots=True)
-class LeaderState:
-    """State a leader keeps for its epoch only (Kafka's ``LeaderState``)."""
-
-    epoch_start_offset: int
-    progress: dict[int, Progress] = field(default_factory=dict)
-    #: Ticks since this node became leader (the clock of ``last_fetch_tick``).
-    ticks: int = 0
 
 
 def _state(core: Core) -> LeaderState:

@@ -10,7 +10,7 @@ application through the next ``Ready``. Taking a local snapshot is
 from __future__ import annotations
 
 from controller.raft._core import Core
-from controller.raft._leader import Progress
+from controller.raft._state import Progress
 from controller.raft.messages import (
     ErrorCode,
     FetchSnapshotRequest,

@@ -4,9 +4,9 @@ Each field of a Raft node has one home. The ones here outlive role changes on pu
 the election timer runs in every role but the leader's, the fetcher's state is judged
 against fetches sent in an earlier role (an answer that arrives after a pre-candidate
 went back to following still counts how long it was held), and the outbox collects what
-any role wants sent. :class:`Candidacy` is the one role object of this module: it exists
-only while the node is a pre-candidate or a candidate. The leader's is
-:class:`~controller.raft._leader.LeaderState`.
+any role wants sent. The role objects exist only in their role: :class:`Candidacy` while
+the node is a pre-candidate or a candidate, :class:`LeaderState` (with each fetcher's
+:class:`Progress` and the :class:`HeldFetch` long polls) while it leads.
 """
 
 from __future__ import annotations
@@ -15,13 +15,21 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from controller.raft.messages import ErrorCode, RaftMessage, SnapshotId
+from controller.raft.messages import ErrorCode, FetchRequest, RaftMessage, SnapshotId
 
 if TYPE_CHECKING:
     # Only the type: the generator itself is injected, never the global one.
     from random import Random
 
-__all__ = ["Candidacy", "ElectionTimer", "FetchState", "Outbox"]
+__all__ = [
+    "Candidacy",
+    "ElectionTimer",
+    "FetchState",
+    "HeldFetch",
+    "LeaderState",
+    "Outbox",
+    "Progress",
+]
 
 
 class ElectionTimer:
@@ -86,3 +94,31 @@ class Outbox:
     messages: list[RaftMessage] = field(default_factory=list)
     #: Messages refused by ``step``, by error (wrong cluster, stale epoch, malformed...).
     rejections: Counter[ErrorCode] = field(default_factory=Counter)
+
+
+@dataclass(slots=True)
+class Progress:
+    """The leader's knowledge of one fetcher in the current epoch."""
+
+    end_offset: int = 0
+    #: The last tick the fetcher was heard from: it fetched, or a fetch of it was held.
+    last_fetch_tick: int = -1
+
+
+@dataclass(slots=True)
+class HeldFetch:
+    """A fetch the leader holds until there is something new for it (long poll)."""
+
+    request: FetchRequest
+    #: Ticks left before it is answered anyway (empty).
+    ticks_left: int
+
+
+@dataclass(slots=True)
+class LeaderState:
+    """State a leader keeps for its epoch only (Kafka's ``LeaderState``)."""
+
+    epoch_start_offset: int
+    progress: dict[int, Progress] = field(default_factory=dict)
+    #: Ticks since this node became leader (the clock of ``last_fetch_tick``).
+    ticks: int = 0

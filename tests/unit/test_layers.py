@@ -242,15 +242,10 @@ OUTSIDE_THE_LIBRARY = frozenset({"tests", "bench", "docs"})
 """Top-level directories of the repository that no library module may import."""
 KNOWN_CYCLES: Mapping[tuple[str, ...], str] = {
     # (modules, sorted): why the loop is still there. Remove a row once it is fixed.
-    ("controller.raft._leader", "controller.raft._node_state"): (
-        "the Raft roles share fields through mixins until they are composed (issue 41, item 5)"
-    ),
 }
 
-_MODULE_LOGGER = "a module-level logger until its shell passes one in (issue 41, item 5)"
 KNOWN_VIOLATIONS: Mapping[tuple[str, str], str] = {
     # (importer, imported): why it is still here. Remove a row once it is fixed.
-    **{(core, "logging.getLogger"): _MODULE_LOGGER for core in ("controller.raft.quorum_state",)},
 }
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from controller.raft import RaftInvariantError, Role
-from controller.raft._leader import LeaderState, Progress
+from controller.raft._state import LeaderState, Progress
 from tests.unit.test_raft_paper import Net, make_node
 
 RAFT_DIR = Path(__file__).resolve().parents[2] / "controller" / "raft"

@@ -1,4 +1,5 @@
-"""The Raft core's public names are pinned and its messages are values.
+"""The Raft core's messages are values. (Every public name is checked in
+``tests/unit/test_public_names.py``.)
 
 Its purity (no clock, socket, thread, disk or global random; only ``controller.raft`` and
 ``lograft.protocol.errors`` imported) is checked with every other layer rule in
@@ -6,49 +7,6 @@ Its purity (no clock, socket, thread, disk or global random; only ``controller.r
 """
 
 from __future__ import annotations
-
-import controller.raft
-
-
-def test_public_names_are_pinned() -> None:
-    """The package's public API; change this list deliberately."""
-    assert sorted(controller.raft.__all__) == sorted(
-        [
-            "TRANSITIONS",
-            "BeginQuorumEpoch",
-            "BeginQuorumEpochResponse",
-            "Entry",
-            "EntryKind",
-            "ErrorCode",
-            "FetchRequest",
-            "FetchResponse",
-            "FetchSnapshotRequest",
-            "FetchSnapshotResponse",
-            "HardState",
-            "IllegalTransitionError",
-            "InvalidSnapshotError",
-            "MemoryStorage",
-            "Message",
-            "NotLeaderError",
-            "RaftConfig",
-            "RaftInvariantError",
-            "RaftMessage",
-            "RaftNode",
-            "RaftStatus",
-            "RaftUsageError",
-            "Ready",
-            "Rejection",
-            "ReplicaStatus",
-            "Role",
-            "Snapshot",
-            "SnapshotId",
-            "Storage",
-            "VoteRequest",
-            "VoteResponse",
-        ]
-    )
-    for name in controller.raft.__all__:
-        assert getattr(controller.raft, name) is not None
 
 
 def test_messages_are_frozen_and_slotted() -> None:
