@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeAlias
 
 import grpc
 from tqdm import tqdm
@@ -114,6 +114,7 @@ def _add_data_dir(parser: argparse.ArgumentParser) -> None:
 
 
 _RAW = argparse.RawDescriptionHelpFormatter
+_Actions: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 CLUSTER_DESCRIPTION = """\
 A local cluster of lograft node processes (combined broker and controller roles) with
@@ -132,7 +133,15 @@ examples:
 
 def _add_subcommands(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    _add_up(actions)
+    _add_down(actions)
+    _add_status(actions)
+    _add_logs(actions)
+    _add_kill(actions)
+    _add_restart(actions)
 
+
+def _add_up(actions: _Actions) -> None:
     up = actions.add_parser(
         "up",
         help="start a local cluster and wait until it is healthy",
@@ -179,6 +188,8 @@ def _add_subcommands(parser: argparse.ArgumentParser) -> None:
         "--no-wait", action="store_true", help="return once started, without the health wait"
     )
 
+
+def _add_down(actions: _Actions) -> None:
     down = actions.add_parser(
         "down",
         help="stop every node (SIGTERM, then SIGKILL); data is kept",
@@ -195,6 +206,8 @@ def _add_subcommands(parser: argparse.ArgumentParser) -> None:
         help="grace period before SIGKILL (default %(default)s)",
     )
 
+
+def _add_status(actions: _Actions) -> None:
     status = actions.add_parser(
         "status",
         help="processes, the controller quorum, brokers and partitions (--json: one object)",
@@ -235,6 +248,8 @@ unknown.""",
         "missing, if it is not by then); e.g. right after `docker-compose up -d`",
     )
 
+
+def _add_logs(actions: _Actions) -> None:
     logs = actions.add_parser(
         "logs",
         help="print the end of one node's log",
@@ -252,6 +267,8 @@ unknown.""",
         help="how many lines (default %(default)s)",
     )
 
+
+def _add_kill(actions: _Actions) -> None:
     kill = actions.add_parser(
         "kill",
         help="signal one node (default SIGKILL, as kill -9)",
@@ -271,6 +288,8 @@ unknown.""",
         help="KILL, TERM, STOP (pause) or CONT (resume) (default %(default)s)",
     )
 
+
+def _add_restart(actions: _Actions) -> None:
     restart = actions.add_parser(
         "restart",
         help="start one node again with its arguments (stopping it first if running)",
