@@ -156,6 +156,7 @@ class Cluster:
         return {p.partition: p.leader_id for p in answer.topics[0].partitions}
 
 
+# Over 70 lines: two timed failover loops in order on one cluster, then the report.
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)

@@ -78,6 +78,7 @@ def _coordinator(bootstrap: str, group: str) -> int:
     return int(found.node_id)
 
 
+# Over 70 lines: one round's timed steps in order, sharing the members its cleanup closes.
 def _round(bootstrap: str, data: str, group: str, session_ms: int) -> dict[str, Any]:
     config = {
         "bootstrap.servers": bootstrap,

@@ -419,6 +419,7 @@ def _lines(title: str, series: Mapping[str, Sequence[tuple[float, float]]], y_un
     return "".join(parts)
 
 
+# Over 70 lines: the report's sections as one page, read top to bottom.
 def render_html(report: dict[str, Any]) -> str:
     """The report as one self-contained HTML page."""
     runs = report["runs"]

@@ -63,6 +63,7 @@ a pipeline worker's commit retries and its replacements of consumers and produce
 counts.
 """
 
+# Over 600 lines: every worker of a chaos run, recording ops in the one history format they share.
 from __future__ import annotations
 
 import functools

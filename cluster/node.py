@@ -13,6 +13,7 @@ default flush policy). SIGTERM and SIGINT shut down cleanly: stop accepting
 requests, finish in-flight ones, flush, and leave clean-shutdown markers.
 """
 
+# Over 600 lines: the node process: its arguments, settings and the Node that starts every service.
 from __future__ import annotations
 
 import argparse
@@ -211,6 +212,7 @@ class Node:
             raise InvalidConfigError(f"listeners: cannot listen on {where}: {exc}") from None
         return framed.port
 
+    # Over 70 lines: the start-up steps in order: logs, listeners, services, then the tasks.
     async def start(self) -> None:
         """Recover the logs (and the metadata log in a quorum), then start serving."""
         config = self.config
@@ -331,6 +333,7 @@ class Node:
             facts.fenced = self._broker.fenced_in_image()
         return facts
 
+    # Over 70 lines: wires the Raft driver, controller and broker, each needing the one before.
     async def _start_quorum(
         self, endpoint: BrokerEndpoint, listeners: tuple[BrokerEndpoint, ...]
     ) -> None:

@@ -33,6 +33,7 @@ Columns are those of Spark's Kafka source (:func:`read_schema`). Tasks read thei
 with a ``Consumer`` and hand Spark Arrow record batches.
 """
 
+# Over 600 lines: the stream and batch readers share the options, offset lookups and Arrow batches.
 from __future__ import annotations
 
 import logging

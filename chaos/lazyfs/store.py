@@ -28,6 +28,7 @@ internal directory is removed and the live state is read anew from the durable s
 Thread-safe: one lock serialises every operation.
 """
 
+# Over 600 lines: one power-loss model: LazyStore changes its durable and unsynced states together.
 from __future__ import annotations
 
 import errno

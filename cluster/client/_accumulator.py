@@ -310,6 +310,7 @@ class RecordAccumulator:
             self.sender_wanted = True
         return batch
 
+    # Over 70 lines: one pass over the values: each chunk sized, encoded, reserved, queued.
     def append_bulk(
         self,
         bulk: BulkCall,

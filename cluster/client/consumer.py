@@ -49,6 +49,7 @@ A ``Consumer`` is not thread-safe (as in Kafka): use it from one thread. Its cal
 in that thread, inside ``poll``, ``unsubscribe`` and ``close``.
 """
 
+# Over 600 lines: the public Consumer's API; fetching, commits and rebalances are in _ modules.
 from __future__ import annotations
 
 import logging
@@ -133,6 +134,7 @@ class Consumer:
         consumer._setup(config, overrides, clock)
         return consumer
 
+    # Over 70 lines: every config read once, as each part it configures is built, in order.
     def _setup(
         self, config: Mapping[str, object] | None, overrides: dict[str, object], clock: Clock
     ) -> None:

@@ -6,6 +6,7 @@ the same actions as ``python -m cluster.launcher ACTION ...``. The handlers prin
 people; the work is :class:`~cluster.launcher.local_cluster.LocalCluster`'s.
 """
 
+# Over 600 lines: the six cluster subcommands' parsers beside their handlers.
 from __future__ import annotations
 
 import argparse

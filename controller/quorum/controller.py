@@ -8,6 +8,7 @@ way to meet ``controller.logic``'s rule that decisions see all appended records.
 answer ``NOT_CONTROLLER`` with the leader's id.
 """
 
+# Over 600 lines: one class whose writes are serialised by one lock, each next to the others.
 from __future__ import annotations
 
 import asyncio

@@ -74,6 +74,7 @@ def _entry(entry: pb.Entry) -> Entry:
     )
 
 
+# Over 70 lines: one match arm per Raft message kind, a table read top to bottom.
 def to_envelope(message: RaftMessage) -> pb.RaftEnvelope:
     """The protobuf envelope of ``message``."""
     envelope = pb.RaftEnvelope(
@@ -158,6 +159,7 @@ def to_envelope(message: RaftMessage) -> pb.RaftEnvelope:
     return envelope
 
 
+# Over 70 lines: one branch per Raft message kind, a table read top to bottom.
 def from_envelope(envelope: pb.RaftEnvelope) -> RaftMessage:
     """The message an envelope carries; raises :class:`MalformedRaftMessageError`."""
     src = _non_negative("src", envelope.src)

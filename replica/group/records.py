@@ -256,6 +256,7 @@ def _decode_key(raw: bytes) -> GroupKey:
     return key
 
 
+# Over 70 lines: one match arm per group record type, a table read top to bottom.
 def _decode_value(key: GroupKey, raw: bytes) -> GroupValue:
     r = FieldReader(raw, f"{type(key).__name__} value", GroupRecordError)
     version = r.u16("version")

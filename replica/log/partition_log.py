@@ -32,6 +32,7 @@ crash its entries below the recovery point are right; the open rebuilds the rest
 (:mod:`replica.log.log_loader`).
 """
 
+# Over 600 lines: Kafka's UnifiedLog: the log-wide state and locking; the work is in other modules.
 from __future__ import annotations
 
 import contextlib

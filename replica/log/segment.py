@@ -22,6 +22,7 @@ one operation meant for another thread is ``fdatasync`` on the descriptors retur
 :meth:`LogSegment.dup_fds`, which stay valid even if the segment closes its own.
 """
 
+# Over 600 lines: Kafka's LogSegment: one class owning a segment's log file and both indexes.
 from __future__ import annotations
 
 import bisect

@@ -40,6 +40,7 @@ def _values(node: NodeProcess) -> list[bytes]:
         return [r.value or b"" for r in fetch_all(pb_grpc.BrokerStub(channel), TOPIC, 0)]
 
 
+# Over 70 lines: a test that walks one restart scenario in order.
 def test_a_restarted_leader_publishes_its_acks_1_tail_only_once_the_isr_has_it(
     tmp_path: Path,
 ) -> None:

@@ -121,6 +121,7 @@ while True:
 """
 
 
+# Over 70 lines: a test that walks one scenario in order: crash, replace, join.
 def test_a_crashed_member_is_replaced_and_a_new_one_joins_without_stopping_the_others(
     grouped: QuorumCluster, tmp_path: Path
 ) -> None:

@@ -160,6 +160,7 @@ def _health(address: str) -> tuple[int, str]:
     return done.returncode, done.stdout
 
 
+# Over 70 lines: a test that walks each listener of each node in order.
 def test_each_listener_answers_with_its_own_addresses_and_replication_uses_internal(
     nodes: dict[int, ListenerNode],
 ) -> None:

@@ -116,6 +116,7 @@ def _kill_leader_and_restart(
     )
 
 
+# Over 70 lines: a test that walks one scenario in order: each leader killed in turn.
 def test_acknowledged_writes_survive_killing_each_leader_in_turn(cluster: QuorumCluster) -> None:
     topic, partitions = "orders", 3
     assert cluster.create_topic(cluster.nodes[1], topic, partitions, 3, GUARDED) == 0

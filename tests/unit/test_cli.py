@@ -1,5 +1,6 @@
 """``lograft`` argument parsing and the error contract (one line on stderr, non-zero exit)."""
 
+# Over 600 lines: every subcommand's parsing and error contract, beside the fakes they share.
 from __future__ import annotations
 
 import argparse

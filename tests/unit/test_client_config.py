@@ -6,6 +6,7 @@ the next produce with an error code. It lets these tests drive the producer's re
 failure paths, which a healthy real node never takes.
 """
 
+# Over 600 lines: the in-process FakeBroker and the client tests that drive it, together.
 from __future__ import annotations
 
 import itertools

@@ -13,6 +13,7 @@ auto-commit of only what ``poll`` returned, typed commit errors, the leave heart
 close. Nothing sleeps: tests wait on the fake's condition or poll with a timeout.
 """
 
+# Over 600 lines: the scripted fake group coordinator and the tests that script it.
 from __future__ import annotations
 
 import logging

@@ -1,5 +1,6 @@
 """The local cluster launcher without running nodes: cluster.json, layout, the /proc guard, CLI."""
 
+# Over 600 lines: the launcher's tests, beside the fake node processes and helpers they share.
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,6 @@
 """Log compaction: the cleaner's passes, its crash-safe swap, and a log with offset holes."""
 
+# Over 600 lines: the cleaner's passes, swap and offset holes, beside the log helpers they share.
 from __future__ import annotations
 
 import asyncio
@@ -212,6 +213,7 @@ _batch = st.tuples(
 )
 
 
+# Over 70 lines: a property test: two cleanings, each checked against the model.
 @settings(
     max_examples=60,
     deadline=None,

@@ -1,5 +1,6 @@
 """PartitionLog: appends, reads, rolls, retention, truncation, recovery and flushing."""
 
+# Over 600 lines: PartitionLog's tests and its state-machine model, beside shared helpers.
 from __future__ import annotations
 
 import logging

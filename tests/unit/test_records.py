@@ -1,5 +1,6 @@
 """RecordBatch v2 records: encoding, decoding, iteration over fetched bytes, corrupt input."""
 
+# Over 600 lines: one test per rule of the record format, beside the byte-editing helpers.
 from __future__ import annotations
 
 import contextlib

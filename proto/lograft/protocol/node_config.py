@@ -393,6 +393,7 @@ class NodeConfig:
             rack,
         )
 
+    # Over 70 lines: the cross-setting checks, then one constructor call naming every field.
     @classmethod
     def _assemble(
         cls,
