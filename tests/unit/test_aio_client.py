@@ -29,7 +29,7 @@ from cluster.client import (
 from cluster.client._aio_worker import Worker, observe
 from cluster.client.consumer import ConsumerRecord
 from lograft.protocol.errors import IllegalStateError
-from tests.unit.test_consumer_groups import WAIT_S, FakeGroupBroker, _config, _serve
+from tests.unit.consumer_fixtures import WAIT_S, FakeGroupBroker, consumer_config, serve
 
 A0, A1 = TopicPartition("a", 0), TopicPartition("a", 1)
 
@@ -37,7 +37,7 @@ A0, A1 = TopicPartition("a", 0), TopicPartition("a", 1)
 @pytest.fixture
 def fake() -> Iterator[FakeGroupBroker]:
     broker = FakeGroupBroker()
-    server = _serve(broker)
+    server = serve(broker)
     broker.add_topic("a", 2)
     try:
         yield broker
@@ -146,7 +146,7 @@ async def test_cancelling_getmany_at_any_moment_loses_and_repeats_no_record(
     seen: list[int] = []
     rng = random.Random(5)
     consumer = AsyncConsumer(
-        _config(fake, enable_auto_commit=False, max_poll_records=7, fetch_max_wait_ms=50)
+        consumer_config(fake, enable_auto_commit=False, max_poll_records=7, fetch_max_wait_ms=50)
     )
     try:
         await consumer.assign([A0])
@@ -173,7 +173,7 @@ async def test_cancelling_getmany_at_any_moment_loses_and_repeats_no_record(
 
 async def test_async_iteration_and_seek_drop_what_is_buffered(fake: FakeGroupBroker) -> None:
     fake.produce(A0, 10)
-    async with AsyncConsumer(_config(fake, group_id=None, max_poll_records=10)) as consumer:
+    async with AsyncConsumer(consumer_config(fake, group_id=None, max_poll_records=10)) as consumer:
         await consumer.assign([A0])
         assert consumer.assignment() == {A0}
         first = await anext(aiter(consumer))
@@ -217,7 +217,7 @@ async def test_async_callbacks_run_on_the_loop_and_the_rebalance_waits_for_them(
             with pytest.raises(IllegalStateError, match="must not poll"):
                 await consumer.getmany()
 
-    consumer = AsyncConsumer(_config(fake, enable_auto_commit=False, max_poll_records=3))
+    consumer = AsyncConsumer(consumer_config(fake, enable_auto_commit=False, max_poll_records=3))
     try:
         await consumer.subscribe(["a"], listener=Listener())
         got: dict[TopicPartition, list[int]] = {A0: [], A1: []}
@@ -254,7 +254,7 @@ async def test_async_callbacks_run_on_the_loop_and_the_rebalance_waits_for_them(
 async def test_plain_callbacks_get_the_async_consumer(fake: FakeGroupBroker) -> None:
     fake.set_target({A0})
     calls: list[tuple[str, object, list[TopicPartition]]] = []
-    async with AsyncConsumer(_config(fake)) as consumer:
+    async with AsyncConsumer(consumer_config(fake)) as consumer:
         await consumer.subscribe(
             ["a"],
             on_assign=lambda c, ps: calls.append(("assign", c, ps)),
@@ -302,7 +302,7 @@ async def test_a_call_from_another_task_waits_for_the_running_rebalance_callback
         await consumer.close()
         events.append("closed")
 
-    consumer = AsyncConsumer(_config(fake))
+    consumer = AsyncConsumer(consumer_config(fake))
     try:
         await consumer.subscribe(["a"], on_assign=on_assign, on_revoke=on_revoke)
         reading = asyncio.create_task(consumer.getmany(timeout_ms=int(WAIT_S * 1000)))
@@ -329,7 +329,7 @@ async def test_a_call_from_another_task_waits_for_the_running_rebalance_callback
 async def test_a_commit_is_sent_even_if_its_task_is_cancelled_before_its_turn(
     fake: FakeGroupBroker,
 ) -> None:
-    consumer = AsyncConsumer(_config(fake, enable_auto_commit=False))
+    consumer = AsyncConsumer(consumer_config(fake, enable_auto_commit=False))
     gate = threading.Event()
     try:
         await consumer.assign([A0])

@@ -11,54 +11,26 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from cluster.client import Consumer, ConsumerRecord, TopicPartition
-from tests.unit.test_consumer_groups import FakeGroupBroker, Recorder, _config, _serve
+from tests.unit.consumer_fixtures import (
+    HANG_MS,
+    FreezingBroker,
+    Recorder,
+    consumer_config,
+    serve,
+)
 
 A0 = TopicPartition("a", 0)
-HANG_MS = 60_000
-"""request.timeout.ms: how long a consumer that waits on the frozen coordinator would wait."""
 WATCHDOG_S = 15.0
-
-
-class FreezingBroker(FakeGroupBroker):
-    """The fake coordinator; ``freeze`` makes its group RPCs hang until ``thaw``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.thawed = threading.Event()
-        self.thawed.set()
-        self.offset_fetches = 0
-
-    def freeze(self) -> None:
-        self.thawed.clear()
-
-    def thaw(self) -> None:
-        self.thawed.set()
-
-    def ConsumerGroupHeartbeat(self, request: Any, context: Any) -> Any:
-        self.thawed.wait(HANG_MS / 1000.0)
-        return super().ConsumerGroupHeartbeat(request, context)
-
-    def OffsetCommit(self, request: Any, context: Any) -> Any:
-        self.thawed.wait(HANG_MS / 1000.0)
-        return super().OffsetCommit(request, context)
-
-    def OffsetFetch(self, request: Any, context: Any) -> Any:
-        with self.cond:
-            self.offset_fetches += 1
-            self.cond.notify_all()
-        self.thawed.wait(HANG_MS / 1000.0)
-        return super().OffsetFetch(request, context)
 
 
 @pytest.fixture
 def fake() -> Iterator[FreezingBroker]:
     broker = FreezingBroker()
-    server = _serve(broker)
+    server = serve(broker)
     broker.add_topic("a", 2)
     try:
         yield broker
@@ -74,7 +46,9 @@ def test_poll_zero_returns_at_once_while_committed_offsets_are_being_read(
     fake.committed[A0] = 3
     fake.freeze()
     with Consumer(
-        _config(fake, enable_auto_commit=False, request_timeout_ms=HANG_MS, max_poll_records=10)
+        consumer_config(
+            fake, enable_auto_commit=False, request_timeout_ms=HANG_MS, max_poll_records=10
+        )
     ) as consumer:
         consumer.assign([A0])
         polled: list[list[ConsumerRecord]] = []
@@ -117,7 +91,7 @@ def test_close_returns_within_its_timeout_while_the_coordinator_hangs(
     fake.set_target({A0})
     seen = Recorder()
     consumer = Consumer(
-        _config(fake, request_timeout_ms=HANG_MS, auto_commit_interval_ms=3_600_000)
+        consumer_config(fake, request_timeout_ms=HANG_MS, auto_commit_interval_ms=3_600_000)
     )
     try:
         consumer.subscribe(["a"], on_assign=seen.on_assign, on_revoke=seen.on_revoke)
@@ -136,7 +110,7 @@ def test_close_returns_within_its_timeout_while_the_coordinator_hangs(
 
 def test_close_of_an_assigned_consumer_is_bounded_too(fake: FreezingBroker) -> None:
     fake.produce(A0, 5)
-    consumer = Consumer(_config(fake, request_timeout_ms=HANG_MS, max_poll_records=10))
+    consumer = Consumer(consumer_config(fake, request_timeout_ms=HANG_MS, max_poll_records=10))
     try:
         consumer.assign([A0])
         seen = Recorder()

@@ -27,8 +27,7 @@ from cluster.client._clock import ManualClock
 from lograft.protocol.batch_builder import encode_batch
 from lograft.protocol.errors import CoordinatorNotAvailableError, NotLeaderOrFollowerError
 from lograft.protocol.wire import broker_pb2 as pb
-from tests.unit.test_consumer_bounds import HANG_MS, FreezingBroker
-from tests.unit.test_consumer_groups import Recorder, _config, _serve
+from tests.unit.consumer_fixtures import HANG_MS, FreezingBroker, Recorder, consumer_config, serve
 
 A0, A1 = TopicPartition("a", 0), TopicPartition("a", 1)
 TIMEOUT_S = 30.0
@@ -79,7 +78,7 @@ class ClockBroker(FreezingBroker):
 @pytest.fixture
 def fake() -> Iterator[ClockBroker]:
     broker = ClockBroker()
-    server = _serve(broker)
+    server = serve(broker)
     broker.add_topic("a", 2)
     try:
         yield broker
@@ -99,7 +98,7 @@ def clock() -> Iterator[ManualClock]:
 
 
 def _consumer(fake: ClockBroker, clock: ManualClock, **overrides: object) -> Consumer:
-    return Consumer._with_clock(clock, _config(fake, **overrides))
+    return Consumer._with_clock(clock, consumer_config(fake, **overrides))
 
 
 def _start(work: Callable[[], _T]) -> Future[_T]:

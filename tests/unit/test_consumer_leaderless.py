@@ -23,7 +23,7 @@ from cluster.client import Consumer, TopicPartition
 from lograft.protocol.errors import LeaderNotAvailableError
 from lograft.protocol.wire import broker_pb2 as pb
 from tests.integration.nodes import free_port
-from tests.unit.test_consumer_groups import FakeGroupBroker, Recorder, _config, _serve
+from tests.unit.consumer_fixtures import FakeGroupBroker, Recorder, consumer_config, serve
 
 A0, A1 = TopicPartition("a", 0), TopicPartition("a", 1)
 DEAD_NODE = 2
@@ -66,7 +66,7 @@ class LeaderlessBroker(FakeGroupBroker):
 @pytest.fixture
 def fake() -> Iterator[LeaderlessBroker]:
     broker = LeaderlessBroker()
-    server = _serve(broker)
+    server = serve(broker)
     broker.add_topic("a", 2)
     try:
         yield broker
@@ -86,7 +86,7 @@ def test_assigned_partitions_are_read_while_one_has_no_leader(
     fake.produce(A0, 3)
     _stall(fake, how, A1)
     seen = Recorder()
-    with Consumer(_config(fake, group_id=None, max_poll_records=10)) as consumer:
+    with Consumer(consumer_config(fake, group_id=None, max_poll_records=10)) as consumer:
         consumer.assign([A0, A1])
         consumer.seek_to_beginning()
         seen.poll_until(consumer, lambda: len(seen.records(A0)) == 3, "the records of a-0")
@@ -117,7 +117,7 @@ def test_group_member_reads_and_commits_partitions_that_have_a_leader(
     _stall(fake, "no leader", A1)
     fake.set_target({A0, A1})
     seen = Recorder()
-    with Consumer(_config(fake, enable_auto_commit=False, max_poll_records=10)) as consumer:
+    with Consumer(consumer_config(fake, enable_auto_commit=False, max_poll_records=10)) as consumer:
         consumer.subscribe(["a"], on_assign=seen.on_assign, on_revoke=seen.on_revoke)
         seen.poll_until(consumer, lambda: len(seen.records(A0)) == 2, "the records of a-0")
         assert seen.callbacks() == [("assign", [A0, A1])]

@@ -21,8 +21,8 @@ from replica.log.partition_log import PartitionLog, delete_files
 from replica.log.segment import LogSegment
 from replica.replication.errors import LeaderEpochCheckpointError
 from replica.replication.leader_epoch_cache import EpochEntry, LeaderEpochCache
+from tests.unit.follower_fixtures import entries, follow, leader_batches
 from tests.unit.log_fixtures import append_values, crash_copy, headers_of, read_all
-from tests.unit.test_follower_append import entries, follow, leader_batches
 
 LOGGER = "replica.log"  # the partition log and the modules it delegates to
 SMALL = LogConfig(segment_bytes=600, index_interval_bytes=128, retention_ms=-1)

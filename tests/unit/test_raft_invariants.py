@@ -14,7 +14,7 @@ import pytest
 
 from controller.raft import RaftInvariantError, Role
 from controller.raft._state import LeaderState, Progress
-from tests.unit.test_raft_paper import Net, make_node
+from tests.unit.raft_fixtures import Net, make_node
 
 RAFT_DIR = Path(__file__).resolve().parents[2] / "controller" / "raft"
 
