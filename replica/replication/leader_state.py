@@ -4,7 +4,7 @@ Pure: inputs are follower fetches, local appends and flushes, the controller's c
 ISR and ``now_ms``; outputs are fetch decisions, ISR proposals and produce outcomes. No
 clock, socket, thread or disk. Not thread-safe: owned by one partition on the event loop.
 
-Rules (each has a unit test in ``tests/unit/test_replication_state.py``):
+Rules (each has a unit test in ``tests/unit/replica/replication/test_replication_state.py``):
 
 * **High watermark** = the minimum, over the *maximal* ISR, of each member's log end
   offset (the leader counts its *durable* end: the flushed offset under

@@ -8,15 +8,15 @@ node. A last test pins that the core logs only through the logger its shell pass
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
 from controller.raft import RaftInvariantError, Role
 from controller.raft._state import LeaderState, Progress
+from tests.paths import REPO_ROOT
 from tests.unit.raft_fixtures import Net, make_node
 
-RAFT_DIR = Path(__file__).resolve().parents[2] / "controller" / "raft"
+RAFT_DIR = REPO_ROOT / "controller" / "raft"
 
 
 def test_a_correct_run_keeps_every_invariant() -> None:

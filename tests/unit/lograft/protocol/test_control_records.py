@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-with warnings.catch_warnings():  # see tests/unit/test_kafka_python_compat.py
+with warnings.catch_warnings():  # see tests/unit/lograft/protocol/test_kafka_python_compat.py
     warnings.filterwarnings("ignore", r"\w+ is deprecated\. Use files\(\)", DeprecationWarning)
     from kafka.record.default_records import DefaultRecordBatch
 
