@@ -65,7 +65,7 @@ import bisect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Final
+from typing import Final, NoReturn
 
 from lograft.protocol.batch_header import BatchHeader
 from lograft.protocol.control_records import EndTxnMarker
@@ -73,6 +73,7 @@ from lograft.protocol.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTxnStateError,
+    InvariantError,
     OutOfOrderSequenceNumberError,
     TransactionCoordinatorFencedError,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "Duplicate",
     "MarkerReader",
     "ProducerEntry",
+    "ProducerStateInvariantError",
     "ProducerStateManager",
     "last_sequence",
 ]
@@ -107,6 +109,11 @@ DEFAULT_PRODUCER_ID_EXPIRATION_MS: Final = 86_400_000
 """Kafka's ``producer.id.expiration.ms`` default (one day)."""
 NO_COORDINATOR_EPOCH: Final = -1
 """The coordinator epoch of a producer with no transaction marker written yet (Kafka's -1)."""
+
+
+class ProducerStateInvariantError(InvariantError):
+    """A producer state invariant is broken
+    (:meth:`ProducerStateManager.check_invariants`); the node halts (never answered)."""
 
 
 def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
@@ -653,6 +660,93 @@ class ProducerStateManager:
         self._end_offset = min(self._end_offset, offset)
         self._index_open_transactions()
         return frozenset(inexact)
+
+    # ---- invariants ------------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        """Raise :class:`ProducerStateInvariantError` if the state breaks a rule of this
+        module. Reads the state only; a simulation calls it after every step.
+
+        Every producer is held under its id (``>= 0``) with an epoch ``>= 0`` and at most
+        :data:`NUM_BATCHES_TO_RETAIN` batches (:meth:`_check_batches`); its open
+        transaction starts below :attr:`end_offset`, and the index of open transactions
+        the last stable offset reads is exactly the entries' first offsets. Ended and
+        aborted transactions run from their first offset to a marker below
+        :attr:`end_offset`, in marker order, and the aborted ones' marker offsets are the
+        index :meth:`aborted_transactions` bisects.
+        """
+        end = self._end_offset
+        if end < 0:
+            self._fail(f"end offset {end} < 0")
+        for producer_id, entry in self._entries.items():
+            where = f"producer {producer_id}"
+            if entry.producer_id != producer_id or producer_id < 0:
+                self._fail(f"{where}: holds the entry of producer {entry.producer_id}")
+            if entry.producer_epoch < 0:
+                self._fail(f"{where}: epoch {entry.producer_epoch} < 0")
+            self._check_batches(where, entry.batches)
+            first = entry.current_txn_first_offset
+            if first is not None and not 0 <= first < end:
+                self._fail(f"{where}: open transaction at {first}, end offset {end}")
+        index = {
+            producer_id: entry.current_txn_first_offset
+            for producer_id, entry in self._entries.items()
+            if entry.current_txn_first_offset is not None
+        }
+        if self._open_txns != index:
+            self._fail(f"open transactions index {self._open_txns} is not the entries' {index}")
+        self._check_ended("ended", self._completed)
+        self._check_ended("aborted", self._aborted)
+        if self._aborted_ends != [txn.last_offset for txn in self._aborted]:
+            self._fail(f"aborted marker offsets {self._aborted_ends} are not the transactions'")
+
+    def _check_batches(self, where: str, batches: tuple[BatchMetadata, ...]) -> None:
+        """At most five; each within the log, its sequences in 0..2**31 - 1 and as long as
+        its offsets; offsets increasing; and no more sequences skipped between two batches
+        than offsets lie between them (consecutive modulo 2**31 for batches next to each
+        other in the log: only other producers' batches, or batches retention deleted
+        before a replay across the gap, can come between)."""
+        if len(batches) > NUM_BATCHES_TO_RETAIN:
+            self._fail(f"{where}: {len(batches)} batches retained")
+        previous: BatchMetadata | None = None
+        for batch in batches:
+            first, last = batch.first_offset, batch.last_offset
+            if not 0 <= first <= last < self._end_offset:
+                self._fail(f"{where}: batch {first}..{last}, end offset {self._end_offset}")
+            if not (0 <= batch.first_seq <= MAX_SEQUENCE and 0 <= batch.last_seq <= MAX_SEQUENCE):
+                self._fail(f"{where}: batch sequences {batch.first_seq}..{batch.last_seq}")
+            if last_sequence(batch.first_seq, last - first) != batch.last_seq:
+                self._fail(
+                    f"{where}: batch sequences {batch.first_seq}..{batch.last_seq} do not match "
+                    f"its offsets {first}..{last}"
+                )
+            if previous is not None:
+                if first <= previous.last_offset:
+                    self._fail(f"{where}: batch at {first} not after {previous.last_offset}")
+                skipped = (batch.first_seq - previous.last_seq - 1) % (MAX_SEQUENCE + 1)
+                if skipped > first - previous.last_offset - 1:
+                    self._fail(
+                        f"{where}: sequence {batch.first_seq} at offset {first} does not "
+                        f"follow sequence {previous.last_seq} at {previous.last_offset}"
+                    )
+            previous = batch
+
+    def _check_ended(self, what: str, txns: Sequence[CompletedTxn | AbortedTxn]) -> None:
+        previous_marker = -1
+        for txn in txns:
+            if not 0 <= txn.first_offset <= txn.last_offset < self._end_offset:
+                self._fail(
+                    f"{what} transaction of producer {txn.producer_id}: "
+                    f"{txn.first_offset}..{txn.last_offset}, end offset {self._end_offset}"
+                )
+            if txn.last_offset <= previous_marker:
+                self._fail(f"{what} transaction marker {txn.last_offset} not after the previous")
+            previous_marker = txn.last_offset
+
+    def _fail(self, what: str) -> NoReturn:
+        raise ProducerStateInvariantError(
+            f"producer state at end offset {self._end_offset}: {what}"
+        )
 
     def _index_open_transactions(self) -> None:
         self._open_txns = {

@@ -70,6 +70,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from lograft.protocol.errors import (
+    InvariantError,
     LograftError,
     OutOfOrderSequenceNumberError,
     RequestTimedOutError,
@@ -84,6 +85,7 @@ __all__ = [
     "PartitionSequences",
     "SequencedBatch",
     "Sequencer",
+    "SequencerInvariantError",
 ]
 
 MAX_IN_FLIGHT = 5
@@ -96,6 +98,11 @@ SEQUENCE_MODULUS = 2**31
 """Batch sequences are int32 and wrap from 2**31 - 1 to 0."""
 MAX_PRODUCER_EPOCH = 2**15 - 1
 """Producer epochs are int16: past this one the producer must get a new producer id."""
+
+
+class SequencerInvariantError(InvariantError):
+    """A sequencing invariant is broken (:meth:`Sequencer.check_invariants`): the producer's
+    bookkeeping no longer says which sequences may have been written."""
 
 
 class SequencedBatch(Protocol):
@@ -434,6 +441,59 @@ class Sequencer:
     def header_sequence(batch: SequencedBatch) -> int:
         """The ``baseSequence`` the batch's header carries: its sequence modulo 2**31."""
         return batch.base_sequence % SEQUENCE_MODULUS
+
+    def check_invariants(self) -> None:
+        """Raise :class:`SequencerInvariantError` if the state breaks a rule of this module.
+
+        Reads the state only; a simulation calls it after every step. The producer id is
+        ``-1`` exactly when the epoch is (no identity), else ``>= 0`` with the epoch in
+        ``0..MAX_PRODUCER_EPOCH``; each partition is checked by :meth:`_check_partition`.
+        """
+        identity = (self.producer_id, self.producer_epoch)
+        if (self.producer_id < 0 or self.producer_epoch < 0) and identity != (-1, -1):
+            raise SequencerInvariantError(f"producer identity {identity} is half set")
+        if self.producer_epoch > MAX_PRODUCER_EPOCH:
+            raise SequencerInvariantError(f"producer epoch {self.producer_epoch} is past int16")
+        for tp, sequences in self.partitions.items():
+            self._check_partition(tp, sequences)
+
+    def _check_partition(self, tp: TopicPartition, sequences: PartitionSequences) -> None:
+        """The window holds at most ``MAX_IN_FLIGHT`` batches of the partition, starting with
+        an unresolved one, all under the partition's identity, their sequences consecutive
+        (kept without wrapping; the headers carry them modulo 2**31) and ending at the next
+        sequence; the last acknowledged sequence is below the next; resolved batches are not
+        in flight; an identity of the producer's own id is not of a newer epoch."""
+        where = f"{tp.topic}-{tp.partition}"
+        window = sequences.window
+        if len(window) > MAX_IN_FLIGHT:
+            raise SequencerInvariantError(f"{where}: {len(window)} batches in the window")
+        if window and window[0].resolved:
+            raise SequencerInvariantError(f"{where}: the window starts with a resolved batch")
+        if not -1 <= sequences.last_acked_sequence < sequences.next_sequence:
+            raise SequencerInvariantError(
+                f"{where}: last acknowledged sequence {sequences.last_acked_sequence}, "
+                f"next {sequences.next_sequence}"
+            )
+        identity = (sequences.producer_id, sequences.producer_epoch)
+        if identity[0] == self.producer_id and identity[1] > self.producer_epoch:
+            raise SequencerInvariantError(
+                f"{where}: epoch {identity[1]} is newer than the producer's {self.producer_epoch}"
+            )
+        expected = sequences.next_sequence - sum(b.record_count for b in window)
+        for batch in window:
+            if batch.tp != tp or (batch.producer_id, batch.producer_epoch) != identity:
+                raise SequencerInvariantError(
+                    f"{where}: batch of {batch.tp.topic}-{batch.tp.partition} under "
+                    f"{batch.producer_id}/{batch.producer_epoch} in the window of {identity}"
+                )
+            if batch.base_sequence != expected or batch.record_count < 1 or expected < 0:
+                raise SequencerInvariantError(
+                    f"{where}: batch at sequence {batch.base_sequence} of {batch.record_count} "
+                    f"records where {expected} follows (next sequence {sequences.next_sequence})"
+                )
+            if batch.resolved and batch.in_flight:
+                raise SequencerInvariantError(f"{where}: resolved batch {expected} in flight")
+            expected += batch.record_count
 
     @staticmethod
     def _sequence(sequences: PartitionSequences, batch: SequencedBatch) -> None:

@@ -63,6 +63,7 @@ from lograft.protocol.errors import (
 )
 from lograft.protocol.topic_partition import TopicPartition, partition_for_name
 from replica.coordinator_leadership import check_leadership
+from replica.txn._invariants import check_invariants
 from replica.txn.metadata import MAX_PRODUCER_EPOCH, TxnMetadata, TxnRecord, TxnState
 
 __all__ = [
@@ -163,6 +164,8 @@ class TransactionCoordinator:
         self.two_phase_enabled = two_phase_enabled
         self.loading = True
         self._ids: dict[str, TxnMetadata] = {}
+        # Each id's producer id and epoch at the last check_invariants, to see them move.
+        self._seen: dict[str, tuple[int, int]] = {}
 
     # ---- loading ------------------------------------------------------------------------
 
@@ -432,6 +435,16 @@ class TransactionCoordinator:
         for transactional_id in gone:
             del self._ids[transactional_id]
         return Outcome(gone, tuple(TxnRecord(t, None) for t in gone))
+
+    # ---- invariants ---------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        """Raise :class:`~replica.txn.errors.TxnInvariantError` if the state breaks a rule
+        (:mod:`replica.txn._invariants`: legal states, their partitions and start times, the
+        epoch bumped when a transaction was decided, producer ids not shared, epochs never
+        going back). Reads the state only, and remembers each id's epoch to see it move; a
+        simulation calls it after every step."""
+        check_invariants(self.partition, self._ids, self._seen)
 
     # ---- helpers ------------------------------------------------------------------------
 

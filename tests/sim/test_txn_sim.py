@@ -31,6 +31,11 @@ Invariants (counted in the summary):
 * ``complete_after_markers`` -- a transaction completes only once every one of its
   partitions holds its marker;
 * ``zombie_refused`` -- nothing a fenced process asks for is granted;
+* ``core_invariants`` -- the live coordinator's own ``check_invariants`` (legal states,
+  partitions and start times, epochs never going back), after every step; and the
+  replaying one's, after each replay;
+* ``prepare_has_marker_job`` -- every transaction the coordinator holds deciding
+  (``PREPARE_*``) has a marker job out that will report it, after every step;
 * after the faults stop, ``settled`` -- no transaction is left deciding, and every committed
   transaction's data sits before a commit marker on every partition it added.
 
@@ -59,6 +64,7 @@ from replica.txn import (
     MarkerJob,
     Outcome,
     TransactionCoordinator,
+    TxnInvariantError,
     TxnState,
     decode_record,
     encode_record,
@@ -160,6 +166,8 @@ class TxnSimulator:
         self.decided: dict[tuple[int, int], bool] = {}
         self.job_partitions: dict[tuple[int, int], frozenset[TopicPartition]] = {}
         self.committed_data: list[tuple[TopicPartition, int, int]] = []
+        self.jobs_out: Counter[tuple[str, int, int]] = Counter()
+        """Marker jobs started and not yet reported, by (id, producer id, epoch)."""
 
     # ---- plumbing -----------------------------------------------------------------------
 
@@ -224,6 +232,8 @@ class TxnSimulator:
     def start_job(self, job: MarkerJob) -> None:
         self.stats["marker_jobs"] += 1
         left = set(job.partitions)
+        key = (job.transactional_id, job.producer_id, job.producer_epoch)
+        self.jobs_out[key] += 1
 
         def deliver(tp: TopicPartition) -> None:
             if self.partitions[tp].mark(job):
@@ -238,6 +248,7 @@ class TxnSimulator:
             done = self.coordinator.markers_written(
                 job.transactional_id, job.producer_id, job.producer_epoch, self.now
             )
+            self.jobs_out[key] -= 1
             self.persist(done)
 
         if not left:
@@ -399,6 +410,7 @@ class TxnSimulator:
         for key, value in self.log[self.replayed_upto :]:
             replayed.replay(decode_record(key, value))
         self.replayed_upto = len(self.log)
+        self.check_core(replayed)
         live = self.coordinator
         if replayed.transactional_ids() != live.transactional_ids() or any(
             replayed.metadata(t) != live.metadata(t) for t in live.transactional_ids()
@@ -414,6 +426,7 @@ class TxnSimulator:
             due, _, event = heapq.heappop(self.heap)
             self.now = due
             event()
+            self.check_step()
         for tid in self.coordinator.transactional_ids():
             meta = self.coordinator.metadata(tid)
             if meta is not None and meta.state.is_preparing:
@@ -422,6 +435,26 @@ class TxnSimulator:
         self.check_committed_data()
         self.checks["settled"] += 1
         return RunResult(self.seed, self.checks, self.stats)
+
+    def check_step(self) -> None:
+        """After every step: the live coordinator's own invariants, and a marker job out
+        for each transaction it holds deciding (else it would never complete)."""
+        live = self.coordinator
+        self.check_core(live)
+        for tid in live.transactional_ids():
+            meta = live.metadata(tid)
+            if meta is None or not meta.state.is_preparing:
+                continue
+            if self.jobs_out[(tid, meta.producer_id, meta.producer_epoch)] <= 0:
+                self.fail(f"{tid} is deciding with no marker job out: {meta}")
+            self.checks["prepare_has_marker_job"] += 1
+
+    def check_core(self, coordinator: TransactionCoordinator) -> None:
+        try:
+            coordinator.check_invariants()
+        except TxnInvariantError as exc:
+            self.fail(f"core invariant: {exc}")
+        self.checks["core_invariants"] += 1
 
     def check_committed_data(self) -> None:
         """Every data batch is followed, on its partition, by a marker of its producer: the

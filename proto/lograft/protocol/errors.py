@@ -102,6 +102,7 @@ class InvariantError(Exception):
     The node process halts on it (Kafka's ``Exit.halt``, etcd's panic; see
     :mod:`cluster.halt`). Each pure core raises its own subclass
     (``ReplicationInvariantError``, ``RaftInvariantError``, ``GroupInvariantError``,
+    ``TxnInvariantError``, ``ProducerStateInvariantError``, ``SequencerInvariantError``,
     ``MetadataInvariantError``) so the log line says which rule broke.
     """
 

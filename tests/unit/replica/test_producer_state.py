@@ -563,6 +563,7 @@ class ProducerStateMachine(RuleBasedStateMachine):
 
     @invariant()
     def matches_the_model(self) -> None:
+        self.manager.check_invariants()  # the core's own rules, after every step
         assert self.manager.end_offset == self.end
         for producer_id in range(3):
             self._check_producer(producer_id)
@@ -599,6 +600,7 @@ def test_transactional_state_replays_snapshots_and_bounds_the_stable_offset(
     epoch = {n: 0 for n in range(3)}
     seq = {n: 0 for n in range(3)}
     for who, op in ops:
+        live.check_invariants()  # the core's own rules, after every step
         pid = 500 + who
         offset = live.end_offset
         if op in ("commit", "abort", "late"):
@@ -631,9 +633,12 @@ def test_transactional_state_replays_snapshots_and_bounds_the_stable_offset(
 
     rebuilt = ProducerStateManager()
     rebuilt.rebuild_from_batches(logged, lambda h: markers[h.base_offset])
+    live.check_invariants()
+    rebuilt.check_invariants()
     assert rebuilt == live
     assert decode_snapshot(encode_snapshot(live)) == live
     stable = live.last_stable_offset(high_watermark)
+    live.check_invariants()
     assert stable <= high_watermark
     assert all(stable <= first for first in live.open_transactions().values())
     by_offset = {h.base_offset: h for h in logged}

@@ -517,6 +517,8 @@ def _simulate(seed: int, fail_for_good: float) -> tuple[int, list[int], dict[int
             sequencer.resolve(batch, acked=False)
 
     for _ in range(5_000):
+        sequencer.check_invariants()  # after every step: the core's and the broker's own
+        broker.check_invariants()
         if not queue and not in_flight:
             break
         if in_flight and (not queue or rng.random() < 0.6):
