@@ -12,21 +12,21 @@ import logging
 
 import grpc
 
-from lograft.protocol.error_responses import (
+from cluster.error_responses import (
     alter_configs_failed,
     create_partitions_failed,
     describe_configs_failed,
 )
-from lograft.protocol.errors import (
+from cluster.errors import (
     InvalidRequestError,
     KafkaStorageError,
     LograftError,
     UnknownTopicOrPartitionError,
 )
-from lograft.protocol.topic_partition import TopicPartition
-from lograft.protocol.wire import broker_pb2 as pb
+from cluster.wire import broker_pb2 as pb
 from replica.broker_rpcs import BrokerRpcs, error_fields
 from replica.log_manager import remove_directories
+from replica.topic_partition import TopicPartition
 
 __all__ = ["AdminRpcs"]
 

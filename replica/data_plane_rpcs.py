@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from lograft.protocol.batch_header import iter_headers
-from lograft.protocol.errors import (
+from cluster.errors import (
     InvalidRequestError,
     InvalidRequiredAcksError,
     InvalidTxnStateError,
@@ -27,11 +26,12 @@ from lograft.protocol.errors import (
     NotLeaderOrFollowerError,
     RequestTimedOutError,
 )
-from lograft.protocol.records import decode_records
-from lograft.protocol.wire import broker_pb2 as pb
+from cluster.wire import broker_pb2 as pb
+from replica.batch_header import iter_headers
 from replica.broker_rpcs import BrokerRpcs, error_fields
 from replica.outcomes import outcomes
 from replica.partition import LeaderAppend, Partition
+from replica.records import decode_records
 from replica.replication import DivergingEpoch
 
 __all__ = ["DataPlaneRpcs"]

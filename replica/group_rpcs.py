@@ -15,17 +15,17 @@ from typing import Any
 
 import grpc
 
-from lograft.protocol.errors import (
+from cluster.errors import (
     InvalidGroupIdError,
     InvalidRequestError,
     LograftError,
     UnstableOffsetCommitError,
 )
-from lograft.protocol.topic_partition import TopicPartition
-from lograft.protocol.wire import broker_pb2 as pb
+from cluster.wire import broker_pb2 as pb
 from replica.broker_rpcs import BrokerRpcs, error_fields, partitions_of, topic_partitions
 from replica.group import GroupCoordinator, GroupDescription, GroupRecord, OffsetAndMetadata
 from replica.group_service import GroupService
+from replica.topic_partition import TopicPartition
 
 __all__ = ["GroupRpcs"]
 

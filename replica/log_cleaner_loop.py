@@ -24,8 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from lograft.protocol.errors import CorruptMessageError, KafkaStorageError, LograftError
-from lograft.protocol.topic_partition import TopicPartition
+from cluster.errors import CorruptMessageError, KafkaStorageError, LograftError
 from replica.log.cleaner import (
     DEFAULT_MAX_MAP_KEYS,
     CleanableView,
@@ -39,6 +38,7 @@ from replica.log.cleaner import (
 from replica.log.partition_log import delete_files
 from replica.log_manager import LogManager
 from replica.partition import Partition
+from replica.topic_partition import TopicPartition
 
 __all__ = ["DEFAULT_BACKOFF_MS", "CleanedPartition", "LogCleaner", "pick_dirtiest"]
 
@@ -153,7 +153,6 @@ class LogCleaner:
             if cleaned is None:
                 await asyncio.sleep(self._backoff_s)
 
-    # Over 70 lines: one round in order, whose try/finally abandons the cleaning on any exit.
     async def clean_once(self) -> CleanedPartition | None:
         """Clean the dirtiest partition that is due, if any; returns what it did.
 

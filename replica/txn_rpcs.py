@@ -15,8 +15,7 @@ import logging
 
 import grpc
 
-from lograft.protocol.control_records import EndTxnMarker
-from lograft.protocol.errors import (
+from cluster.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,
     InvalidTxnStateError,
@@ -26,11 +25,12 @@ from lograft.protocol.errors import (
     RequestTimedOutError,
     TransactionalIdNotFoundError,
 )
-from lograft.protocol.topic_partition import TopicPartition
-from lograft.protocol.wire import broker_pb2 as pb
+from cluster.wire import broker_pb2 as pb
 from replica.broker_rpcs import BrokerRpcs, error_fields, partitions_of, topic_partitions
+from replica.control_records import EndTxnMarker
 from replica.group import partition_for_group
 from replica.group_service import OFFSETS_TOPIC
+from replica.topic_partition import TopicPartition
 from replica.txn import InitResult, Outcome, TransactionCoordinator, TxnMetadata, TxnState
 from replica.txn_service import TransactionService
 

@@ -27,7 +27,7 @@ from cluster.client import (
     RecordFuture,
     TopicPartition,
 )
-from lograft.protocol.errors import (
+from cluster.errors import (
     InvalidConfigError,
     RequestTimedOutError,
     TopicAlreadyExistsError,

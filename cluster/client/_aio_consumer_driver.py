@@ -19,14 +19,13 @@ from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from lograft.protocol.errors import IllegalStateError
+from cluster.errors import IllegalStateError
 
 from ._aio_buffer import RecordBuffer
 from ._aio_rebalance import IN_CALLBACK
 from ._aio_worker import Worker
 from ._connection import TopicPartition
-from ._consumer_values import ConsumerBatch, ConsumerRecord
-from .consumer import Consumer
+from .consumer import Consumer, ConsumerBatch, ConsumerRecord
 
 __all__ = ["ConsumerDriver"]
 

@@ -11,11 +11,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from controller.logic.brokers import check_broker_epoch
-from controller.logic.decision import Decision
-from lograft.metadata.image import MetadataImage, PartitionRegistration, TopicImage
-from lograft.metadata.records import MetadataRecord, PartitionChangeRecord
-from lograft.protocol.errors import (
+from cluster.errors import (
     ElectionNotNeededError,
     FencedLeaderEpochError,
     IneligibleReplicaError,
@@ -27,7 +23,11 @@ from lograft.protocol.errors import (
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
-from lograft.protocol.topic_partition import TopicPartition
+from controller.logic.brokers import check_broker_epoch
+from controller.logic.decision import Decision
+from controller.metadata.image import MetadataImage, PartitionRegistration, TopicImage
+from controller.metadata.records import MetadataRecord, PartitionChangeRecord
+from replica.topic_partition import TopicPartition
 
 __all__ = [
     "AlterPartitionRequest",

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from lograft.protocol.errors import (
+from cluster.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
@@ -35,7 +35,6 @@ from lograft.protocol.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
-from lograft.protocol.topic_partition import TopicPartition
 from replica.group._config import (
     INT32_MAX,
     INT64_MAX,
@@ -51,6 +50,7 @@ from replica.group.records import (
     OffsetCommitKey,
     OffsetCommitValue,
 )
+from replica.topic_partition import TopicPartition
 
 __all__ = [
     "CommitResult",
@@ -58,6 +58,8 @@ __all__ = [
     "OffsetManager",
     "PartitionLag",
 ]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,16 +92,12 @@ class PartitionLag:
 class OffsetManager:
     """The committed offsets of every group in ``store``.
 
-    ``logger`` is the shell's (a core creates none). Not thread-safe: the coordinator that
-    owns it is not.
+    Not thread-safe: the coordinator that owns it is not.
     """
 
-    def __init__(
-        self, config: GroupCoordinatorConfig, store: GroupStore, *, logger: logging.Logger
-    ) -> None:
+    def __init__(self, config: GroupCoordinatorConfig, store: GroupStore) -> None:
         self._config = config
         self._store = store
-        self._log = logger
         # Offsets committed in transactions not ended yet, per producer id, in log order.
         self._pending: dict[int, list[GroupRecord]] = {}
 
@@ -344,7 +342,7 @@ class OffsetManager:
         if group is None:
             self._store.write(GroupMetadataKey(group_id), NEW_GROUP)
             group = self._store.groups[group_id]
-            self._log.info("group created group=%s by=offset_commit", group_id)
+            log.info("group created group=%s by=offset_commit", group_id)
         for tp in sorted(accepted):
             oam = accepted[tp]
             self._store.write(

@@ -33,16 +33,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lograft.durable import fsync_directory
-from lograft.protocol.batch_header import (
+from cluster.durable import fsync_directory
+from cluster.errors import CorruptMessageError, KafkaStorageError
+from replica.batch_header import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
     check_stored_batch,
     parse_header,
 )
-from lograft.protocol.errors import CorruptMessageError, KafkaStorageError
-from lograft.protocol.topic_config import LogConfig
 from replica.log.batch_filter import (
     DELETE_HORIZON_FLAG,
     FilteredBatch,
@@ -60,6 +59,7 @@ from replica.log.segment import (
     segment_file,
 )
 from replica.log.time_index import TimeIndex
+from replica.topic_config import LogConfig
 
 __all__ = [
     "DEFAULT_MAX_MAP_KEYS",
@@ -345,7 +345,6 @@ class _Counters:
         self.horizon = -1
 
 
-# Over 70 lines: map, then write each group; the failure path removes what was staged.
 def clean_log(
     cleaning: CleaningInput,
     *,
@@ -447,7 +446,6 @@ def clean_log(
     )
 
 
-# Over 70 lines: the per-batch filter loop, inline with its buffered writes and counters.
 def _write_group(
     cleaning: CleaningInput,
     group: list[SourceSegment],

@@ -16,7 +16,7 @@ import pytest
 
 from cluster.cli import main
 from cluster.client import AdminClient, Consumer, Producer, TopicPartition
-from lograft.protocol.errors import (
+from cluster.errors import (
     GroupIdNotFoundError,
     GroupNotEmptyError,
     GroupSubscribedToTopicError,
@@ -57,7 +57,6 @@ def _read_all(consumer: Consumer, want: int) -> list[str]:
     return seen
 
 
-# Over 70 lines: a test that walks the groups commands in order on one group.
 def test_groups_describe_reset_list_and_delete(
     grouped: QuorumCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -22,7 +22,7 @@ from controller.logic import (
     create_topics,
     register_broker,
 )
-from lograft.metadata import (
+from controller.metadata import (
     Listener,
     MetadataImage,
     PartitionRegistration,
