@@ -227,9 +227,12 @@ class TransactionCoordinator:
                 "two-phase commit is not enabled on this cluster "
                 "(transaction.two.phase.commit.enable)"
             )
-        if not 0 < timeout_ms <= self.max_timeout_ms and not two_phase:
+        # A two-phase transaction never times out, so its timeout has no upper bound; it is
+        # still written to __transaction_state, whose reader refuses one that is not positive.
+        if timeout_ms <= 0 or (timeout_ms > self.max_timeout_ms and not two_phase):
+            bound = "positive" if two_phase else f"in 1..{self.max_timeout_ms}"
             raise InvalidTransactionTimeoutError(
-                f"transaction.timeout.ms {timeout_ms} must be in 1..{self.max_timeout_ms}"
+                f"transaction.timeout.ms {timeout_ms} must be {bound}"
             )
         meta = self._ids.get(transactional_id)
         if meta is None:

@@ -207,6 +207,18 @@ def test_timeouts_out_of_range_are_refused(timeout_ms: int) -> None:
         _coordinator().init_producer_id(TID, timeout_ms, NOW, _ids())
 
 
+@pytest.mark.parametrize("timeout_ms", [0, -1])
+def test_a_two_phase_timeout_must_still_be_positive(timeout_ms: int) -> None:
+    """It is written to ``__transaction_state``, whose reader refuses one that is not: a
+    client must not be able to write a record the next coordinator cannot load."""
+    with pytest.raises(InvalidTransactionTimeoutError, match="must be positive"):
+        _coordinator(two_phase=True).init_producer_id(TID, timeout_ms, NOW, _ids(), two_phase=True)
+    longest = _coordinator(two_phase=True).init_producer_id(
+        TID, 2**31 - 1, NOW, _ids(), two_phase=True
+    )
+    assert longest.error is None  # no upper bound: a two-phase transaction never times out
+
+
 def test_requests_of_unknown_producers_and_while_deciding() -> None:
     c = _coordinator()
     with pytest.raises(InvalidProducerIdMappingError):
