@@ -400,14 +400,27 @@ class TransactionService:
             if remaining:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MARKER_RETRY_BACKOFF_S[1])
-        now = self._now_ms()
+        while not await self._complete_job(index, slot, job):
+            # The coordinator may not answer now, yet its partition has not moved: the
+            # broker's lease lapsed for a moment (a controller failover). Giving up here
+            # would leave the transaction preparing, its id answered CONCURRENT_TRANSACTIONS,
+            # until the partition moves; no other coordinator would restart the job.
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MARKER_RETRY_BACKOFF_S[1])
+
+    async def _complete_job(self, index: int, slot: _Slot, job: MarkerJob) -> bool:
+        """Record a job's markers as written; False to try again later. True also once
+        the partition moved (its next coordinator restarts the job from the log) or the
+        completion could not be persisted."""
         async with slot.lock:
+            if self._slots.get(index) is not slot:
+                return True  # the partition's next coordinator restarts the job from the log
             try:
                 self._check_leadership(index, slot)
             except LograftError:
-                return  # the partition's next coordinator restarts the job from the log
+                return False
             outcome = slot.coordinator.markers_written(
-                job.transactional_id, job.producer_id, job.producer_epoch, now
+                job.transactional_id, job.producer_id, job.producer_epoch, self._now_ms()
             )
             try:
                 await self._persist(index, slot, outcome)
@@ -417,7 +430,7 @@ class TransactionService:
                     job.transactional_id,
                     exc,
                 )
-                return
+                return True
         log.info(
             "transaction completed transactional_id=%s producer_id=%d epoch=%d committed=%s "
             "partitions=%d",
@@ -427,6 +440,7 @@ class TransactionService:
             job.committed,
             len(job.partitions),
         )
+        return True
 
     # ---- timeouts --------------------------------------------------------------------------
 

@@ -450,3 +450,67 @@ async def test_a_broker_cut_off_from_the_controller_stops_answering_once_its_ses
         return await clients.offset_fetch(0) == 0 and await clients.describe_transaction(0) == 0
 
     await _eventually(answering, "answers again once a heartbeat is answered")
+
+
+async def test_a_commit_whose_completion_meets_a_lapsed_lease_completes_once_it_holds_again(
+    node: Node,
+) -> None:
+    """The markers are written, but the broker's lease has lapsed (the controller did not
+    answer for a while) when the coordinator records them: the partition never moved, so no
+    other coordinator will restart the job. It must complete it once the lease holds again,
+    not leave the transaction preparing (its id answered CONCURRENT_TRANSACTIONS)."""
+    clients = Clients(node)
+    await clients.setup()
+    service = node.service
+    peers = node.broker.transactions._peers
+    real_write = peers.write_markers
+    markers_sent = asyncio.Event()
+    release = asyncio.Event()
+
+    async def held_write(job: Any, partitions: Any) -> Any:
+        markers_sent.set()
+        await release.wait()
+        return await real_write(job, partitions)
+
+    transactions = node.broker.transactions
+    real_complete = transactions._complete_job
+    refused_once = asyncio.Event()
+
+    async def watched_complete(*args: Any) -> bool:
+        done = await real_complete(*args)
+        if not done:
+            refused_once.set()
+        return done
+
+    peers.write_markers = held_write  # type: ignore[method-assign]
+    transactions._complete_job = watched_complete  # type: ignore[method-assign]
+    ended = await service.EndTxn(
+        pb.EndTxnRequest(
+            transactional_id=TXN_ID,
+            producer_id=clients.producer_id,
+            producer_epoch=clients.producer_epoch,
+            committed=True,
+        ),
+        None,
+    )
+    assert ended.error_code == 0, ended
+    async with asyncio.timeout(WAIT_S):
+        await markers_sent.wait()
+    node.controller.reachable = False
+
+    async def lapsed() -> bool:
+        return await clients.describe_transaction(0) == NotCoordinatorError.code
+
+    await _eventually(lapsed, "the broker's lease to lapse")
+    release.set()
+    async with asyncio.timeout(WAIT_S):
+        await refused_once.wait()  # the job met the lapsed lease: it waits, not gives up
+    node.controller.reachable = True
+
+    async def completed() -> bool:
+        described = await service.DescribeTransactions(
+            pb.DescribeTransactionsRequest(transactional_ids=[TXN_ID]), None
+        )
+        return described.transactions[0].state == "CompleteCommit"
+
+    await _eventually(completed, "the transaction to complete")
