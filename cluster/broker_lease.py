@@ -57,8 +57,3 @@ class BrokerLease:
         """Whether, at ``now_ms`` (monotonic), no leadership of this broker's can have moved
         without it being told."""
         return self._expires_ms is not None and now_ms < self._expires_ms
-
-    @property
-    def expires_ms(self) -> float | None:
-        """When the lease runs out (monotonic ms); ``None`` when it holds none."""
-        return self._expires_ms

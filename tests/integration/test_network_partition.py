@@ -301,21 +301,31 @@ def test_connectivity_follows_each_fault(net: NetnsNetwork) -> None:
 # ---- a lograft cluster in namespaces -----------------------------------------------------
 
 
-def _partition_0(bootstrap: str) -> tuple[int, tuple[int, ...]] | None:
-    """(leader, ISR) of partition 0 as the brokers of ``bootstrap`` see it; None if unknown."""
+def _partition_state(
+    bootstrap: str, topic: str = TOPIC, partition: int = 0
+) -> tuple[int, tuple[int, ...]] | None:
+    """(leader, ISR) of ``topic``-``partition`` as the brokers of ``bootstrap`` see it; None
+    if unknown."""
     try:
         with AdminClient({"bootstrap.servers": bootstrap, "default.api.timeout.ms": 5000}) as admin:
-            (description,) = admin.describe_topics([TOPIC])
+            (description,) = admin.describe_topics([topic])
     except LograftError:
         return None
-    partition = description.partitions[0]
-    return partition.leader, tuple(sorted(partition.isr))
+    state = description.partitions[partition]
+    return state.leader, tuple(sorted(state.isr))
+
+
+def _create_topic_on_every_node(cluster: LocalCluster) -> None:
+    """The test topic, one partition on all three nodes, once every node sees its ISR whole."""
+    with AdminClient({"bootstrap.servers": cluster.bootstrap}) as admin:
+        admin.create_topics([NewTopic(TOPIC, 1, 3, {"min.insync.replicas": "2"})])[TOPIC].result()
+    wait_until(lambda: _fully_replicated(cluster), CLUSTER_TIMEOUT_S, "ISR 3")
 
 
 def _fully_replicated(cluster: LocalCluster) -> bool:
     """Whether every node sees the same leader of partition 0 and all nodes in its ISR (a
     node just back from isolation may still show its stale view)."""
-    views = {_partition_0(node.address) for node in cluster.nodes}
+    views = {_partition_state(node.address) for node in cluster.nodes}
     return len(views) == 1 and all(v is not None and v[0] in NODES and v[1] == NODES for v in views)
 
 
@@ -353,15 +363,11 @@ def test_an_isolated_leader_cannot_acknowledge_and_the_others_take_over(
             assert node.pid is not None and cluster.running(node)
             assert os.readlink(f"/proc/{node.pid}/ns/net") != os.readlink("/proc/self/ns/net")
         bootstrap = cluster.bootstrap
-        with AdminClient({"bootstrap.servers": bootstrap}) as admin:
-            admin.create_topics([NewTopic(TOPIC, 1, 3, {"min.insync.replicas": "2"})])[
-                TOPIC
-            ].result()
-        wait_until(lambda: _fully_replicated(cluster), CLUSTER_TIMEOUT_S, "ISR 3")
+        _create_topic_on_every_node(cluster)
         acknowledged = [f"before-{i}" for i in range(5)]
         _send_all(bootstrap, acknowledged)
 
-        found = _partition_0(bootstrap)
+        found = _partition_state(bootstrap)
         assert found is not None
         old_leader = found[0]
         others = [n for n in NODES if n != old_leader]
@@ -369,7 +375,7 @@ def test_an_isolated_leader_cannot_acknowledge_and_the_others_take_over(
         net.isolate(old_leader, cut_clients=False)
 
         def new_leader() -> bool:
-            seen = _partition_0(others_bootstrap)
+            seen = _partition_state(others_bootstrap)
             return seen is not None and seen[0] in others
 
         wait_until(new_leader, CLUSTER_TIMEOUT_S, f"a leader other than node {old_leader}")
@@ -416,12 +422,8 @@ GROUP = "netsplit-group"
 
 def _leader_of(bootstrap: str, topic: str, partition: int) -> int | None:
     """The leader of ``topic``-``partition`` as the brokers of ``bootstrap`` see it."""
-    try:
-        with AdminClient({"bootstrap.servers": bootstrap, "default.api.timeout.ms": 5000}) as admin:
-            (description,) = admin.describe_topics([topic])
-    except LograftError:
-        return None
-    return description.partitions[partition].leader
+    state = _partition_state(bootstrap, topic, partition)
+    return None if state is None else state[0]
 
 
 def _commit(bootstrap: str, offset: int) -> None:
@@ -456,11 +458,7 @@ def test_an_isolated_coordinator_answers_no_offset_its_successor_moved_past(
     try:
         cluster.up(wait=True, timeout_s=CLUSTER_TIMEOUT_S)
         bootstrap = cluster.bootstrap
-        with AdminClient({"bootstrap.servers": bootstrap}) as admin:
-            admin.create_topics([NewTopic(TOPIC, 1, 3, {"min.insync.replicas": "2"})])[
-                TOPIC
-            ].result()
-        wait_until(lambda: _fully_replicated(cluster), CLUSTER_TIMEOUT_S, "ISR 3")
+        _create_topic_on_every_node(cluster)
         _commit(bootstrap, 1)  # creates __consumer_offsets
         offsets_partition = partition_for_group(GROUP, 50)
         coordinator = _leader_of(bootstrap, OFFSETS_TOPIC, offsets_partition)
