@@ -13,7 +13,7 @@ DATA ?= data/cluster
 
 .PHONY: spark-demo sim lock install run test lint format typecheck unit integration docker-test image chaos chaos-tools proto proto-check bench bench-trace bench-compare clean docs
 
-$(STAMP): pyproject.toml constraints.txt replica/_speedups.c replica/_fsync_worker.c
+$(STAMP): pyproject.toml constraints.txt proto/lograft/protocol/_speedups.c replica/_fsync_worker.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,spark]'
@@ -60,7 +60,7 @@ docker-test: $(STAMP)
 image: $(STAMP)
 	PYTHON=$(BIN)/python docker/build-image.sh
 
-## Regenerate cluster/wire from proto/*.proto.
+## Regenerate proto/lograft/protocol/wire from proto/*.proto.
 proto: $(STAMP)
 	$(BIN)/python proto/generate.py
 

@@ -174,6 +174,7 @@ def _median(runs: list[dict[str, Any]], field: str) -> float:
     return round(float(statistics.median(run[field] for run in runs)), 3)
 
 
+# Over 70 lines: the benchmark's cases run and summarised in order, on one cluster.
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)

@@ -39,6 +39,7 @@ Prints one JSON document and writes it to bench/results/compare_nats.json.
 Usage: python bench/compare_nats.py [--runs 3] [--messages 100000] [--consume-messages 100000]
 """
 
+# Over 600 lines: one standalone script that also re-runs itself as each client process.
 from __future__ import annotations
 
 import argparse
@@ -682,6 +683,7 @@ def _hardware() -> str:
     return f"{os.cpu_count()} cores ({model}){memory}, {platform.platform()}"
 
 
+# Over 70 lines: both clusters up, runs alternated, then one report, in order.
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)

@@ -38,8 +38,8 @@ from cluster.client._connection import TopicPartition
 from cluster.client._fetch import Fetcher
 from cluster.client._subscription import CompletedFetch, SubscriptionState
 from cluster.client.consumer import ConsumerBatch, ConsumerRecord
-from replica.batch_builder import RecordBatchBuilder, encode_batch
-from replica.compression import CompressionType
+from lograft.protocol.batch_builder import RecordBatchBuilder, encode_batch
+from lograft.protocol.compression import CompressionType
 
 FETCH_BYTES = 1 << 20
 MAX_POLL_RECORDS = 500

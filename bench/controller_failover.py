@@ -27,10 +27,10 @@ from typing import Any
 import grpc
 from _common import ROOT, write_report
 
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from cluster.wire import controller_pb2 as cpb
-from cluster.wire import controller_pb2_grpc as cpb_grpc
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.wire import controller_pb2 as cpb
+from lograft.protocol.wire import controller_pb2_grpc as cpb_grpc
 
 POLL_S = 0.01
 TIMEOUT_S = 60.0
@@ -156,6 +156,7 @@ class Cluster:
         return {p.partition: p.leader_id for p in answer.topics[0].partitions}
 
 
+# Over 70 lines: two timed failover loops in order on one cluster, then the report.
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)

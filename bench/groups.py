@@ -37,8 +37,8 @@ import grpc
 from _common import LOGRAFT, ROOT, local_cluster, run_json, write_report
 
 from cluster.client import AdminClient, Consumer, NewTopic, TopicPartition
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 
 PARTITIONS = 6
 POLL_MS = 50
@@ -78,6 +78,7 @@ def _coordinator(bootstrap: str, group: str) -> int:
     return int(found.node_id)
 
 
+# Over 70 lines: one round's timed steps in order, sharing the members its cleanup closes.
 def _round(bootstrap: str, data: str, group: str, session_ms: int) -> dict[str, Any]:
     config = {
         "bootstrap.servers": bootstrap,

@@ -210,6 +210,120 @@ def _scaling_producers(
     return measure
 
 
+def _produce_matrix(
+    bootstrap: str, sizes: tuple[int, ...], codecs: tuple[str, ...], runs: int, produce_mib: int
+) -> list[dict[str, Any]]:
+    """Producer throughput and latency for each record size, acks, API and compression."""
+    produce: list[dict[str, Any]] = []
+    for size in sizes:
+        topic = f"produce-{size}"
+        create_topic(bootstrap, topic, 6)
+        for acks in ACKS:
+            for bulk in (False, True):
+                for codec in codecs:
+                    measured = _repeat(
+                        runs,
+                        _produce(bootstrap, topic, acks, size, bulk, codec, produce_mib),
+                    )
+                    produce.append(
+                        {
+                            "acks": acks,
+                            "record_size": size,
+                            "api": "send_bulk" if bulk else "send",
+                            "compression": codec,
+                            "median_records_per_sec": _median(measured, "records_per_sec"),
+                            "median_latency_ms_p50": _median(measured, "latency_ms_p50"),
+                            "median_latency_ms_p99": _median(measured, "latency_ms_p99"),
+                            "runs": measured,
+                        }
+                    )
+    return produce
+
+
+def _e2e_levels(bootstrap: str, peak: float, runs: int, e2e_seconds: float) -> list[dict[str, Any]]:
+    """End-to-end latency at each fraction of the ``peak`` producer rate."""
+    e2e: list[dict[str, Any]] = []
+    create_topic(bootstrap, "e2e", 1)
+    for fraction in E2E_FRACTIONS:
+        rate = max(1, int(peak * fraction))
+        count = max(100, int(rate * e2e_seconds))
+        measured = _repeat(
+            runs,
+            lambda rate=rate, count=count: _perf(  # type: ignore[misc]
+                bootstrap, "e2e", "--topic", "e2e", "--num-records", str(count),
+                "--throughput", str(rate), "--acks", "all", "--timeout-ms", "30000",
+            ),
+        )  # fmt: skip
+        e2e.append(
+            {
+                "fraction_of_peak": fraction,
+                "target_records_per_sec": rate,
+                "median_records_per_sec": _median(measured, "records_per_sec"),
+                "median_latency_ms_p50": _median(measured, "latency_ms_p50"),
+                "median_latency_ms_p99": _median(measured, "latency_ms_p99"),
+                "runs": measured,
+            }
+        )
+    return e2e
+
+
+def _consume(bootstrap: str, runs: int, records: int) -> dict[str, Any]:
+    """Consumer throughput over ``records`` records: one consumer, then a group of three."""
+    create_topic(bootstrap, "consume", 6)
+    fill = ["produce", "--topic", "consume", "--num-records", str(records)]
+    _perf(bootstrap, *fill, "--record-size", "100", "--acks", "all", "--bulk")
+    one = _repeat(
+        runs,
+        lambda: _perf(bootstrap, "consume", "--topic", "consume", "--messages", str(records)),
+    )
+    three = _repeat(runs, lambda: _group(bootstrap, "consume", 3, 6))
+    return {
+        "records": records,
+        "one_consumer": {
+            "median_records_per_sec": _median(one, "records_per_sec"),
+            "runs": one,
+        },
+        "group_of_three": {
+            "median_records_per_sec": _median(three, "records_per_sec"),
+            "runs": three,
+        },
+    }
+
+
+def _scaling(bootstrap: str, sizes: tuple[int, ...], runs: int, produce_mib: int) -> dict[str, Any]:
+    """Producer throughput by the number of producer processes and of partitions."""
+    # Enough that each producer sends for about a second or more: the start-up skew
+    # between the processes is then a small part of it.
+    scaling_records = max(10_000, produce_mib * 1024 * 1024 // 100)
+    by_producers = []
+    for producers in (1, 2, 4):
+        measured = _repeat(
+            runs, _scaling_producers(bootstrap, "produce-100", producers, scaling_records)
+        ) if 100 in sizes else []  # fmt: skip
+        by_producers.append(
+            {
+                "producers": producers,
+                "median_records_per_sec": _median(measured, "records_per_sec"),
+                "runs": measured,
+            }
+        )
+    by_partitions = []
+    for partitions in (1, 6, 12):
+        topic = f"scale-{partitions}"
+        create_topic(bootstrap, topic, partitions)
+        measured = _repeat(
+            runs, _produce(bootstrap, topic, "all", 100, False, "none", produce_mib // 4)
+        )
+        by_partitions.append(
+            {
+                "partitions": partitions,
+                "median_records_per_sec": _median(measured, "records_per_sec"),
+                "runs": measured,
+            }
+        )
+    return {"producers": by_producers, "partitions": by_partitions}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -230,29 +344,7 @@ def main() -> None:
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     with tempfile.TemporaryDirectory() as data, local_cluster(data) as bootstrap:
-        produce: list[dict[str, Any]] = []
-        for size in sizes:
-            topic = f"produce-{size}"
-            create_topic(bootstrap, topic, 6)
-            for acks in ACKS:
-                for bulk in (False, True):
-                    for codec in codecs:
-                        measured = _repeat(
-                            runs,
-                            _produce(bootstrap, topic, acks, size, bulk, codec, args.produce_mib),
-                        )
-                        produce.append(
-                            {
-                                "acks": acks,
-                                "record_size": size,
-                                "api": "send_bulk" if bulk else "send",
-                                "compression": codec,
-                                "median_records_per_sec": _median(measured, "records_per_sec"),
-                                "median_latency_ms_p50": _median(measured, "latency_ms_p50"),
-                                "median_latency_ms_p99": _median(measured, "latency_ms_p99"),
-                                "runs": measured,
-                            }
-                        )
+        produce = _produce_matrix(bootstrap, sizes, codecs, runs, args.produce_mib)
         report["produce"] = produce
         peak = next(
             p["median_records_per_sec"]
@@ -260,80 +352,10 @@ def main() -> None:
             if (p["acks"], p["record_size"], p["api"], p["compression"])
             == ("all", 100, "send", "none")
         )
-        e2e: list[dict[str, Any]] = []
-        create_topic(bootstrap, "e2e", 1)
-        for fraction in E2E_FRACTIONS:
-            rate = max(1, int(peak * fraction))
-            count = max(100, int(rate * args.e2e_seconds))
-            measured = _repeat(
-                runs,
-                lambda rate=rate, count=count: _perf(  # type: ignore[misc]
-                    bootstrap, "e2e", "--topic", "e2e", "--num-records", str(count),
-                    "--throughput", str(rate), "--acks", "all", "--timeout-ms", "30000",
-                ),
-            )  # fmt: skip
-            e2e.append(
-                {
-                    "fraction_of_peak": fraction,
-                    "target_records_per_sec": rate,
-                    "median_records_per_sec": _median(measured, "records_per_sec"),
-                    "median_latency_ms_p50": _median(measured, "latency_ms_p50"),
-                    "median_latency_ms_p99": _median(measured, "latency_ms_p99"),
-                    "runs": measured,
-                }
-            )
+        e2e = _e2e_levels(bootstrap, peak, runs, args.e2e_seconds)
         report["e2e"] = {"peak_records_per_sec": peak, "levels": e2e}
-        create_topic(bootstrap, "consume", 6)
-        fill = ["produce", "--topic", "consume", "--num-records", str(args.consume_records)]
-        _perf(bootstrap, *fill, "--record-size", "100", "--acks", "all", "--bulk")
-        one = _repeat(
-            runs,
-            lambda: _perf(
-                bootstrap, "consume", "--topic", "consume", "--messages", str(args.consume_records)
-            ),
-        )
-        three = _repeat(runs, lambda: _group(bootstrap, "consume", 3, 6))
-        report["consume"] = {
-            "records": args.consume_records,
-            "one_consumer": {
-                "median_records_per_sec": _median(one, "records_per_sec"),
-                "runs": one,
-            },
-            "group_of_three": {
-                "median_records_per_sec": _median(three, "records_per_sec"),
-                "runs": three,
-            },
-        }
-        # Enough that each producer sends for about a second or more: the start-up skew
-        # between the processes is then a small part of it.
-        scaling_records = max(10_000, args.produce_mib * 1024 * 1024 // 100)
-        by_producers = []
-        for producers in (1, 2, 4):
-            measured = _repeat(
-                runs, _scaling_producers(bootstrap, "produce-100", producers, scaling_records)
-            ) if 100 in sizes else []  # fmt: skip
-            by_producers.append(
-                {
-                    "producers": producers,
-                    "median_records_per_sec": _median(measured, "records_per_sec"),
-                    "runs": measured,
-                }
-            )
-        by_partitions = []
-        for partitions in (1, 6, 12):
-            topic = f"scale-{partitions}"
-            create_topic(bootstrap, topic, partitions)
-            measured = _repeat(
-                runs, _produce(bootstrap, topic, "all", 100, False, "none", args.produce_mib // 4)
-            )
-            by_partitions.append(
-                {
-                    "partitions": partitions,
-                    "median_records_per_sec": _median(measured, "records_per_sec"),
-                    "runs": measured,
-                }
-            )
-        report["scaling"] = {"producers": by_producers, "partitions": by_partitions}
+        report["consume"] = _consume(bootstrap, runs, args.consume_records)
+        report["scaling"] = _scaling(bootstrap, sizes, runs, args.produce_mib)
     write_report(report, ROOT / "bench" / "results" / "matrix.json")
     html_path = ROOT / "bench" / "results" / "matrix.html"
     html_path.write_text(render_html(report))
@@ -397,6 +419,7 @@ def _lines(title: str, series: Mapping[str, Sequence[tuple[float, float]]], y_un
     return "".join(parts)
 
 
+# Over 70 lines: the report's sections as one page, read top to bottom.
 def render_html(report: dict[str, Any]) -> str:
     """The report as one self-contained HTML page."""
     runs = report["runs"]

@@ -48,7 +48,7 @@ from _common import ROOT, create_topic, local_cluster, write_report
 
 from cluster.client import AdminClient, Producer
 from cluster.client import _sender as sender_module
-from cluster.framed import client as framed_client
+from lograft.protocol.framed import client as framed_client
 
 TOPIC = "trace-rf3"
 _TRACED = "sendto,recvfrom,write,pwrite64,fdatasync"

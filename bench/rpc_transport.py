@@ -1,7 +1,7 @@
 """One unary call's cost: gRPC's asyncio server against lograft's framed listener.
 
 A server process answers ``Fetch`` with an empty ``FetchResponse``, over ``grpc.aio`` or
-over :class:`cluster.framed.server.FramedListener`; this process calls it one call at a
+over :class:`lograft.protocol.framed.server.FramedListener`; this process calls it one call at a
 time, synchronously (the gRPC stub, or a framed channel's ``submit().result()``), and
 reports the round trip and the server's CPU time per call (``/proc``), median of
 ``--runs``. Writes ``bench/results/rpc_transport.json``.
@@ -21,10 +21,10 @@ from typing import Any
 import grpc
 from _common import ROOT, cpu_seconds, write_report
 
-from cluster.framed.client import ClientLoop, FramedChannel
 from cluster.launcher.processes import free_base_port
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.framed.client import ClientLoop, FramedChannel
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 
 
 async def _fetch(request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
@@ -49,7 +49,7 @@ async def _serve(kind: str, port: int) -> None:
         await server.start()
         await server.wait_for_termination()
         return
-    from cluster.framed.server import FramedListener
+    from lograft.protocol.framed.server import FramedListener
 
     listener = FramedListener(
         "127.0.0.1", port, grpc_port=1, handlers={"Fetch": _fetch}, max_request_bytes=1 << 20

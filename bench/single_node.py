@@ -26,9 +26,9 @@ from typing import Any
 import grpc
 from _common import ROOT, run_json, write_report
 
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.batch_header import iter_headers
+from lograft.protocol.batch_header import iter_headers
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 
 LOGRAFT = [sys.executable, "-m", "cluster.cli"]
 
@@ -88,6 +88,108 @@ def _raw_fetch(address: str, topic: str, max_bytes: int) -> dict[str, Any]:
     }
 
 
+def _start_node(data_dir: str, address: str, configs: list[str]) -> subprocess.Popen[bytes]:
+    """One node process on ``address``, with ``NAME=VALUE`` node ``configs``."""
+    node_cmd = [
+        sys.executable,
+        "-m",
+        "cluster.node",
+        "--node-id",
+        "1",
+        "--data-dir",
+        data_dir,
+        "--listen",
+        address,
+        "--log-level",
+        "WARNING",
+    ]
+    for item in configs:
+        node_cmd += ["--config", item]
+    return subprocess.Popen(node_cmd, cwd=ROOT)
+
+
+def _produce_runs(address: str, scale: float, acks: str) -> list[dict[str, Any]]:
+    """``perf produce`` bulk and per record, at 100 B and 1 KiB, each into a new topic."""
+    runs: list[dict[str, Any]] = []
+    cases = [
+        ("bulk", 100, int(3_000_000 * scale)),
+        ("bulk", 1024, int(500_000 * scale)),
+        ("per-record", 100, int(300_000 * scale)),
+        ("per-record", 1024, int(200_000 * scale)),
+    ]
+    for path, size, count in cases:
+        topic = f"bench-{path}-{size}"
+        subprocess.run(
+            [
+                *LOGRAFT,
+                "--bootstrap",
+                address,
+                "topics",
+                "create",
+                topic,
+                "--partitions",
+                "1",
+                "--replication-factor",
+                "1",
+            ],
+            check=True,
+            cwd=ROOT,
+            capture_output=True,
+        )
+        cmd = [
+            *LOGRAFT,
+            "--bootstrap",
+            address,
+            "perf",
+            "produce",
+            "--topic",
+            topic,
+            "--num-records",
+            str(count),
+            "--record-size",
+            str(size),
+            "--acks",
+            acks,
+            "--json",
+        ]
+        if path == "bulk":
+            cmd.append("--bulk")
+        result = run_json(cmd)
+        runs.append({"path": f"produce-{path}", "record_size": size, **result})
+        print(json.dumps(runs[-1]), file=sys.stderr)
+    return runs
+
+
+def _consume_runs(address: str, scale: float) -> list[dict[str, Any]]:
+    """The bulk topics read back: by raw fetches, then by ``perf consume``."""
+    runs: list[dict[str, Any]] = []
+    for size, count in (
+        (100, int(3_000_000 * scale)),
+        (1024, int(500_000 * scale)),
+    ):
+        topic = f"bench-bulk-{size}"
+        raw = _raw_fetch(address, topic, 8 << 20)
+        runs.append({"record_size": size, "topic": topic, **raw})
+        print(json.dumps(runs[-1]), file=sys.stderr)
+        consumed = run_json(
+            [
+                *LOGRAFT,
+                "--bootstrap",
+                address,
+                "perf",
+                "consume",
+                "--topic",
+                topic,
+                "--messages",
+                str(count),
+                "--json",
+            ]
+        )
+        runs.append({"path": "consume-client", "record_size": size, **consumed})
+        print(json.dumps(runs[-1]), file=sys.stderr)
+    return runs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0, help="multiply record counts")
@@ -100,95 +202,12 @@ def main() -> int:
     address = f"127.0.0.1:{port}"
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="lograft-bench-") as data:
-        node_cmd = [
-            sys.executable,
-            "-m",
-            "cluster.node",
-            "--node-id",
-            "1",
-            "--data-dir",
-            f"{data}/node-1",
-            "--listen",
-            address,
-            "--log-level",
-            "WARNING",
-        ]
-        for item in args.config:
-            node_cmd += ["--config", item]
-        node = subprocess.Popen(node_cmd, cwd=ROOT)
+        node = _start_node(f"{data}/node-1", address, args.config)
         try:
             with grpc.insecure_channel(address) as channel:
                 grpc.channel_ready_future(channel).result(timeout=60)
-            cases = [
-                ("bulk", 100, int(3_000_000 * args.scale)),
-                ("bulk", 1024, int(500_000 * args.scale)),
-                ("per-record", 100, int(300_000 * args.scale)),
-                ("per-record", 1024, int(200_000 * args.scale)),
-            ]
-            for path, size, count in cases:
-                topic = f"bench-{path}-{size}"
-                subprocess.run(
-                    [
-                        *LOGRAFT,
-                        "--bootstrap",
-                        address,
-                        "topics",
-                        "create",
-                        topic,
-                        "--partitions",
-                        "1",
-                        "--replication-factor",
-                        "1",
-                    ],
-                    check=True,
-                    cwd=ROOT,
-                    capture_output=True,
-                )
-                cmd = [
-                    *LOGRAFT,
-                    "--bootstrap",
-                    address,
-                    "perf",
-                    "produce",
-                    "--topic",
-                    topic,
-                    "--num-records",
-                    str(count),
-                    "--record-size",
-                    str(size),
-                    "--acks",
-                    args.acks,
-                    "--json",
-                ]
-                if path == "bulk":
-                    cmd.append("--bulk")
-                result = run_json(cmd)
-                runs.append({"path": f"produce-{path}", "record_size": size, **result})
-                print(json.dumps(runs[-1]), file=sys.stderr)
-            for size, count in (
-                (100, int(3_000_000 * args.scale)),
-                (1024, int(500_000 * args.scale)),
-            ):
-                topic = f"bench-bulk-{size}"
-                raw = _raw_fetch(address, topic, 8 << 20)
-                runs.append({"record_size": size, "topic": topic, **raw})
-                print(json.dumps(runs[-1]), file=sys.stderr)
-                consumed = run_json(
-                    [
-                        *LOGRAFT,
-                        "--bootstrap",
-                        address,
-                        "perf",
-                        "consume",
-                        "--topic",
-                        topic,
-                        "--messages",
-                        str(count),
-                        "--json",
-                    ]
-                )
-                runs.append({"path": "consume-client", "record_size": size, **consumed})
-                print(json.dumps(runs[-1]), file=sys.stderr)
+            runs += _produce_runs(address, args.scale, args.acks)
+            runs += _consume_runs(address, args.scale)
         finally:
             node.send_signal(signal.SIGTERM)
             node.wait(timeout=60)

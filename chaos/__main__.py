@@ -34,6 +34,7 @@ def _setting(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+# Over 70 lines: the list/run/suite argument tables and their dispatch, read top to bottom.
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0])

@@ -1,3 +1,4 @@
+# Over 600 lines: one pure pass over one history, every anomaly kind beside the helpers it shares.
 """What a chaos run's history shows: anomalies, each with the operations that show it.
 
 Pure and deterministic (no clock, no I/O): :func:`check` reads the ops of a
@@ -897,6 +898,7 @@ class _Pipeline:
     def _txn_indexes(self, outputs: Iterable[str]) -> list[int]:
         return [i for value in outputs if (call := self.txn_of.get(value)) for i in call.indexes]
 
+    # Over 70 lines: one pass over the input records, each checked against its outputs.
     def _exactly_once(self) -> Iterable[Anomaly]:
         carriers = self._carriers()
         finals = self.final_offsets

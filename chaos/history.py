@@ -97,7 +97,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 OpType = Literal["invoke", "ok", "fail", "info"]
+"""An op's ``type``: ``invoke``, or the completion ``ok``, ``fail`` or ``info`` (unknown)."""
 TYPES: tuple[OpType, ...] = ("invoke", "ok", "fail", "info")
+"""The values of :data:`OpType`; the writer and the reader refuse an op with any other."""
 FUNCTIONS = (
     "send",
     "poll",

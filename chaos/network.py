@@ -88,9 +88,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from cluster.errors import LograftError
 from cluster.launcher import DEFAULT_BASE_PORT, ClusterSpec
 from cluster.launcher.spec import NETNS_EXEC
+from lograft.protocol.errors import LograftError
 
 __all__ = [
     "CLIENTS",
@@ -109,6 +109,8 @@ CLIENTS: Final = 0
 """The endpoint id of the processes in the root namespace (clients), beside node ids 1..N."""
 
 DEFAULT_SUBNET: Final = "10.231.0.0/24"
+"""The subnet of a network given none: node i at its i-th address, the clients at ``.254``.
+Two networks that exist at the same time need different ones (:func:`free_subnet`)."""
 NFT_TABLE: Final = "lograft_chaos"
 """The nftables table (family ``inet``) in each node namespace."""
 

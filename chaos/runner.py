@@ -1,6 +1,6 @@
 """One chaos run: start a cluster, load it, inject the scheduled faults, heal, drain, check.
 
-:func:`run` starts its own three-node cluster on a :class:`~chaos.nemesis.Target` (local
+:func:`run` starts its own three-node cluster on a :class:`~chaos.targets.Target` (local
 processes on free ports with their data under the results directory, each node in a network
 namespace of its own when the scenario cuts the network, the data on LazyFS when it loses
 power; or the compose project, its data on LazyFS when it loses power), creates a
@@ -41,19 +41,13 @@ from typing import Any
 
 from chaos.busy import BusyLoops
 from chaos.checker import CheckResult, FinalState, check
+from chaos.compose_target import ComposeTarget
 from chaos.history import HistoryWriter, Op
-from chaos.nemesis import (
-    END_OF_FAULTS,
-    ComposeTarget,
-    LocalTarget,
-    Nemesis,
-    ReplicaLogs,
-    Target,
-    under_replicated,
-)
+from chaos.nemesis import END_OF_FAULTS, Nemesis
 from chaos.node_events import mark_logs, read_events, read_halts
 from chaos.report import render_report
 from chaos.scenarios import scenario, schedule
+from chaos.targets import LocalTarget, ReplicaLogs, Target, under_replicated
 from chaos.workload import (
     WORKLOADS,
     AssignConsumerWorker,
@@ -69,7 +63,7 @@ from chaos.workload import (
 )
 from cluster.client import AdminClient, Consumer
 from cluster.client.admin import NewTopic
-from replica.topic_partition import TopicPartition, partition_for_name
+from lograft.protocol.topic_partition import TopicPartition, partition_for_name
 
 __all__ = ["TARGETS", "RunOptions", "run"]
 
@@ -84,6 +78,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 PIPELINE_TIMEOUT_S = 120.0
 """How long after the producers stop the pipeline may take to commit the input's end."""
 TARGETS = ("local", "compose")
+"""Where a run's cluster lives: ``local`` node processes here, or the ``compose`` project."""
 RECOVERY_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
 PARTITION_DRAIN_TIMEOUT_S = 30.0
@@ -155,6 +150,7 @@ def _make_target(options: RunOptions, out: Path) -> Target:
     )
 
 
+# Over 70 lines: a run's phases in order, sharing the workers and target its cleanup stops.
 def run(options: RunOptions) -> dict[str, Any]:
     """Run one scenario; returns its summary (see the module docstring)."""
     workload = WORKLOADS[options.workload]

@@ -1,6 +1,6 @@
 """Named chaos scenarios and their schedules, generated from a seed.
 
-A :class:`Scenario` names the faults it draws from (keys of :data:`chaos.nemesis.FAULTS`);
+A :class:`Scenario` names the faults it draws from (keys of :data:`chaos.faults.FAULTS`);
 :func:`schedule` turns a scenario, a seed and a run duration into a list of
 :class:`FaultStep`: when each fault starts, how long it holds before it heals, and which
 nodes it picks when it picks at random. Everything random comes from one
@@ -58,7 +58,7 @@ NETWORK_FAULTS = (
 LAST_REPLICA_FAULTS = ("last-replica", "last-replica-empty", "last-replica-torn")
 """The ISR of partition 0 shrinks to its leader (the followers' fsyncs held up on LazyFS),
 then the leader dies: stays dead a while, or comes back with the partition's directory
-emptied or its tail torn (chaos.nemesis.LastInSync)."""
+emptied or its tail torn (chaos.faults.LastInSync)."""
 
 DISK_FAULTS = ("power-loss", "slow-disk", *LAST_REPLICA_FAULTS)
 """Faults on the nodes' storage: the local target with data on LazyFS (chaos.lazyfs)."""

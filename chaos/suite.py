@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from chaos.checker import KINDS
-from chaos.nemesis import SCENARIOS
 from chaos.runner import RunOptions, run
+from chaos.scenarios import SCENARIOS
 
 __all__ = [
     "LONG_SET",
@@ -177,6 +177,7 @@ records within their documented limit; faults of minutes on both targets), the t
 compose (power loss included), the transactional pipeline on both targets."""
 
 SETS = {"short": SHORT_SET, "long": LONG_SET}
+"""The sets of runs by the name ``python -m chaos suite --set`` takes."""
 
 
 def within_limit(summary: dict[str, Any]) -> bool:

@@ -41,6 +41,7 @@ __all__ = ["DAMAGE_KINDS", "empty_partition", "tear_tail", "tear_tails"]
 log = logging.getLogger(__name__)
 
 DAMAGE_KINDS = ("cut", "garbage", "zeros")
+"""The ways a tail is damaged (the module docstring's); with a ``reach``, never ``zeros``."""
 MAX_DAMAGE_BYTES = 16 * 1024
 """At most this many bytes of a segment's end are cut or overwritten (zeros: appended)."""
 

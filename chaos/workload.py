@@ -63,6 +63,7 @@ a pipeline worker's commit retries and its replacements of consumers and produce
 counts.
 """
 
+# Over 600 lines: every worker of a chaos run, recording ops in the one history format they share.
 from __future__ import annotations
 
 import functools
@@ -78,7 +79,7 @@ from chaos.history import OUTPUT_SEPARATOR, HistoryWriter, Op
 from cluster.client import Consumer, Producer
 from cluster.client.consumer import ConsumerRecord
 from cluster.client.producer import RecordFuture
-from cluster.errors import (
+from lograft.protocol.errors import (
     IllegalStateError,
     InvalidRecordError,
     InvalidRequiredAcksError,
@@ -90,7 +91,7 @@ from cluster.errors import (
     TransactionAbortableError,
     UnsupportedCompressionTypeError,
 )
-from replica.topic_partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = [
     "WORKLOADS",

@@ -32,6 +32,8 @@ _M_MMAP_THRESHOLD = -3
 # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit (HEAP_MAX_SIZE / 2).
 MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
 TRIM_THRESHOLD_BYTES = 64 * 1024 * 1024
+"""glibc's ``M_TRIM_THRESHOLD``: up to this much free heap stays mapped. Twice the mmap
+threshold, the ratio glibc's own adjustment keeps between the two."""
 
 
 def keep_freed_memory() -> bool:

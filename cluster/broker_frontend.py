@@ -17,13 +17,24 @@ import logging
 from collections.abc import Callable, Mapping
 
 from cluster.controller_client import ControllerClient
-from cluster.error_responses import (
+from controller.logic.configs import (
+    AlterConfigOpType,
+    DescribedConfig,
+    describe_broker_configs,
+    describe_topic_configs,
+    parse_broker_resource_name,
+)
+from controller.quorum.driver import RaftDriver
+from controller.quorum.metadata_machine import MetadataStateMachine
+from lograft.metadata import ConfigResourceType, MetadataImage
+from lograft.metadata.topic_configs import validate_topic_configs
+from lograft.protocol.error_responses import (
     alter_configs_failed,
     create_partitions_failed,
     create_topics_failed,
     delete_topics_failed,
 )
-from cluster.errors import (
+from lograft.protocol.errors import (
     CoordinatorNotAvailableError,
     InvalidConfigError,
     InvalidRequestError,
@@ -34,19 +45,8 @@ from cluster.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from cluster.node_config import NodeConfig
-from cluster.wire import broker_pb2 as pb
-from controller.logic.configs import (
-    AlterConfigOpType,
-    DescribedConfig,
-    describe_broker_configs,
-    describe_topic_configs,
-    parse_broker_resource_name,
-)
-from controller.logic.topic_configs import validate_topic_configs
-from controller.metadata import ConfigResourceType, MetadataImage
-from controller.quorum.driver import RaftDriver
-from controller.quorum.metadata_machine import MetadataStateMachine
+from lograft.protocol.node_config import NodeConfig
+from lograft.protocol.wire import broker_pb2 as pb
 from replica.broker_rpcs import BrokerEndpoint
 from replica.group import partition_for_group
 from replica.group_service import OFFSETS_TOPIC
@@ -59,9 +59,12 @@ __all__ = ["GROUP_KEY", "READ_YOUR_WRITES_TIMEOUT_S", "TRANSACTION_KEY", "Broker
 log = logging.getLogger(__name__)
 
 READ_YOUR_WRITES_TIMEOUT_S = 5.0
+"""How long (s) an admin call waits for this broker's image to show what the controller
+committed (read-your-writes); after that it answers anyway and logs a warning."""
 GROUP_KEY = 0
+"""FindCoordinator's key type of a group id (Kafka's ``CoordinatorType.GROUP``)."""
 TRANSACTION_KEY = 1
-"""FindCoordinator's key types (Kafka's ``CoordinatorType``)."""
+"""FindCoordinator's key type of a transactional id (Kafka's ``CoordinatorType.TRANSACTION``)."""
 
 
 class BrokerFrontend:

@@ -10,7 +10,7 @@ The image (docker/Dockerfile) runs ``python -m cluster.container``::
 environment variable ``LOGRAFT_`` + the setting's name upper-cased with dots and dashes as
 underscores: ``node.id`` ← ``LOGRAFT_NODE_ID``, ``controller.quorum.voters`` ←
 ``LOGRAFT_CONTROLLER_QUORUM_VOTERS``, ``min.insync.replicas`` ← ``LOGRAFT_MIN_INSYNC_REPLICAS``.
-The names come from :func:`cluster.node_config.node_setting_names`, the node's own list, so
+The names come from :func:`lograft.protocol.node_config.node_setting_names`, the node's own list, so
 the mapping cannot drift from what the node accepts. A ``LOGRAFT_*`` variable that names no
 setting (a typo) stops the container with an error naming it, rather than being ignored;
 :data:`OTHER_VARIABLES` are the few that are not node settings. An empty value counts as
@@ -47,8 +47,8 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import TextIO
 
-from cluster.errors import InvalidConfigError
-from cluster.node_config import UNROUTABLE_HOSTS, node_setting_names, parse_listener_list
+from lograft.protocol.errors import InvalidConfigError
+from lograft.protocol.node_config import UNROUTABLE_HOSTS, node_setting_names, parse_listener_list
 
 __all__ = [
     "CONTAINER_DEFAULTS",
@@ -65,6 +65,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ENV_PREFIX = "LOGRAFT_"
+"""What the environment variables of node settings start with (:func:`env_name`); any other
+variable with it, not in :data:`OTHER_VARIABLES`, stops the container."""
 DATA_DIR = "/var/lib/lograft/data"
 INTERNAL_PORT = 19092
 EXTERNAL_PORT = 9092

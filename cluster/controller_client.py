@@ -14,17 +14,19 @@ import logging
 from collections.abc import Awaitable, Mapping
 from typing import Any
 
-from cluster.errors import LograftError, NotControllerError, RequestTimedOutError
-from cluster.framed.peer import PeerChannel
-from cluster.framed.server import Handler, call_handler
-from cluster.wire import controller_pb2_grpc as cpb_grpc
 from controller.quorum.driver import CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, RaftDriver
+from lograft.protocol.errors import LograftError, NotControllerError, RequestTimedOutError
+from lograft.protocol.framed.peer import PeerChannel
+from lograft.protocol.framed.server import Handler, call_handler
+from lograft.protocol.wire import controller_pb2_grpc as cpb_grpc
 
 __all__ = ["CONTROLLER_CALL_TIMEOUT_S", "ControllerClient"]
 
 log = logging.getLogger(__name__)
 
 CONTROLLER_CALL_TIMEOUT_S = 60.0
+"""How long (s) a call tries the voters for the active controller (unless the caller gives
+its own) before ``NotControllerError``; also each channel's connect timeout."""
 RETRY_BACKOFF_S = 0.2
 #: How often a call that may move checks whether the node it waits on still leads.
 LEADER_CHECK_S = 0.05

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cluster.client import AdminClient, Consumer, NewTopic, Producer
-from cluster.errors import LograftError, TopicAlreadyExistsError
 from cluster.launcher import ClusterSpec, LocalCluster
+from lograft.protocol.errors import LograftError, TopicAlreadyExistsError
 
 DEMO_TOPIC = "demo"
 DEMO_RECORDS = 12

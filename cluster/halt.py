@@ -1,6 +1,6 @@
 """Halting the node process on a broken invariant (Kafka's ``Exit.halt``, etcd's panic).
 
-A pure core raises a subclass of :class:`~cluster.errors.InvariantError` when its state
+A pure core raises a subclass of :class:`~lograft.protocol.errors.InvariantError` when its state
 breaks a safety rule (a high watermark moving back, a committed Raft entry about to be
 truncated, a partition owned by two group members). Carrying on would risk serving or
 replicating wrong data, so the process stops at once: the error and the state it names
@@ -34,7 +34,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from cluster.errors import InvariantError
+from lograft.protocol.errors import InvariantError
 
 __all__ = [
     "HALT_EXIT_CODE",

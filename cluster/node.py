@@ -6,13 +6,14 @@ every gRPC service on each of its listeners (Kafka's ``listeners``), one server 
 listener, so each answer gives broker addresses on the listener it was asked on.
 ``lograft node health`` asks a running node whether it is healthy (:mod:`cluster.node_health`).
 Every setting can be given by its Kafka name as ``--config NAME=VALUE``
-(:func:`cluster.node_config.node_setting_names`); the flags win over them. It can be
+(:func:`lograft.protocol.node_config.node_setting_names`); the flags win over them. It can be
 killed at any moment (``kill -9``) and restarted from its data directory: logs recover by
 CRC, and every acknowledged write was fsync'ed before its acknowledgement (under the
 default flush policy). SIGTERM and SIGINT shut down cleanly: stop accepting
 requests, finish in-flight ones, flush, and leave clean-shutdown markers.
 """
 
+# Over 600 lines: the node process: its arguments, settings and the Node that starts every service.
 from __future__ import annotations
 
 import argparse
@@ -31,36 +32,36 @@ import grpc
 
 from cluster import halt
 from cluster.allocator import keep_freed_memory
-from cluster.durable import create_directories, write_file_atomically
-from cluster.errors import (
-    InconsistentClusterIdError,
-    InvalidConfigError,
-    KafkaStorageError,
-    LograftError,
-)
-from cluster.framed.server import FramedListener, Handler
 from cluster.kraft_broker import ControllerClient, KRaftBroker
 from cluster.loop_monitor import LoopLagMonitor
-from cluster.node_config import NodeConfig, NodeListener
 from cluster.node_health import NodeHealthService, health_main
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from cluster.wire import controller_pb2_grpc
-from cluster.wire import node_pb2 as npb
-from cluster.wire import node_pb2_grpc as npb_grpc
-from cluster.wire import raft_pb2_grpc as raft_pb_grpc
 from controller.logic.decision import ControllerConfig
 from controller.quorum.controller import ControllerOnListener, QuorumController
 from controller.quorum.driver import RaftDriver, RaftTransport
 from controller.quorum.metadata_machine import MetadataStateMachine
 from controller.raft import RaftConfig
 from controller.storage.disk_storage import DiskStorage
+from lograft.durable import create_directories, write_file_atomically
+from lograft.protocol.errors import (
+    InconsistentClusterIdError,
+    InvalidConfigError,
+    KafkaStorageError,
+    LograftError,
+)
+from lograft.protocol.framed.server import FramedListener, Handler
+from lograft.protocol.node_config import NodeConfig, NodeListener
+from lograft.protocol.topic_config import FlushPolicy
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.wire import controller_pb2_grpc
+from lograft.protocol.wire import node_pb2 as npb
+from lograft.protocol.wire import node_pb2_grpc as npb_grpc
+from lograft.protocol.wire import raft_pb2_grpc as raft_pb_grpc
 from replica.broker_service import BrokerEndpoint, BrokerService
 from replica.log.partition_log import delete_files
 from replica.log_cleaner_loop import LogCleaner
 from replica.log_manager import LogManager
 from replica.producer_ids import LocalProducerIdBlocks, ProducerIdAllocator
-from replica.topic_config import FlushPolicy
-from replica.topic_partition import TopicPartition
 
 __all__ = ["Node", "main"]
 
@@ -189,7 +190,7 @@ class Node:
 
     def _bind_grpc(self, server: grpc.aio.Server, listener: NodeListener) -> int:
         """Bind the listener's gRPC server to a loopback port; its framed listener relays
-        every gRPC connection there (:mod:`cluster.framed.server`)."""
+        every gRPC connection there (:mod:`lograft.protocol.framed.server`)."""
         try:
             port = int(server.add_insecure_port("127.0.0.1:0"))
         except RuntimeError as exc:
@@ -211,6 +212,7 @@ class Node:
             raise InvalidConfigError(f"listeners: cannot listen on {where}: {exc}") from None
         return framed.port
 
+    # Over 70 lines: the start-up steps in order: logs, listeners, services, then the tasks.
     async def start(self) -> None:
         """Recover the logs (and the metadata log in a quorum), then start serving."""
         config = self.config
@@ -331,6 +333,7 @@ class Node:
             facts.fenced = self._broker.fenced_in_image()
         return facts
 
+    # Over 70 lines: wires the Raft driver, controller and broker, each needing the one before.
     async def _start_quorum(
         self, endpoint: BrokerEndpoint, listeners: tuple[BrokerEndpoint, ...]
     ) -> None:

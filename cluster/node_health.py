@@ -35,8 +35,8 @@ from typing import Any, TextIO
 
 import grpc
 
-from cluster.wire import node_pb2 as npb
-from cluster.wire import node_pb2_grpc as npb_grpc
+from lograft.protocol.wire import node_pb2 as npb
+from lograft.protocol.wire import node_pb2_grpc as npb_grpc
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -51,7 +51,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_ADDRESS = "127.0.0.1:9092"
+"""The node asked without ``--bootstrap``: port 9092 on the loopback, a local cluster's node 1."""
 DEFAULT_TIMEOUT_S = 5.0
+"""How long (s) to wait for the node's answer (``--timeout-s``) before calling it unreachable."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,10 +19,10 @@ import grpc
 from cluster.client import NoBrokersAvailableError
 from cluster.client._client_config import DEFAULT_CONNECTION_SETUP_TIMEOUT_MS
 from cluster.client._rpc_errors import describe_rpc_failure
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from cluster.wire import controller_pb2 as cpb
-from cluster.wire import controller_pb2_grpc as cpb_grpc
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.wire import controller_pb2 as cpb
+from lograft.protocol.wire import controller_pb2_grpc as cpb_grpc
 
 __all__ = [
     "MAX_PARTITION_LINES",

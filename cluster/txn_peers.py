@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import grpc
 
-from cluster.errors import (
+from lograft.metadata import MetadataImage
+from lograft.protocol.errors import (
     CoordinatorNotAvailableError,
     LograftError,
     NotCoordinatorError,
@@ -23,11 +24,10 @@ from cluster.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from controller.metadata import MetadataImage
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from replica.broker_rpcs import topic_partitions
-from replica.topic_partition import TopicPartition
 from replica.txn import MarkerJob, partition_for_transactional_id
 from replica.txn_service import TRANSACTION_STATE_TOPIC
 

@@ -26,7 +26,7 @@ esac
 
 # 1. Wheels for the image's Python (3.11 on glibc): lograft itself, then its pinned runtime
 # dependencies as binary wheels for that platform, whatever Python runs this script.
-# lograft's wheel holds the C record codec built here (replica/_speedups.c), so it is tagged
+# lograft's wheel holds the C record codec built here (proto/lograft/protocol/_speedups.c), so it is tagged
 # for this machine (linux_x86_64): Debian bookworm, the image's base, has the same glibc
 # and Python minor version. A machine without a compiler builds a pure-Python wheel. The
 # dependencies are fetched again only when constraints.txt or pyproject.toml changed.

@@ -8,7 +8,7 @@ Usage: python docs/generate.py [OUTPUT_DIR]   (default: docs/reference; ``make d
   (``BROKER_TO_TOPIC_CONFIG``, ``NODE_CONFIGS``) and the argument parsers of ``lograft node``
   and ``lograft``.
 * ``api.md`` comes from the docstrings and signatures of ``cluster.client.__all__`` and the
-  typed errors of ``cluster.errors``.
+  typed errors of ``lograft.protocol.errors``.
 
 The output is deterministic (definition order, no memory addresses), so
 ``tests/unit/test_docs_drift.py`` can fail when the checked-in files drift from the code.

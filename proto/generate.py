@@ -1,9 +1,10 @@
-"""Regenerate the Python gRPC stubs in cluster/wire from the .proto files in proto/.
+"""Regenerate the gRPC stubs in proto/lograft/protocol/wire from the .proto files in proto/.
 
-Usage: python proto/generate.py [OUTPUT_DIR]   (default: cluster/wire)
+Usage: python proto/generate.py [OUTPUT_DIR]   (default: proto/lograft/protocol/wire)
 
 protoc writes absolute imports between generated modules (``import broker_pb2``); they are
-rewritten to package-relative ones so the stubs live inside the ``cluster.wire`` package.
+rewritten to package-relative ones so the stubs live inside the ``lograft.protocol.wire``
+package.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from grpc_tools import protoc
 
 PROTO_DIR = Path(__file__).resolve().parent
-DEFAULT_OUT = PROTO_DIR.parent / "cluster" / "wire"
+DEFAULT_OUT = PROTO_DIR / "lograft" / "protocol" / "wire"
 _IMPORT = re.compile(r"^import (\w+_pb2) as (\w+)$", re.MULTILINE)
 
 

@@ -12,21 +12,21 @@ import logging
 
 import grpc
 
-from cluster.error_responses import (
+from lograft.protocol.error_responses import (
     alter_configs_failed,
     create_partitions_failed,
     describe_configs_failed,
 )
-from cluster.errors import (
+from lograft.protocol.errors import (
     InvalidRequestError,
     KafkaStorageError,
     LograftError,
     UnknownTopicOrPartitionError,
 )
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import broker_pb2 as pb
 from replica.broker_rpcs import BrokerRpcs, error_fields
 from replica.log_manager import remove_directories
-from replica.topic_partition import TopicPartition
 
 __all__ = ["AdminRpcs"]
 

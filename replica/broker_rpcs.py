@@ -18,13 +18,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cluster.errors import LograftError
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.errors import LograftError
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import broker_pb2 as pb
 from replica.clocks import interval_clock_ms, wall_clock_ms
 from replica.group_service import GroupService
 from replica.log_manager import LogManager
 from replica.producer_ids import LocalProducerIdBlocks, ProducerIdAllocator
-from replica.topic_partition import TopicPartition
 from replica.txn_service import TransactionService
 
 __all__ = [

@@ -15,8 +15,8 @@ import logging
 
 import grpc
 
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from replica.admin_rpcs import AdminRpcs
 from replica.broker_rpcs import BrokerEndpoint, ClusterFrontend
 from replica.data_plane_rpcs import DataPlaneRpcs

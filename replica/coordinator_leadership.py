@@ -26,7 +26,7 @@ Pure: no clock, I/O or state.
 
 from __future__ import annotations
 
-from cluster.errors import CoordinatorLoadInProgressError, NotCoordinatorError
+from lograft.protocol.errors import CoordinatorLoadInProgressError, NotCoordinatorError
 
 __all__ = ["check_leadership"]
 

@@ -13,13 +13,18 @@ import asyncio
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
-from cluster.errors import CoordinatorLoadInProgressError, NotCoordinatorError
-from replica.batch_builder import RecordBatchBuilder
-from replica.batch_header import BatchHeader, check_stored_batch, iter_headers, validate_batches
+from lograft.protocol.batch_builder import RecordBatchBuilder
+from lograft.protocol.batch_header import (
+    BatchHeader,
+    check_stored_batch,
+    iter_headers,
+    validate_batches,
+)
+from lograft.protocol.errors import CoordinatorLoadInProgressError, NotCoordinatorError
+from lograft.protocol.record_codec import decode_records
+from lograft.protocol.records import Record, encode_batch
+from lograft.protocol.topic_partition import TopicPartition
 from replica.partition import Partition
-from replica.record_codec import decode_records
-from replica.records import Record, encode_batch
-from replica.topic_partition import TopicPartition
 
 __all__ = [
     "APPEND_TIMEOUT_S",

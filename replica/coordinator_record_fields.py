@@ -23,7 +23,7 @@ its own fields (versions, states, epochs) stay with the record module.
 Both take the error type to raise: each coordinator reports damage as its own corrupt-record
 error (``GroupRecordError`` for groups, ``CorruptMessageError`` for transactions), so the
 caller loading a partition catches one type and knows which topic's records are damaged.
-Either way it is a :class:`~cluster.errors.CorruptMessageError` (``CORRUPT_MESSAGE``).
+Either way it is a :class:`~lograft.protocol.errors.CorruptMessageError` (``CORRUPT_MESSAGE``).
 This module sits in the protocol layer so that both coordinator cores may import it
 without importing each other.
 """
@@ -33,8 +33,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
-from cluster.errors import CorruptMessageError, InvalidTopicError
-from replica.topic_partition import MAX_PARTITIONS, TopicPartition, validate_topic_name
+from lograft.protocol.errors import CorruptMessageError, InvalidTopicError
+from lograft.protocol.topic_partition import MAX_PARTITIONS, TopicPartition, validate_topic_name
 
 __all__ = ["MAX_STRING_BYTES", "FieldReader", "FieldWriter"]
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from cluster.errors import (
+from lograft.protocol.batch_header import iter_headers
+from lograft.protocol.errors import (
     InvalidRequestError,
     InvalidRequiredAcksError,
     InvalidTxnStateError,
@@ -26,12 +27,11 @@ from cluster.errors import (
     NotLeaderOrFollowerError,
     RequestTimedOutError,
 )
-from cluster.wire import broker_pb2 as pb
-from replica.batch_header import iter_headers
+from lograft.protocol.records import decode_records
+from lograft.protocol.wire import broker_pb2 as pb
 from replica.broker_rpcs import BrokerRpcs, error_fields
 from replica.outcomes import outcomes
 from replica.partition import LeaderAppend, Partition
-from replica.records import decode_records
 from replica.replication import DivergingEpoch
 
 __all__ = ["DataPlaneRpcs"]

@@ -15,17 +15,17 @@ from typing import Any
 
 import grpc
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     InvalidGroupIdError,
     InvalidRequestError,
     LograftError,
     UnstableOffsetCommitError,
 )
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import broker_pb2 as pb
 from replica.broker_rpcs import BrokerRpcs, error_fields, partitions_of, topic_partitions
 from replica.group import GroupCoordinator, GroupDescription, GroupRecord, OffsetAndMetadata
 from replica.group_service import GroupService
-from replica.topic_partition import TopicPartition
 
 __all__ = ["GroupRpcs"]
 

@@ -27,13 +27,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from cluster.errors import (
+from lograft.protocol.control_records import decode_marker
+from lograft.protocol.errors import (
     LograftError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
 )
+from lograft.protocol.record_codec import decode_records
+from lograft.protocol.topic_partition import TopicPartition
 from replica.clocks import interval_clock_ms, wall_clock_ms
-from replica.control_records import decode_marker
 from replica.coordinator_log import (
     ImageLeaderEpoch,
     append_acks_all,
@@ -46,20 +48,28 @@ from replica.group import (
     CoordinatorState,
     GroupCoordinator,
     GroupCoordinatorConfig,
+    GroupLoggers,
     GroupRecord,
     partition_for_group,
 )
 from replica.group.records import decode, encode
 from replica.log_manager import LogManager
 from replica.partition import Partition
-from replica.record_codec import decode_records
-from replica.topic_partition import TopicPartition
 
 __all__ = ["OFFSETS_TOPIC", "GroupService"]
 
 log = logging.getLogger(__name__)
+# The core's loggers, named after its modules as when each made its own: its log lines, and
+# whatever filters on those names, are unchanged.
+_CORE_LOGGERS = GroupLoggers(
+    coordinator=logging.getLogger("replica.group.coordinator"),
+    membership=logging.getLogger("replica.group._membership"),
+    offsets=logging.getLogger("replica.group._offsets"),
+)
 
 OFFSETS_TOPIC = "__consumer_offsets"
+"""Kafka's internal topic of group state: a group lives on one partition, whose leader is
+its coordinator."""
 #: The ticker sleeps until the earliest member deadline, but at least this long (a tick that
 #: left a deadline due cannot spin) and at most ``MAX_TICK_WAIT_S``.
 MIN_TICK_WAIT_S = 0.01
@@ -136,7 +146,11 @@ class GroupService:
             if index not in self._slots:
                 slot = _Slot(
                     GroupCoordinator(
-                        random.Random(), self._config, partition=index, leader_epoch=epoch
+                        random.Random(),
+                        self._config,
+                        loggers=_CORE_LOGGERS,
+                        partition=index,
+                        leader_epoch=epoch,
                     )
                 )
                 self._slots[index] = slot

@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.durable import create_directories, fsync_directory, write_file_atomically
-from cluster.errors import (
+from lograft.durable import create_directories, fsync_directory, write_file_atomically
+from lograft.protocol.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     KafkaStorageError,
@@ -27,14 +27,14 @@ from cluster.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import MAX_PARTITIONS, TopicPartition, validate_topic_name
 from replica.log.partition_log import LogFailureHandler, PartitionLog
 from replica.log.replication_offset_checkpoint import (
     read_high_watermarks,
     write_high_watermarks,
 )
 from replica.partition import Partition
-from replica.topic_config import LogConfig
-from replica.topic_partition import MAX_PARTITIONS, TopicPartition, validate_topic_name
 
 __all__ = ["MAX_PARTITIONS", "LogManager", "TopicInfo", "validate_topic_name"]
 

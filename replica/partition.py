@@ -7,8 +7,8 @@ ISR changes); as follower it holds a :class:`~replica.replication.FollowerState`
 decides what each fetch answer means (:mod:`replica.follower_fetch` performs it here through
 :meth:`Partition.append_fetched` and :meth:`Partition.truncate_diverged`), and publishes the
 high watermark that core computed once the appended records are flushed. It lives on the
-node's event loop and is not thread-safe; only ``PartitionLog.flush`` runs on a worker
-thread, through the group commit in ``wait_flushed``.
+node's event loop and is not thread-safe; its flushes are the group commit's
+(:mod:`replica.group_commit`), whose fdatasync runs off the loop.
 
 The high watermark a partition opens with is the broker's checkpointed one
 (``replication-offset-checkpoint``), never the log end: records above it may exist on this
@@ -21,25 +21,26 @@ follower because it flushes before it fetches again), so ``acks=all`` means "on 
 every in-sync replica" and no consumer sees a record that a crash could take back.
 """
 
+# Over 600 lines on purpose: produce path, role changes and follower steps share one state.
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cluster.errors import (
+from lograft.protocol.batch_header import BatchHeader, iter_headers
+from lograft.protocol.control_records import EndTxnMarker, decode_marker, encode_marker_batch
+from lograft.protocol.errors import (
     InvalidTxnStateError,
-    InvariantError,
     LograftError,
     NotLeaderOrFollowerError,
 )
-from replica.batch_header import BatchHeader, iter_headers
-from replica.clocks import interval_clock_s
-from replica.control_records import EndTxnMarker, decode_marker, encode_marker_batch
-from replica.flush_worker import LoopFlusher, loop_flusher
-from replica.log.partition_log import AppendResult, PartitionLog, PendingFlush
+from lograft.protocol.topic_config import FlushPolicy, LogConfig
+from lograft.protocol.topic_partition import TopicPartition
+from replica.group_commit import INLINE_FLUSH_MAX_S, GroupCommit
+from replica.log.partition_log import AppendResult, PartitionLog
+from replica.partition_waiters import PartitionWaiters
 from replica.produce_validation import validate_produced
 from replica.producer_snapshots import (
     delete_snapshots_above,
@@ -48,28 +49,29 @@ from replica.producer_snapshots import (
 )
 from replica.producer_state import AbortedTxn, Duplicate, ProducerStateManager
 from replica.replication import (
-    DivergingEpoch,
     FetchDecision,
     FollowerState,
     IsrProposal,
     LeaderEpochCache,
     LeaderState,
+    LeaderUpdate,
 )
-from replica.topic_config import FlushPolicy, LogConfig
-from replica.topic_partition import TopicPartition
 
-__all__ = ["FetchedBatches", "IsrProposer", "LeaderAppend", "Partition", "TopicPartition"]
+__all__ = [
+    "INLINE_FLUSH_MAX_S",  # where it was first defined; replica.group_commit holds it now
+    "FetchedBatches",
+    "IsrProposer",
+    "LeaderAppend",
+    "Partition",
+    "TopicPartition",
+]
 
 log = logging.getLogger(__name__)
+replication_log = logging.getLogger("replica.replication")
+"""The replication cores' logger, handed to each one this shell builds."""
 
 IsrProposer = Callable[["Partition", IsrProposal], None]
 """Sends a leader's AlterPartition proposal to the controller (the broker's job)."""
-
-INLINE_FLUSH_MAX_S = 0.001
-"""A partition whose recent flushes averaged less than this flushes on the event loop; a
-slower one in a worker thread (decision 0011)."""
-_FLUSH_TIME_WEIGHT = 0.25
-"""The weight of the newest flush in the moving average of flush times."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,13 +126,8 @@ class Partition:
             max(start if high_watermark is None else high_watermark, start),
             partition_log.log_end_offset,
         )
-        self._data_waiters: set[asyncio.Future[None]] = set()
-        self._replica_waiters: set[asyncio.Future[None]] = set()
-        self._acks_waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._flush_task: asyncio.Task[None] | None = None
-        # Unknown until the first flush, which therefore runs in a worker thread.
-        self._flush_seconds_average = math.inf
+        self._waiters = PartitionWaiters()
+        self.group_commit = GroupCommit(self)
 
     # ---- role -----------------------------------------------------------------------------
 
@@ -161,10 +158,9 @@ class Partition:
         self._follower = None
         current = self._leader
         if current is not None and current.leader_epoch == leader_epoch:
-            if current.on_isr_committed(isr, partition_epoch):
-                self._on_replication_progress()
+            self._perform(current, current.on_isr_committed(isr, partition_epoch))
             return
-        self._leader = LeaderState(
+        leader = self._leader = LeaderState(
             replica_id=replica_id,
             replicas=replicas,
             isr=isr,
@@ -175,6 +171,7 @@ class Partition:
             log_end_offset=self.log.log_end_offset,
             high_watermark=self._high_watermark,
             now_ms=now_ms,
+            logger=replication_log,
             durable_end_offset=self.durable_end,
         )
         self.leader_epoch = leader_epoch
@@ -187,8 +184,7 @@ class Partition:
             self.log.log_end_offset,
             self._high_watermark,
         )
-        self._on_replication_progress()
-        self._wake(self._replica_waiters)
+        self._perform(leader, leader.start_update)
 
     def update_config(self, config: LogConfig) -> None:
         """Use a changed topic config from now on (the topic's configs were altered).
@@ -201,8 +197,7 @@ class Partition:
         self.log.update_config(config)
         leader = self._leader
         if leader is not None and leader.min_insync_replicas != config.min_insync_replicas:
-            leader.set_min_insync_replicas(config.min_insync_replicas)
-            self._on_replication_progress()
+            self._perform(leader, leader.set_min_insync_replicas(config.min_insync_replicas))
 
     def lead_alone(self, replica_id: int) -> None:
         """Lead as the only replica (a standalone node, where no controller exists)."""
@@ -247,6 +242,7 @@ class Partition:
                 leader_id=leader_id,
                 leader_epoch=leader_epoch,
                 high_watermark=self._high_watermark,
+                logger=replication_log,
                 unclean_leader_election=unclean_leader_election,
             )
         self.leader_epoch = leader_epoch
@@ -257,13 +253,13 @@ class Partition:
                 leader_id,
                 leader_epoch,
             )
-        self._fail_acks_waiters(
+        self._waiters.fail_acks(
             NotLeaderOrFollowerError(
                 f"{self.topic_partition}: leadership moved (leader epoch {leader_epoch})"
             )
         )
-        self._wake(self._replica_waiters)
-        self._wake(self._data_waiters)
+        self._waiters.wake_replicas()
+        self._waiters.wake_data()
 
     def _require_leader(self) -> LeaderState:
         leader = self._leader
@@ -326,27 +322,21 @@ class Partition:
             return self.log.flushed_offset
         return self.log.log_end_offset
 
-    def _on_replication_progress(self) -> None:
-        """The leader's HW or ISR may have changed: publish the HW, settle acks=all waits."""
-        leader = self._leader
-        if leader is None:
-            return
-        if leader.high_watermark > self._high_watermark:
-            self._high_watermark = leader.high_watermark
-            self._wake(self._data_waiters)
-        if self._acks_waiters:
-            still_waiting = []
-            for offset, waiter in self._acks_waiters:
-                if waiter.done():
-                    continue  # cancelled: its produce timed out
-                status = leader.completed_acks_all(offset)
-                if not status.done:
-                    still_waiting.append((offset, waiter))
-                elif status.error is None:
-                    waiter.set_result(None)
-                else:
-                    waiter.set_exception(status.error)
-            self._acks_waiters = still_waiting
+    def _perform(self, leader: LeaderState, update: LeaderUpdate) -> None:
+        """Do what a step of the leader core returned: wake the followers' held fetches,
+        send its ISR proposal, publish its high watermark, settle the ``acks=all`` waits it
+        may have decided (in the order the produce and fetch paths always woke them)."""
+        if update.wake_followers:
+            self._waiters.wake_replicas()
+        if update.isr_proposal is not None:
+            self._send_proposal(update.isr_proposal)
+        high_watermark = update.high_watermark
+        # The core opens at its durable end, which may lag the checkpointed HW published.
+        if high_watermark is not None and high_watermark > self._high_watermark:
+            self._high_watermark = high_watermark
+            self._waiters.wake_data()
+        if update.recheck_acks:
+            self._waiters.settle_acks(leader.completed_acks_all)
 
     # ---- leader: produce ------------------------------------------------------------------
 
@@ -501,9 +491,7 @@ class Partition:
         result = self.log.append(records, headers, leader.leader_epoch, now_ms)
         for header in result.headers:
             self.producer_state.on_appended(header, marker)
-        leader.on_local_append(self.log.log_end_offset, self.durable_end)
-        self._wake(self._replica_waiters)
-        self._on_replication_progress()
+        self._perform(leader, leader.on_local_append(self.log.log_end_offset, self.durable_end))
         return result
 
     def acks_all_waiter(self, required_offset: int, leader_epoch: int) -> asyncio.Future[None]:
@@ -519,7 +507,7 @@ class Partition:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         status = leader.completed_acks_all(required_offset)
         if not status.done:
-            self._acks_waiters.append((required_offset, waiter))
+            self._waiters.add_acks(required_offset, waiter)
         elif status.error is not None:
             waiter.set_exception(status.error)
         else:
@@ -557,12 +545,6 @@ class Partition:
         if high_watermark:
             await self.acks_all_waiter(required_offset, leader_epoch)
 
-    def _fail_acks_waiters(self, error: LograftError) -> None:
-        waiters, self._acks_waiters = self._acks_waiters, []
-        for _, waiter in waiters:
-            if not waiter.done():
-                waiter.set_exception(error)
-
     # ---- leader: followers and the ISR ----------------------------------------------------
 
     def on_follower_fetch(
@@ -575,30 +557,26 @@ class Partition:
     ) -> FetchDecision:
         """Validate a follower's fetch, record its progress, maybe propose it into the ISR."""
         leader = self._require_leader()
-        decision = leader.on_follower_fetch(
+        outcome = leader.on_follower_fetch(
             replica_id, fetch_offset, last_fetched_epoch, now_ms, current_leader_epoch
         )
-        if not isinstance(decision, DivergingEpoch):
-            proposal = leader.maybe_expand_isr(replica_id)
-            if proposal is not None:
-                self._send_proposal(proposal)
-            self._on_replication_progress()
-        return decision
+        self._perform(leader, outcome.update)
+        return outcome.decision
 
     def maybe_shrink_isr(self, now_ms: int, replica_lag_time_max_ms: int) -> None:
         """Propose dropping followers that lag; resend a proposal still in flight."""
         leader = self._leader
         if leader is None:
             return
-        proposal = leader.maybe_shrink_isr(now_ms, replica_lag_time_max_ms)
-        if proposal is not None:
+        update = leader.maybe_shrink_isr(now_ms, replica_lag_time_max_ms)
+        if update.isr_proposal is not None:
             log.info(
                 "proposing isr shrink partition=%s isr=%s new_isr=%s",
                 self.topic_partition,
                 leader.isr,
-                proposal.new_isr,
+                update.isr_proposal.new_isr,
             )
-            self._send_proposal(proposal)
+        self._perform(leader, update)
 
     def pending_isr_proposal(self) -> IsrProposal | None:
         """The AlterPartition proposal in flight while this broker leads, else None."""
@@ -622,8 +600,7 @@ class Partition:
         leader = self._leader
         if leader is None or leader.leader_epoch != leader_epoch:
             return
-        if leader.on_isr_committed(isr, partition_epoch):
-            self._on_replication_progress()
+        self._perform(leader, leader.on_isr_committed(isr, partition_epoch))
 
     def on_isr_change_failed(self, leader_epoch: int, error: LograftError) -> None:
         """The controller refused (or did not answer) an AlterPartition."""
@@ -676,14 +653,6 @@ class Partition:
 
     # ---- waiting for data -----------------------------------------------------------------
 
-    @staticmethod
-    def _wake(waiters: set[asyncio.Future[None]]) -> None:
-        pending = list(waiters)
-        waiters.clear()
-        for waiter in pending:
-            if not waiter.done():
-                waiter.set_result(None)
-
     def unhost(self) -> None:
         """The partition is going away (deleted, or the node stops): end its role here,
         complete every pending fetch wait and fail the produces waiting for acks; a produce
@@ -692,9 +661,9 @@ class Partition:
         self._leader = None
         self._propose_isr = None
         self._follower = None
-        self._wake(self._data_waiters)
-        self._wake(self._replica_waiters)
-        self._fail_acks_waiters(
+        self._waiters.wake_data()
+        self._waiters.wake_replicas()
+        self._waiters.fail_acks(
             NotLeaderOrFollowerError(f"{self.topic_partition} is no longer hosted here")
         )
 
@@ -702,136 +671,29 @@ class Partition:
         """Complete ``waiter`` when a fetch may find more here: new committed data
         (consumers), or any new data or a role change (``replica``: follower fetches). One
         waiter may wait on several partitions: the first of them to move completes it."""
-        (self._replica_waiters if replica else self._data_waiters).add(waiter)
+        self._waiters.add_fetch(waiter, replica)
 
     def discard_waiter(self, waiter: asyncio.Future[None]) -> None:
         """Forget a waiter that was not completed (the fetch returned for another reason)."""
-        self._data_waiters.discard(waiter)
-        self._replica_waiters.discard(waiter)
+        self._waiters.discard_fetch(waiter)
 
     # ---- flushing -------------------------------------------------------------------------
 
     async def wait_flushed(self, offset: int) -> None:
-        """Return once every offset below ``offset`` is fdatasync'ed (group commit).
-
-        Appends that arrive while a flush runs wait together for the next one, so one
-        fdatasync acknowledges many produce requests.
-        """
-        if self._flush_covers(offset, self.log.flushed_offset):
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._flush_waiters.append((offset, waiter))
-        if self._flush_task is None or self._flush_task.done():
-            self._flush_task = asyncio.create_task(self._flush_loop())
-        await waiter
-
-    def _flush_covers(self, offset: int, flushed_offset: int) -> bool:
-        """Whether a wait for every offset below ``offset`` to be flushed is over.
-
-        Only what the log still holds can be flushed: records a truncation cut never will,
-        and a wait for them would keep the flush loop spinning until the log grew past them
-        again (a produce's ack wait then finds its leadership gone and fails)."""
-        return min(offset, self.log.log_end_offset) <= flushed_offset
-
-    async def _flush_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        flusher = loop_flusher()
-        while self._flush_waiters:
-            inline = False
-            try:
-                pending = self.log.begin_flush(flusher) if flusher is not None else None
-                if flusher is not None and pending is not None:
-                    # The fdatasync runs on the C fsync thread: the loop serves the
-                    # followers' fetches and the next produces meanwhile (decision 0016).
-                    flushed_offset, seconds = await self._end_flush(flusher, pending)
-                else:
-                    # A fast fdatasync costs less than handing it to a Python thread and
-                    # back (the queue, the thread's wake-up, the GIL, the loop's wake-up);
-                    # a slow disk must not stall every other partition and the heartbeats.
-                    inline = self._flush_seconds_average < INLINE_FLUSH_MAX_S
-                    if inline:
-                        flushed_offset, seconds = self._timed_flush()
-                    else:
-                        flushed_offset, seconds = await loop.run_in_executor(
-                            None, self._timed_flush
-                        )
-            except InvariantError:
-                raise  # the node halts (cluster.halt); never handed to a produce's answer
-            except Exception as exc:
-                log.exception("flush failed partition=%s", self.topic_partition)
-                waiters, self._flush_waiters = self._flush_waiters, []
-                for _, waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_exception(exc)
-                return
-            still_waiting = []
-            for offset, waiter in self._flush_waiters:
-                if self._flush_covers(offset, flushed_offset):
-                    if not waiter.done():
-                        waiter.set_result(None)
-                elif not waiter.done():  # a cancelled wait (a timed-out produce) is dropped
-                    still_waiting.append((offset, waiter))
-            self._flush_waiters = still_waiting
-            self._note_flush_seconds(seconds)
-            self.on_local_flush()
-            if inline and self._flush_waiters:
-                await asyncio.sleep(0)  # a flush that could not satisfy them: let others run
-
-    async def _end_flush(self, flusher: LoopFlusher, pending: PendingFlush) -> tuple[int, float]:
-        """Wait for a begun flush's job and publish it: the flushed offset, the seconds."""
-        try:
-            error, seconds = await flusher.result(pending.job)
-        except BaseException:
-            # Cancelled (or a bug): the flush holds the log's flush lock, so end it before
-            # the task goes, or the next flush or close of this log would wait forever.
-            pending.end_unwaited(self.log)
-            raise
-        return self.log.end_flush(pending, error), seconds
-
-    def _timed_flush(self) -> tuple[int, float]:
-        """Flush the log: the new flushed offset, and the seconds the flush took."""
-        start = interval_clock_s()
-        flushed_offset = self.log.flush()
-        return flushed_offset, interval_clock_s() - start
-
-    def _note_flush_seconds(self, seconds: float) -> None:
-        average = self._flush_seconds_average
-        if average == math.inf:  # the first flush: nothing to average with yet
-            self._flush_seconds_average = seconds
-        else:
-            self._flush_seconds_average = average + _FLUSH_TIME_WEIGHT * (seconds - average)
+        """Return once every offset below ``offset`` is fdatasync'ed (group commit,
+        :meth:`replica.group_commit.GroupCommit.wait_flushed`)."""
+        await self.group_commit.wait_flushed(offset)
 
     def on_local_flush(self) -> None:
         """The log flushed (or, under ``flush.policy=interval``, appended): HW may move."""
         leader = self._leader
         if leader is not None:
-            durable = self.durable_end
-            # A follower that just became leader may flush below what its state knows.
-            if durable > leader.durable_end_offset:
-                leader.on_local_flush(durable)
-            self._on_replication_progress()
+            self._perform(leader, leader.on_local_flush(self.durable_end))
 
     async def flush_now(self) -> None:
         """Flush everything appended so far (a follower's fetcher after an append, the
-        interval flusher, shutdown).
-
-        The fdatasync runs on the C fsync thread, as a group commit's does
-        (:meth:`wait_flushed`): on the loop, the first fdatasync after the disk turned slow
-        blocked everything the node does for as long as it took (a follower's loop stalled
-        30 s behind one held fsync, and the node was fenced). Without the C extension, on
-        a fast disk with no flush under way, it runs at once in the caller's turn of the
-        loop (decision 0011); otherwise it waits with the appends of others."""
-        end = self.log.log_end_offset
-        if self.log.flushed_offset >= end:
-            return
-        idle = self._flush_task is None or self._flush_task.done()
-        if idle and self._flush_seconds_average < INLINE_FLUSH_MAX_S and loop_flusher() is None:
-            flushed_offset, seconds = self._timed_flush()
-            self._note_flush_seconds(seconds)
-            self.on_local_flush()
-            if flushed_offset >= end:
-                return
-        await self.wait_flushed(end)
+        interval flusher, shutdown; :meth:`replica.group_commit.GroupCommit.flush_now`)."""
+        await self.group_commit.flush_now()
 
     def write_producer_snapshot(self) -> None:
         """Persist the producer state at the log end (at shutdown; disk work)."""

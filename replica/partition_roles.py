@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from controller.logic.topic_configs import unclean_leader_election_enabled
-from controller.metadata import MetadataImage
-from replica.topic_partition import TopicPartition
+from lograft.metadata import MetadataImage
+from lograft.metadata.topic_configs import unclean_leader_election_enabled
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = [
     "Follow",

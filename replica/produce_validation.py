@@ -1,6 +1,6 @@
 """What a leader checks in a producer's bytes before it appends them, pure.
 
-Batches are validated by header and CRC (:func:`~replica.batch_header.validate_batches`),
+Batches are validated by header and CRC (:func:`~lograft.protocol.batch_header.validate_batches`),
 may not claim attribute bits only the broker sets, and a compressed batch must decompress
 to its record count. Records are decoded on one path only: a compacted topic refuses a
 record without a key, as Kafka does. The first failure raises its typed error and nothing
@@ -10,11 +10,11 @@ batches whose headers come back.
 
 from __future__ import annotations
 
-from cluster.errors import InvalidRecordError
-from replica.batch_header import BatchHeader, check_produced_attributes, validate_batches
-from replica.records import check_compressed_records, decode_records
-from replica.topic_config import LogConfig
-from replica.topic_partition import TopicPartition
+from lograft.protocol.batch_header import BatchHeader, check_produced_attributes, validate_batches
+from lograft.protocol.errors import InvalidRecordError
+from lograft.protocol.records import check_compressed_records, decode_records
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = ["validate_produced"]
 

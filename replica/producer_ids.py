@@ -13,14 +13,16 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from cluster.durable import write_file_atomically
-from cluster.errors import KafkaStorageError
+from lograft.durable import write_file_atomically
+from lograft.protocol.errors import KafkaStorageError
 
 __all__ = ["LOCAL_BLOCK_SIZE", "LocalProducerIdBlocks", "ProducerIdAllocator"]
 
 log = logging.getLogger(__name__)
 
 LOCAL_BLOCK_SIZE = 1000
+"""Producer ids a standalone node reserves with each write of its ``producer-id-block``;
+the controller hands out blocks of as many (Kafka's block size)."""
 _LOCAL_FILE = "producer-id-block"
 
 BlockSource = Callable[[], Awaitable[tuple[int, int]]]

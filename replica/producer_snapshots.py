@@ -16,17 +16,18 @@ import logging
 import os
 from pathlib import Path
 
-from cluster.durable import write_file_atomically
-from replica.batch_header import BatchHeader
-from replica.control_records import EndTxnMarker, decode_marker
+from lograft.durable import write_file_atomically
+from lograft.protocol.batch_header import BatchHeader
+from lograft.protocol.control_records import EndTxnMarker, decode_marker
 from replica.log.partition_log import PartitionLog
-from replica.producer_state import (
+from replica.producer_snapshot_codec import (
     CorruptProducerSnapshotError,
-    MarkerReader,
-    ProducerStateManager,
+    decode_snapshot,
+    encode_snapshot,
     parse_snapshot_file_name,
     snapshot_file_name,
 )
+from replica.producer_state import MarkerReader, ProducerStateManager
 
 __all__ = [
     "delete_snapshots_above",
@@ -78,7 +79,7 @@ def load_producer_state(partition_log: PartitionLog) -> ProducerStateManager:
             path.unlink(missing_ok=True)
             continue
         try:
-            state = ProducerStateManager.load_snapshot(path.read_bytes())
+            state = decode_snapshot(path.read_bytes())
         except (CorruptProducerSnapshotError, OSError) as exc:
             log.warning("discarding producer snapshot file=%s error=%s", path, exc)
             path.unlink(missing_ok=True)
@@ -102,6 +103,6 @@ def load_producer_state(partition_log: PartitionLog) -> ProducerStateManager:
 
 def write_producer_snapshot(directory: Path, state: ProducerStateManager) -> None:
     """Write ``state`` as the snapshot at its end offset; keep the newest few only."""
-    write_file_atomically(directory / snapshot_file_name(state.end_offset), state.take_snapshot())
+    write_file_atomically(directory / snapshot_file_name(state.end_offset), encode_snapshot(state))
     for _, path in _snapshots(directory)[SNAPSHOTS_KEPT:]:
         path.unlink(missing_ok=True)

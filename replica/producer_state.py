@@ -10,9 +10,8 @@ batch they append to :meth:`~ProducerStateManager.on_appended` (or
 :meth:`~ProducerStateManager.rebuild_from_batches`) without checking, as Kafka does for
 ``AppendOrigin.REPLICATION``, so every replica holds the same state for the same log.
 
-Nothing here reads a clock or touches a file: timestamps come in as arguments, snapshots go
-out and come in as bytes (:meth:`~ProducerStateManager.take_snapshot`,
-:meth:`~ProducerStateManager.load_snapshot`).
+Nothing here reads a clock or touches a file: timestamps come in as arguments, and
+:mod:`replica.producer_snapshot_codec` turns the state into snapshot bytes and back.
 
 Rules for a produced batch (``ProducerAppendInfo`` and ``UnifiedLog`` in Kafka 3.x/4.x):
 
@@ -25,7 +24,7 @@ Rules for a produced batch (``ProducerAppendInfo`` and ``UnifiedLog`` in Kafka 3
    the state of the log (batches already appended), not among earlier batches of the same
    request.
 3. Epoch older than the known epoch: ``INVALID_PRODUCER_EPOCH``
-   (:class:`~cluster.errors.InvalidProducerEpochError`). Kafka answered
+   (:class:`~lograft.protocol.errors.InvalidProducerEpochError`). Kafka answered
    ``PRODUCER_FENCED`` for this before 2.7; KIP-588 (2.7) changed the produce path to
    ``INVALID_PRODUCER_EPOCH``, which this module follows.
 4. Epoch newer than the known epoch: the batch must start at sequence 0, else
@@ -59,85 +58,62 @@ retention deletes segments (KIP-360); producers idle for ``producer.id.expiratio
 (default 86400000) are removed by :meth:`~ProducerStateManager.expire_producers`.
 """
 
+# Over 600 lines: one state machine (Kafka's ProducerStateManager) owned by one file.
 from __future__ import annotations
 
 import bisect
-import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Final
+from typing import Final, NoReturn
 
-import crc32c as _crc32c
-
-from cluster.errors import (
+from lograft.protocol.batch_header import BatchHeader
+from lograft.protocol.control_records import EndTxnMarker
+from lograft.protocol.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTxnStateError,
+    InvariantError,
     OutOfOrderSequenceNumberError,
     TransactionCoordinatorFencedError,
 )
-from replica.batch_header import BatchHeader
-from replica.control_records import EndTxnMarker
 
 __all__ = [
-    "DEFAULT_MAX_SNAPSHOT_BYTES",
     "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
     "MAX_SEQUENCE",
+    "NO_COORDINATOR_EPOCH",
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
     "NUM_BATCHES_TO_RETAIN",
-    "SNAPSHOT_SUFFIX",
     "AbortedTxn",
     "AppendPlan",
     "BatchMetadata",
     "CompletedTxn",
-    "CorruptProducerSnapshotError",
     "Duplicate",
     "MarkerReader",
     "ProducerEntry",
+    "ProducerStateInvariantError",
     "ProducerStateManager",
     "last_sequence",
-    "parse_snapshot_file_name",
-    "snapshot_file_name",
 ]
 
 NO_PRODUCER_ID: Final = -1
+"""The producer id of a batch without one (not idempotent), as on the wire."""
 NO_PRODUCER_EPOCH: Final = -1
+"""The producer epoch of a batch without a producer id, as on the wire."""
 NUM_BATCHES_TO_RETAIN: Final = 5
 """Kafka's ``ProducerStateEntry.NUM_BATCHES_TO_RETAIN``: at most five requests in flight."""
 MAX_SEQUENCE: Final = 2**31 - 1
+"""Sequences are int32 and wrap from this one to 0."""
 DEFAULT_PRODUCER_ID_EXPIRATION_MS: Final = 86_400_000
 """Kafka's ``producer.id.expiration.ms`` default (one day)."""
-DEFAULT_MAX_SNAPSHOT_BYTES: Final = 64 * 1024 * 1024
-SNAPSHOT_SUFFIX: Final = ".snapshot"
-
-_SNAPSHOT_MAGIC: Final = b"LGPS"
-_SNAPSHOT_VERSION: Final = 2
-# magic, version, crc32c (of everything after it), end offset, producer count
-_SNAPSHOT_HEADER = struct.Struct(">4sHIqI")
-_CRC_START: Final = 10  # bytes covered by the CRC start after magic and version and crc
-# version 1: producer id, epoch, last timestamp, batch count
-_ENTRY_V1 = struct.Struct(">qhqB")
-# version 2: producer id, epoch, last timestamp, coordinator epoch, open transaction's
-# first offset (-1: none), batch count
-_ENTRY = struct.Struct(">qhqiqB")
-_COUNT = struct.Struct(">I")
-# producer id, first offset, marker offset, aborted
-_COMPLETED = struct.Struct(">qqqB")
-# producer id, first offset, marker offset
-_ABORTED = struct.Struct(">qqq")
 NO_COORDINATOR_EPOCH: Final = -1
-# first sequence, last sequence, first offset, last offset, max timestamp
-_BATCH = struct.Struct(">iiqqq")
+"""The coordinator epoch of a producer with no transaction marker written yet (Kafka's -1)."""
 
 
-class CorruptProducerSnapshotError(ValueError):
-    """A producer-state snapshot is too large, truncated, fails its CRC or holds bad values.
-
-    The shell treats it like Kafka's ``CorruptSnapshotException``: delete the file and
-    rebuild from an older snapshot (or the log start) by replaying the log.
-    """
+class ProducerStateInvariantError(InvariantError):
+    """A producer state invariant is broken
+    (:meth:`ProducerStateManager.check_invariants`); the node halts (never answered)."""
 
 
 def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
@@ -148,23 +124,6 @@ def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     """Kafka's ``inSequence``: ``next`` directly follows ``last``, 2**31 - 1 wrapping to 0."""
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == MAX_SEQUENCE)
-
-
-def snapshot_file_name(end_offset: int) -> str:
-    """Kafka's snapshot file name: the 20-digit offset the snapshot covers, ``.snapshot``."""
-    if end_offset < 0:
-        raise ValueError(f"negative snapshot offset {end_offset}")
-    return f"{end_offset:020d}{SNAPSHOT_SUFFIX}"
-
-
-def parse_snapshot_file_name(name: str) -> int | None:
-    """The offset in a name made by :func:`snapshot_file_name`, or None for other names."""
-    if not name.endswith(SNAPSHOT_SUFFIX):
-        return None
-    digits = name[: -len(SNAPSHOT_SUFFIX)]
-    if len(digits) != 20 or not digits.isascii() or not digits.isdigit():
-        return None
-    return int(digits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -702,6 +661,93 @@ class ProducerStateManager:
         self._index_open_transactions()
         return frozenset(inexact)
 
+    # ---- invariants ------------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        """Raise :class:`ProducerStateInvariantError` if the state breaks a rule of this
+        module. Reads the state only; a simulation calls it after every step.
+
+        Every producer is held under its id (``>= 0``) with an epoch ``>= 0`` and at most
+        :data:`NUM_BATCHES_TO_RETAIN` batches (:meth:`_check_batches`); its open
+        transaction starts below :attr:`end_offset`, and the index of open transactions
+        the last stable offset reads is exactly the entries' first offsets. Ended and
+        aborted transactions run from their first offset to a marker below
+        :attr:`end_offset`, in marker order, and the aborted ones' marker offsets are the
+        index :meth:`aborted_transactions` bisects.
+        """
+        end = self._end_offset
+        if end < 0:
+            self._fail(f"end offset {end} < 0")
+        for producer_id, entry in self._entries.items():
+            where = f"producer {producer_id}"
+            if entry.producer_id != producer_id or producer_id < 0:
+                self._fail(f"{where}: holds the entry of producer {entry.producer_id}")
+            if entry.producer_epoch < 0:
+                self._fail(f"{where}: epoch {entry.producer_epoch} < 0")
+            self._check_batches(where, entry.batches)
+            first = entry.current_txn_first_offset
+            if first is not None and not 0 <= first < end:
+                self._fail(f"{where}: open transaction at {first}, end offset {end}")
+        index = {
+            producer_id: entry.current_txn_first_offset
+            for producer_id, entry in self._entries.items()
+            if entry.current_txn_first_offset is not None
+        }
+        if self._open_txns != index:
+            self._fail(f"open transactions index {self._open_txns} is not the entries' {index}")
+        self._check_ended("ended", self._completed)
+        self._check_ended("aborted", self._aborted)
+        if self._aborted_ends != [txn.last_offset for txn in self._aborted]:
+            self._fail(f"aborted marker offsets {self._aborted_ends} are not the transactions'")
+
+    def _check_batches(self, where: str, batches: tuple[BatchMetadata, ...]) -> None:
+        """At most five; each within the log, its sequences in 0..2**31 - 1 and as long as
+        its offsets; offsets increasing; and no more sequences skipped between two batches
+        than offsets lie between them (consecutive modulo 2**31 for batches next to each
+        other in the log: only other producers' batches, or batches retention deleted
+        before a replay across the gap, can come between)."""
+        if len(batches) > NUM_BATCHES_TO_RETAIN:
+            self._fail(f"{where}: {len(batches)} batches retained")
+        previous: BatchMetadata | None = None
+        for batch in batches:
+            first, last = batch.first_offset, batch.last_offset
+            if not 0 <= first <= last < self._end_offset:
+                self._fail(f"{where}: batch {first}..{last}, end offset {self._end_offset}")
+            if not (0 <= batch.first_seq <= MAX_SEQUENCE and 0 <= batch.last_seq <= MAX_SEQUENCE):
+                self._fail(f"{where}: batch sequences {batch.first_seq}..{batch.last_seq}")
+            if last_sequence(batch.first_seq, last - first) != batch.last_seq:
+                self._fail(
+                    f"{where}: batch sequences {batch.first_seq}..{batch.last_seq} do not match "
+                    f"its offsets {first}..{last}"
+                )
+            if previous is not None:
+                if first <= previous.last_offset:
+                    self._fail(f"{where}: batch at {first} not after {previous.last_offset}")
+                skipped = (batch.first_seq - previous.last_seq - 1) % (MAX_SEQUENCE + 1)
+                if skipped > first - previous.last_offset - 1:
+                    self._fail(
+                        f"{where}: sequence {batch.first_seq} at offset {first} does not "
+                        f"follow sequence {previous.last_seq} at {previous.last_offset}"
+                    )
+            previous = batch
+
+    def _check_ended(self, what: str, txns: Sequence[CompletedTxn | AbortedTxn]) -> None:
+        previous_marker = -1
+        for txn in txns:
+            if not 0 <= txn.first_offset <= txn.last_offset < self._end_offset:
+                self._fail(
+                    f"{what} transaction of producer {txn.producer_id}: "
+                    f"{txn.first_offset}..{txn.last_offset}, end offset {self._end_offset}"
+                )
+            if txn.last_offset <= previous_marker:
+                self._fail(f"{what} transaction marker {txn.last_offset} not after the previous")
+            previous_marker = txn.last_offset
+
+    def _fail(self, what: str) -> NoReturn:
+        raise ProducerStateInvariantError(
+            f"producer state at end offset {self._end_offset}: {what}"
+        )
+
     def _index_open_transactions(self) -> None:
         self._open_txns = {
             producer_id: entry.current_txn_first_offset
@@ -726,219 +772,29 @@ class ProducerStateManager:
             del self._entries[producer_id]
         return expired
 
-    # ---- snapshots -------------------------------------------------------------------------
+    # ---- snapshots: what replica.producer_snapshot_codec writes and reads ---------------
 
-    def take_snapshot(self) -> bytes:
-        """Encode the state and :attr:`end_offset` (versioned, CRC-32C); see :meth:`load_snapshot`.
+    def ended_transactions(self) -> tuple[CompletedTxn, ...]:
+        """Transactions ended by a marker the high watermark may not have passed yet (the
+        last :meth:`last_stable_offset` had not seen it pass), in marker order."""
+        return tuple(self._completed)
 
-        Layout (version 2), big-endian: magic ``LGPS``, version u16, CRC-32C u32 of
-        everything after it, end offset i64, producer count u32, then per producer
-        (ascending id): id i64, epoch i16, last timestamp i64, coordinator epoch i32, open
-        transaction's first offset i64 (-1: none), batch count u8, and per batch (oldest
-        first): first sequence i32, last sequence i32, first offset i64, last offset i64,
-        max timestamp i64. Then the ended transactions the high watermark may not have
-        passed (count u32; producer id i64, first offset i64, marker offset i64, aborted u8)
-        and the aborted transactions (count u32; producer id i64, first offset i64, marker
-        offset i64). Version 1 had neither list and no transaction fields per producer.
-        """
-        parts: list[bytes] = []
-        for producer_id in sorted(self._entries):
-            entry = self._entries[producer_id]
-            txn_first = entry.current_txn_first_offset
-            parts.append(
-                _ENTRY.pack(
-                    producer_id,
-                    entry.producer_epoch,
-                    entry.last_timestamp,
-                    entry.coordinator_epoch,
-                    -1 if txn_first is None else txn_first,
-                    len(entry.batches),
-                )
-            )
-            for batch in entry.batches:
-                parts.append(
-                    _BATCH.pack(
-                        batch.first_seq,
-                        batch.last_seq,
-                        batch.first_offset,
-                        batch.last_offset,
-                        batch.max_timestamp,
-                    )
-                )
-        parts.append(_COUNT.pack(len(self._completed)))
-        for completed in self._completed:
-            parts.append(
-                _COMPLETED.pack(
-                    completed.producer_id,
-                    completed.first_offset,
-                    completed.last_offset,
-                    completed.aborted,
-                )
-            )
-        parts.append(_COUNT.pack(len(self._aborted)))
-        for aborted in self._aborted:
-            parts.append(
-                _ABORTED.pack(aborted.producer_id, aborted.first_offset, aborted.last_offset)
-            )
-        body = struct.pack(">qI", self._end_offset, len(self._entries)) + b"".join(parts)
-        crc = int(_crc32c.crc32c(body))
-        return _SNAPSHOT_MAGIC + struct.pack(">HI", _SNAPSHOT_VERSION, crc) + body
+    def kept_aborted_transactions(self) -> tuple[AbortedTxn, ...]:
+        """Every aborted transaction kept (not yet forgotten below the log start), in marker
+        order."""
+        return tuple(self._aborted)
 
-    @classmethod
-    def load_snapshot(
-        cls,
-        data: bytes | bytearray | memoryview,
-        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-        max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
-    ) -> ProducerStateManager:
-        """Decode a snapshot made by :meth:`take_snapshot` (version 2, or 1); untrusted input.
-
-        Raises :class:`CorruptProducerSnapshotError` if it is longer than ``max_bytes``,
-        truncated or padded, of another magic or version, fails its CRC, or holds values
-        the state cannot have (negative ids, epochs, sequences or offsets; more than five
-        batches, or none in version 1; batches out of order or at or beyond the end offset;
-        producer ids not strictly ascending; transaction offsets outside the log or out of
-        order). Expired producers are kept: call :meth:`expire_producers` after loading.
-        """
-        view = memoryview(data)
-        if len(view) > max_bytes:
-            raise CorruptProducerSnapshotError(
-                f"snapshot of {len(view)} bytes exceeds the limit of {max_bytes}"
-            )
-        if len(view) < _SNAPSHOT_HEADER.size:
-            raise CorruptProducerSnapshotError(f"snapshot truncated: {len(view)} bytes")
-        magic, version, crc, end_offset, count = _SNAPSHOT_HEADER.unpack_from(view, 0)
-        if magic != _SNAPSHOT_MAGIC:
-            raise CorruptProducerSnapshotError(f"bad snapshot magic {bytes(magic)!r}")
-        if version not in (1, _SNAPSHOT_VERSION):
-            raise CorruptProducerSnapshotError(f"unsupported snapshot version {version}")
-        if int(_crc32c.crc32c(view[_CRC_START:])) != crc:
-            raise CorruptProducerSnapshotError("snapshot CRC mismatch")
-        if end_offset < 0:
-            raise CorruptProducerSnapshotError(f"negative snapshot end offset {end_offset}")
-        reader = _SnapshotReader(view, _SNAPSHOT_HEADER.size)
-        manager = cls(producer_id_expiration_ms, end_offset)
-        previous_id = -1
-        for _ in range(count):
-            if version == 1:
-                producer_id, epoch, last_timestamp, batch_count = reader.unpack(_ENTRY_V1)
-                coordinator_epoch, txn_first = NO_COORDINATOR_EPOCH, -1
-            else:
-                (producer_id, epoch, last_timestamp, coordinator_epoch, txn_first, batch_count) = (
-                    reader.unpack(_ENTRY)
-                )
-            if producer_id <= previous_id:
-                raise CorruptProducerSnapshotError(
-                    f"producer id {producer_id} not above the previous {previous_id}"
-                )
-            if epoch < 0 or coordinator_epoch < NO_COORDINATOR_EPOCH:
-                raise CorruptProducerSnapshotError(
-                    f"producer {producer_id}: epoch {epoch}, coordinator epoch {coordinator_epoch}"
-                )
-            if not (1 if version == 1 else 0) <= batch_count <= NUM_BATCHES_TO_RETAIN:
-                raise CorruptProducerSnapshotError(
-                    f"producer {producer_id}: {batch_count} cached batches"
-                )
-            batches: list[BatchMetadata] = []
-            for _ in range(batch_count):
-                batch = BatchMetadata(*reader.unpack(_BATCH))
-                _check_snapshot_batch(producer_id, batch, batches, end_offset)
-                batches.append(batch)
-            if version == 1 and last_timestamp != batches[-1].max_timestamp:
-                raise CorruptProducerSnapshotError(
-                    f"producer {producer_id}: last timestamp {last_timestamp} is not that "
-                    f"of its last batch"
-                )
-            if txn_first != -1:
-                _check_txn_offsets(producer_id, txn_first, txn_first, end_offset)
-            manager._entries[producer_id] = ProducerEntry(
-                producer_id,
-                epoch,
-                tuple(batches),
-                last_timestamp,
-                None if txn_first == -1 else txn_first,
-                coordinator_epoch,
-            )
-            previous_id = producer_id
-        manager._index_open_transactions()
-        if version != 1:
-            for _ in range(reader.count(_COMPLETED.size)):
-                producer_id, first, last, aborted = reader.unpack(_COMPLETED)
-                _check_txn_offsets(producer_id, first, last, end_offset)
-                if aborted not in (0, 1):
-                    raise CorruptProducerSnapshotError(f"ended transaction flag {aborted}")
-                manager._completed.append(CompletedTxn(producer_id, first, last, bool(aborted)))
-            for _ in range(reader.count(_ABORTED.size)):
-                producer_id, first, last = reader.unpack(_ABORTED)
-                _check_txn_offsets(producer_id, first, last, end_offset)
-                if manager._aborted_ends and last <= manager._aborted_ends[-1]:
-                    raise CorruptProducerSnapshotError(
-                        f"aborted transaction marker {last} not after the previous"
-                    )
-                manager._aborted.append(AbortedTxn(producer_id, first, last))
-                manager._aborted_ends.append(last)
-        if reader.position != len(view):
-            raise CorruptProducerSnapshotError(
-                f"{len(view) - reader.position} unexpected bytes after {count} producers"
-            )
-        return manager
-
-
-class _SnapshotReader:
-    """Reads fixed-size fields from an untrusted snapshot; a short read is corruption."""
-
-    __slots__ = ("position", "view")
-
-    def __init__(self, view: memoryview, position: int) -> None:
-        self.view = view
-        self.position = position
-
-    def unpack(self, layout: struct.Struct) -> tuple[int, ...]:
-        if len(self.view) - self.position < layout.size:
-            raise CorruptProducerSnapshotError(f"snapshot truncated at byte {self.position}")
-        values: tuple[int, ...] = layout.unpack_from(self.view, self.position)
-        self.position += layout.size
-        return values
-
-    def count(self, item_size: int) -> int:
-        """A u32 count of items of ``item_size`` bytes, checked against the bytes left."""
-        (count,) = self.unpack(_COUNT)
-        if count * item_size > len(self.view) - self.position:
-            raise CorruptProducerSnapshotError(
-                f"{count} items of {item_size} bytes claimed at byte {self.position}"
-            )
-        return count
-
-
-def _check_txn_offsets(producer_id: int, first: int, last: int, end_offset: int) -> None:
-    if producer_id < 0 or not 0 <= first <= last < end_offset:
-        raise CorruptProducerSnapshotError(
-            f"producer {producer_id}: transaction offsets {first}..{last} with end offset "
-            f"{end_offset}"
-        )
-
-
-def _check_snapshot_batch(
-    producer_id: int,
-    batch: BatchMetadata,
-    before: list[BatchMetadata],
-    end_offset: int,
-) -> None:
-    if not (0 <= batch.first_seq <= MAX_SEQUENCE and 0 <= batch.last_seq <= MAX_SEQUENCE):
-        raise CorruptProducerSnapshotError(
-            f"producer {producer_id}: sequences {batch.first_seq}..{batch.last_seq}"
-        )
-    if not 0 <= batch.first_offset <= batch.last_offset < end_offset:
-        raise CorruptProducerSnapshotError(
-            f"producer {producer_id}: offsets {batch.first_offset}..{batch.last_offset} "
-            f"with end offset {end_offset}"
-        )
-    if last_sequence(batch.first_seq, batch.last_offset - batch.first_offset) != batch.last_seq:
-        raise CorruptProducerSnapshotError(
-            f"producer {producer_id}: sequences {batch.first_seq}..{batch.last_seq} do not "
-            f"match offsets {batch.first_offset}..{batch.last_offset}"
-        )
-    if before and batch.first_offset <= before[-1].last_offset:
-        raise CorruptProducerSnapshotError(
-            f"producer {producer_id}: batch at {batch.first_offset} not after the previous"
-        )
+    def restore(
+        self,
+        entries: Iterable[ProducerEntry],
+        ended: Iterable[CompletedTxn],
+        aborted: Iterable[AbortedTxn],
+    ) -> None:
+        """Take the producers and transactions of a decoded snapshot into this new state:
+        ``entries`` by ascending producer id, ``aborted`` in marker order. The codec
+        (:func:`replica.producer_snapshot_codec.decode_snapshot`) checked them."""
+        self._entries = {entry.producer_id: entry for entry in entries}
+        self._index_open_transactions()
+        self._completed = list(ended)
+        self._aborted = list(aborted)
+        self._aborted_ends = [txn.last_offset for txn in self._aborted]

@@ -15,7 +15,8 @@ import logging
 
 import grpc
 
-from cluster.errors import (
+from lograft.protocol.control_records import EndTxnMarker
+from lograft.protocol.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,
     InvalidTxnStateError,
@@ -25,12 +26,11 @@ from cluster.errors import (
     RequestTimedOutError,
     TransactionalIdNotFoundError,
 )
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import broker_pb2 as pb
 from replica.broker_rpcs import BrokerRpcs, error_fields, partitions_of, topic_partitions
-from replica.control_records import EndTxnMarker
 from replica.group import partition_for_group
 from replica.group_service import OFFSETS_TOPIC
-from replica.topic_partition import TopicPartition
 from replica.txn import InitResult, Outcome, TransactionCoordinator, TxnMetadata, TxnState
 from replica.txn_service import TransactionService
 

@@ -28,13 +28,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     LograftError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 from replica.clocks import wall_clock_ms
 from replica.coordinator_log import (
     ImageLeaderEpoch,
@@ -45,7 +46,6 @@ from replica.coordinator_log import (
 )
 from replica.log_manager import LogManager
 from replica.partition import Partition
-from replica.topic_partition import TopicPartition
 from replica.txn import (
     DEFAULT_MAX_TIMEOUT_MS,
     MarkerJob,
@@ -65,8 +65,13 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+# The core's logger, named after its module as when it made its own: its log lines, and
+# whatever filters on that name, are unchanged.
+_CORE_LOGGER = logging.getLogger("replica.txn.coordinator")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+"""Kafka's internal topic of transaction state: a transactional id lives on one partition,
+whose leader is its coordinator."""
 TICK_INTERVAL_S = 1.0
 """How often open transactions are checked against their timeout (Kafka checks every 10 s:
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms``)."""
@@ -190,6 +195,7 @@ class TransactionService:
                     max_timeout_ms=self._config.max_timeout_ms,
                     two_phase_enabled=self._config.two_phase_enabled,
                     id_expiration_ms=self._config.id_expiration_ms,
+                    logger=_CORE_LOGGER,
                 )
                 slot = self._slots[index] = _Slot(coordinator)
                 slot.loader = asyncio.create_task(self._load(index, slot), name=f"txn-load-{index}")

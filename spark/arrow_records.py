@@ -27,7 +27,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from cluster.errors import InvalidConfigError, InvalidRecordError
+from lograft.protocol.errors import InvalidConfigError, InvalidRecordError
 
 __all__ = ["SinkColumns", "check_sink_schema", "columns_of"]
 

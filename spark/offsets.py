@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from cluster.errors import IllegalStateError, InvalidConfigError, OffsetOutOfRangeError
-from replica.topic_partition import TopicPartition
+from lograft.protocol.errors import IllegalStateError, InvalidConfigError, OffsetOutOfRangeError
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = [
     "EARLIEST",

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from cluster.client._client_config import ConfigDef, resolve_config
-from cluster.errors import InvalidConfigError, LograftError
+from lograft.protocol.errors import InvalidConfigError, LograftError
 
 __all__ = [
     "CLIENT_PREFIX",

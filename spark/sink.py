@@ -28,7 +28,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from cluster.errors import IllegalStateError
+from lograft.protocol.errors import IllegalStateError
 from spark.arrow_records import check_sink_schema
 from spark.sink_transactions import (
     PartitionWrite,

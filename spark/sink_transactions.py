@@ -42,14 +42,14 @@ from cluster.client._client_config import COMMON_CONFIGS, ConfigDef
 from cluster.client.admin import AdminClient
 from cluster.client.consumer import Consumer, ConsumerGroupMetadata
 from cluster.client.producer import PRODUCER_CONFIGS, PreparedTxnState, Producer, RecordFuture
-from cluster.errors import (
+from lograft.protocol.errors import (
     BatchNotCommittedError,
     IllegalStateError,
     InvalidConfigError,
     InvalidRecordError,
     LograftError,
 )
-from replica.topic_partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 from spark.arrow_records import SinkColumns, columns_of
 from spark.options import client_config, option, option_int, settings_for
 
@@ -77,10 +77,14 @@ for partitions that exist; this one exists wherever groups do, whatever topics t
 writes to (the committed offset is a batch id, not a position in it)."""
 
 PREPARED: Final = "prepared"
+"""A :class:`PartitionWrite` outcome: the rows wait in a prepared transaction for the driver."""
 EMPTY: Final = "empty"
+"""An outcome: the partition had no rows; it wrote nothing and opened no transaction."""
 ALREADY_COMMITTED: Final = "already-committed"
+"""An outcome: an earlier run committed this batch (progress is past it); nothing written."""
 
 DEFAULT_PREFIX: Final = "lograft-spark"
+"""``transactional.id.prefix`` by default: ids are ``<prefix>-<query id>-<partition>``."""
 DEFAULT_COMPLETION_THREADS: Final = 8
 ABORT_TIMEOUT_S: Final = 30.0
 """How long a failing task waits for its transaction's abort (then the next

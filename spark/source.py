@@ -33,6 +33,7 @@ Columns are those of Spark's Kafka source (:func:`read_schema`). Tasks read thei
 with a ``Consumer`` and hand Spark Arrow record batches.
 """
 
+# Over 600 lines: the stream and batch readers share the options, offset lookups and Arrow batches.
 from __future__ import annotations
 
 import logging
@@ -68,13 +69,13 @@ from pyspark.sql.types import (
 
 from cluster.client.admin import ADMIN_CONFIGS, AdminClient
 from cluster.client.consumer import CONSUMER_CONFIGS, Consumer, ConsumerRecord
-from cluster.errors import (
+from lograft.protocol.errors import (
     IllegalStateError,
     InvalidConfigError,
     OffsetOutOfRangeError,
     RequestTimedOutError,
 )
-from replica.topic_partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 from spark.offsets import (
     EARLIEST,
     LATEST,

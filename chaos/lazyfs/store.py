@@ -28,6 +28,7 @@ internal directory is removed and the live state is read anew from the durable s
 Thread-safe: one lock serialises every operation.
 """
 
+# Over 600 lines: one power-loss model: LazyStore changes its durable and unsynced states together.
 from __future__ import annotations
 
 import errno
@@ -62,7 +63,9 @@ INTERNAL_DIR = ".lazyfs"
 """The durable store's internal directory; reserved: the live root cannot name it."""
 
 RENAME_NOREPLACE = 1
+"""``renameat2`` flag (Linux's value): fail with ``EEXIST`` rather than replace the new name."""
 RENAME_EXCHANGE = 2
+"""``renameat2`` flag (Linux's value): swap the two names atomically; both must exist."""
 UTIME_NOW = (1 << 30) - 1
 UTIME_OMIT = (1 << 30) - 2
 ROOT_INO = 1

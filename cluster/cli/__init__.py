@@ -41,8 +41,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from cluster.client import DEFAULT_BOOTSTRAP_SERVERS, NoBrokersAvailableError
-from cluster.errors import LograftError
 from cluster.launcher import add_cluster_commands, run_cluster_command
+from lograft.protocol.errors import LograftError
 
 from . import configs, consume, groups, perf, produce, topics, transactions
 from ._args import (

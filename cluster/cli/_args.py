@@ -32,9 +32,9 @@ from cluster.client import DEFAULT_BOOTSTRAP_SERVERS, AdminClient
 from cluster.client.admin import ADMIN_CONFIGS
 from cluster.client.consumer import CONSUMER_CONFIGS
 from cluster.client.producer import PRODUCER_CONFIGS
-from cluster.errors import InvalidConfigError, LograftError
 from cluster.launcher.local_cluster import LocalCluster
 from cluster.launcher.spec import CLUSTER_FILE, DEFAULT_DATA_DIR
+from lograft.protocol.errors import InvalidConfigError, LograftError
 
 __all__ = [
     "BOOTSTRAP_ENV",
@@ -65,7 +65,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 BOOTSTRAP_ENV = "LOGRAFT_BOOTSTRAP"
+"""The environment variable naming ``bootstrap.servers`` when no flag or config file does."""
 CONFIG_ENV = "LOGRAFT_CONFIG"
+"""The environment variable naming the client config file when ``--config`` is not given."""
 MAX_CONFIG_FILE_BYTES = 1024 * 1024
 """A config file is a few lines; anything larger is refused rather than read."""
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from cluster.client import ConsumerRecord
-from cluster.errors import InvalidRequestError
+from lograft.protocol.errors import InvalidRequestError
 
 __all__ = [
     "FORMATS",
@@ -38,6 +38,7 @@ RecordFormat = Literal["raw", "kv", "json"]
 """The record formats of ``consume`` and ``produce``."""
 
 FORMATS: tuple[RecordFormat, ...] = ("raw", "kv", "json")
+"""The choices of ``--format`` of ``consume`` and ``produce``."""
 
 NULL_TEXT = b"null"
 """What ``raw`` and ``kv`` print for a null key or value (Kafka's console consumer)."""
@@ -56,6 +57,7 @@ produce --format json reads the same objects: "value" is required (null: a tombs
 ignored, so consume's output can be produced again. "headers" may also be a plain object
 {"trace": "abc"}. "partition" is used only with produce --keep-partition (then it wins over
 --partition); without it records are partitioned by key, as any other input."""
+"""The ``json`` format, as the help of ``consume`` and ``produce`` shows it."""
 
 _ENCODINGS = ("utf-8", "utf8", "base64")
 _JSON_INPUT_FIELDS = frozenset(

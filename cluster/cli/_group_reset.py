@@ -15,7 +15,7 @@ import time
 from typing import TextIO
 
 from cluster.client import AdminClient, TopicPartition
-from cluster.errors import (
+from lograft.protocol.errors import (
     GroupIdNotFoundError,
     GroupNotEmptyError,
     UnknownTopicOrPartitionError,

@@ -27,7 +27,7 @@ from cluster.client import (
     RecordFuture,
     TopicPartition,
 )
-from cluster.errors import (
+from lograft.protocol.errors import (
     InvalidConfigError,
     RequestTimedOutError,
     TopicAlreadyExistsError,

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from cluster.client import TopicPartition
-from cluster.errors import InvalidRequestError
+from lograft.protocol.errors import InvalidRequestError
 
 __all__ = [
     "ResetKind",
@@ -35,6 +35,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ResetKind = Literal["earliest", "latest", "offset", "shift", "timestamp", "current"]
+"""Where ``reset-offsets`` moves a partition's offset (:class:`ResetSpec` says each)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 
 from cluster.client import Consumer, ConsumerRecord, TopicPartition
-from cluster.errors import InvalidConfigError, LeaderNotAvailableError
+from lograft.protocol.errors import InvalidConfigError, LeaderNotAvailableError
 
 from ._args import (
     Streams,
@@ -268,6 +268,29 @@ def _show_warnings(args: argparse.Namespace) -> int:
     return previous
 
 
+def _start_reading(consumer: Consumer, args: argparse.Namespace, group: object) -> None:
+    """Subscribe with a group; else assign the partition (or all) and seek to ``--offset``."""
+    if group is not None:
+        consumer.partitions_for_topic(args.topic)  # an unknown topic fails here, typed
+        consumer.subscribe([args.topic])
+    else:
+        if args.partition is not None:
+            partitions = [TopicPartition(args.topic, args.partition)]
+            if args.partition not in consumer.partitions_for_topic(args.topic):
+                raise InvalidConfigError(f"topic {args.topic} has no partition {args.partition}")
+        else:
+            partitions = [
+                TopicPartition(args.topic, p) for p in consumer.partitions_for_topic(args.topic)
+            ]
+        consumer.assign(partitions)
+        if args.offset == "earliest" or args.from_beginning:
+            consumer.seek_to_beginning(*partitions)
+        elif args.offset == "latest":
+            consumer.seek_to_end(*partitions)
+        elif isinstance(args.offset, int):
+            consumer.seek(partitions[0], args.offset)
+
+
 def run(args: argparse.Namespace, streams: Streams) -> int:
     """Print records of a topic until ``--max-messages``, ``--timeout-ms`` or Ctrl-C."""
     out = streams.stdout_bytes
@@ -279,27 +302,7 @@ def run(args: argparse.Namespace, streams: Streams) -> int:
     separator = (args.key_separator if args.key_separator is not None else "\t").encode()
     count = 0
     with Consumer(config) as consumer:
-        if group is not None:
-            consumer.partitions_for_topic(args.topic)  # an unknown topic fails here, typed
-            consumer.subscribe([args.topic])
-        else:
-            if args.partition is not None:
-                partitions = [TopicPartition(args.topic, args.partition)]
-                if args.partition not in consumer.partitions_for_topic(args.topic):
-                    raise InvalidConfigError(
-                        f"topic {args.topic} has no partition {args.partition}"
-                    )
-            else:
-                partitions = [
-                    TopicPartition(args.topic, p) for p in consumer.partitions_for_topic(args.topic)
-                ]
-            consumer.assign(partitions)
-            if args.offset == "earliest" or args.from_beginning:
-                consumer.seek_to_beginning(*partitions)
-            elif args.offset == "latest":
-                consumer.seek_to_end(*partitions)
-            elif isinstance(args.offset, int):
-                consumer.seek(partitions[0], args.offset)
+        _start_reading(consumer, args, group)
         last_record = time.monotonic()
         records: list[ConsumerRecord] = []
         # Records of `records` that reached the reader: counted only once the flush after

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import TypeAlias
 
 from ._args import Streams, admin_client
 from ._group_actions import delete_groups, delete_offsets, describe_group, list_groups
@@ -149,35 +150,47 @@ def _add_topic_scope(parser: argparse._ActionsContainer, *, required: bool) -> N
     )
 
 
+_RAW = argparse.RawDescriptionHelpFormatter
+_Actions: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``groups`` and its actions to the ``lograft`` parser."""
-    raw = argparse.RawDescriptionHelpFormatter
     groups = commands.add_parser(
         "groups",
         help="list, describe and delete consumer groups; reset their offsets",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=raw,
+        formatter_class=_RAW,
     )
     groups.set_defaults(handler=run)
     actions = groups.add_subparsers(dest="groups_command", required=True, metavar="ACTION")
+    _add_list(actions)
+    _add_describe(actions)
+    _add_delete(actions)
+    _add_delete_offsets(actions)
+    _add_reset_offsets(actions)
 
+
+def _add_list(actions: _Actions) -> None:
     listing = actions.add_parser(
         "list",
         help="list consumer groups",
         description="List every consumer group of the cluster, one id per line.",
         epilog=LIST_EPILOG,
-        formatter_class=raw,
+        formatter_class=_RAW,
     )
     listing.add_argument("--state", action="store_true", help="also show state and type")
     listing.add_argument("--json", action="store_true", help="print a JSON array")
 
+
+def _add_describe(actions: _Actions) -> None:
     describe = actions.add_parser(
         "describe",
         help="committed offsets, lag and members of a group",
         description=DESCRIBE_DESCRIPTION,
         epilog=DESCRIBE_EPILOG,
-        formatter_class=raw,
+        formatter_class=_RAW,
     )
     describe.add_argument("group", help="the group id")
     view = describe.add_mutually_exclusive_group()
@@ -194,31 +207,37 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="read_committed: lag up to the last stable offset (for read_committed consumers)",
     )
 
+
+def _add_delete(actions: _Actions) -> None:
     delete = actions.add_parser(
         "delete",
         help="delete groups without members, with their committed offsets",
         description="Delete consumer groups and their committed offsets.",
         epilog=DELETE_EPILOG,
-        formatter_class=raw,
+        formatter_class=_RAW,
     )
     delete.add_argument("group", nargs="+", help="the group ids")
 
+
+def _add_delete_offsets(actions: _Actions) -> None:
     delete_offsets = actions.add_parser(
         "delete-offsets",
         help="delete a group's committed offsets of some topics",
         description=DELETE_OFFSETS_DESCRIPTION,
         epilog=DELETE_OFFSETS_EPILOG,
-        formatter_class=raw,
+        formatter_class=_RAW,
     )
     delete_offsets.add_argument("--group", required=True, help="the group id")
     _add_topic_scope(delete_offsets, required=True)
 
+
+def _add_reset_offsets(actions: _Actions) -> None:
     reset = actions.add_parser(
         "reset-offsets",
         help="move a group's committed offsets (dry run unless --execute)",
         description=RESET_DESCRIPTION,
         epilog=RESET_EPILOG,
-        formatter_class=raw,
+        formatter_class=_RAW,
     )
     reset.add_argument("--group", required=True, help="the group id")
     scope = reset.add_mutually_exclusive_group(required=True)

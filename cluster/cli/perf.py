@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import TypeAlias
 
 from ._args import Streams, acks, config_pair, non_negative, positive
 from ._perf_consume import run_consume
@@ -109,25 +110,33 @@ def _add_property(parser: argparse.ArgumentParser, flag: str, what: str) -> None
     )
 
 
+_RAW = argparse.RawDescriptionHelpFormatter
+_Tests: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``perf produce|consume|e2e`` to the ``lograft`` parser."""
-    raw = argparse.RawDescriptionHelpFormatter
     perf = commands.add_parser(
         "perf",
         help="throughput and latency tests: produce, consume, e2e (JSON with --json)",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=raw,
+        formatter_class=_RAW,
     )
     perf.set_defaults(handler=run)
     perf_commands = perf.add_subparsers(dest="perf_command", required=True, metavar="TEST")
+    _add_produce(perf_commands)
+    _add_consume(perf_commands)
+    _add_e2e(perf_commands)
 
+
+def _add_produce(perf_commands: _Tests) -> None:
     produce = perf_commands.add_parser(
         "produce",
         help="producer throughput and acknowledgement latency",
         description=PRODUCE_DESCRIPTION,
         epilog=PRODUCE_EPILOG,
-        formatter_class=raw,
+        formatter_class=_RAW,
     )
     produce.add_argument("--topic", required=True, help="an existing topic")
     produce.add_argument("--num-records", type=positive, required=True, help="records to send")
@@ -154,12 +163,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     produce.add_argument("--json", action="store_true", help="print one JSON object")
     _add_property(produce, "--producer-property", "producer")
 
+
+def _add_consume(perf_commands: _Tests) -> None:
     consume = perf_commands.add_parser(
         "consume",
         help="consumer throughput",
         description=CONSUME_DESCRIPTION,
         epilog=CONSUME_EPILOG,
-        formatter_class=raw,
+        formatter_class=_RAW,
     )
     consume.add_argument("--topic", required=True, help="an existing topic")
     consume.add_argument("--messages", type=positive, required=True, help="records to read")
@@ -172,12 +183,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     consume.add_argument("--json", action="store_true", help="print one JSON object")
     _add_property(consume, "--consumer-property", "consumer")
 
+
+def _add_e2e(perf_commands: _Tests) -> None:
     e2e = perf_commands.add_parser(
         "e2e",
         help="end-to-end latency: send, then consume, each record (EndToEndLatency)",
         description=E2E_DESCRIPTION,
         epilog=E2E_EPILOG,
-        formatter_class=raw,
+        formatter_class=_RAW,
     )
     e2e.add_argument("--topic", required=True, help="the topic (created if missing)")
     e2e.add_argument("--num-records", type=positive, required=True, help="records to send")

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from cluster.client import Producer, RecordFuture
-from cluster.errors import InvalidConfigError
+from lograft.protocol.errors import InvalidConfigError
 
 from ._args import (
     Streams,

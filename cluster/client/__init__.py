@@ -18,7 +18,7 @@ Configuration uses Kafka's names (``bootstrap.servers``, ``acks``, ``linger.ms``
         for record in c:  # auto-commits what it has returned
             ...
 
-Failures are the typed errors of :mod:`cluster.errors`, each with its Kafka name and a
+Failures are the typed errors of :mod:`lograft.protocol.errors`, each with its Kafka name and a
 ``retriable`` flag. ``bootstrap.servers`` may list several brokers; any that answers will
 do. When none of them (nor any broker known from metadata) can be reached, a call fails
 within ``socket.connection.setup.timeout.ms`` with :class:`NoBrokersAvailableError` (a

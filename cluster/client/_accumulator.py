@@ -31,16 +31,16 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from cluster.errors import IllegalStateError, MessageTooLargeError, RequestTimedOutError
-from replica.batch_builder import encode_records
-from replica.records import encode_batch
-from replica.topic_partition import TopicPartition
+from lograft.protocol.batch_builder import encode_records
+from lograft.protocol.errors import IllegalStateError, MessageTooLargeError, RequestTimedOutError
+from lograft.protocol.records import encode_batch
+from lograft.protocol.topic_partition import TopicPartition
 
 from ._clock import Clock
 from ._record_future import BatchOutcome
 
 if TYPE_CHECKING:
-    from .producer import _Bulk
+    from ._bulk import BulkCall
 
 __all__ = [
     "BATCH_OVERHEAD",
@@ -57,7 +57,10 @@ RECORD_OVERHEAD = 12
 """Estimate of a record's framing bytes (length, attributes, deltas, lengths, header count);
 exact for values under 64 bytes at small offset deltas, an over-estimate above."""
 BATCH_OVERHEAD = 61
+"""Bytes of a RecordBatch v2 header (``HEADER_SIZE``), counted in every batch's size."""
 REQUEST_OVERHEAD = 512
+"""An allowance (bytes) for a produce request's own fields (header, topics, partitions):
+its batches may take ``max.request.size`` less this."""
 BULK_CHUNK_BYTES = 1024 * 1024 - 1024
 """Bulk batches aim at just under 1 MiB: large enough to amortise per-batch costs, small
 enough for the default ``max.message.bytes`` (1 MiB + 12)."""
@@ -107,7 +110,7 @@ class ProducerBatch:
         self.data: bytes | None = None
         self.outcome: BatchOutcome | None = None
         """Shared by the futures of the records sent one at a time (None for bulk)."""
-        self.bulk: _Bulk | None = None
+        self.bulk: BulkCall | None = None
         self.bulk_start = 0
         self.record_count = 0
         self.size = BATCH_OVERHEAD
@@ -307,9 +310,10 @@ class RecordAccumulator:
             self.sender_wanted = True
         return batch
 
+    # Over 70 lines: one pass over the values: each chunk sized, encoded, reserved, queued.
     def append_bulk(
         self,
-        bulk: _Bulk,
+        bulk: BulkCall,
         topic: str,
         partition: int,
         values: Sequence[bytes],

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from cluster.errors import InvalidRequestError, LograftError, error_for_code
+from lograft.protocol.errors import InvalidRequestError, LograftError, error_for_code
 
 from ._connection import Connections, NoBrokersAvailableError
 

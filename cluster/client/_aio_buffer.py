@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Collection, Iterable, Sequence
 
 from ._connection import TopicPartition
-from .consumer import ConsumerRecord
+from ._consumer_values import ConsumerRecord
 
 __all__ = ["RecordBuffer", "by_partition", "first_offsets"]
 

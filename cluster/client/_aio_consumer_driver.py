@@ -19,13 +19,14 @@ from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from cluster.errors import IllegalStateError
+from lograft.protocol.errors import IllegalStateError
 
 from ._aio_buffer import RecordBuffer
 from ._aio_rebalance import IN_CALLBACK
 from ._aio_worker import Worker
 from ._connection import TopicPartition
-from .consumer import Consumer, ConsumerBatch, ConsumerRecord
+from ._consumer_values import ConsumerBatch, ConsumerRecord
+from .consumer import Consumer
 
 __all__ = ["ConsumerDriver"]
 

@@ -16,25 +16,33 @@ import contextvars
 import inspect
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
-from cluster.errors import IllegalStateError
+from lograft.protocol.errors import IllegalStateError
 
 from ._aio_worker import Worker
 from ._connection import TopicPartition
-from .consumer import Consumer, ConsumerRebalanceListener, RebalanceCallback
+from ._consumer_values import ConsumerRebalanceListener
+from .consumer import Consumer, RebalanceCallback
 
-if TYPE_CHECKING:
-    from .aio import AsyncConsumer, AsyncConsumerRebalanceListener, AsyncRebalanceCallback
-
-__all__ = ["IN_CALLBACK", "KINDS", "Handler", "bridge", "handlers"]
+__all__ = [
+    "IN_CALLBACK",
+    "KINDS",
+    "AsyncConsumerRebalanceListener",
+    "Handler",
+    "bridge",
+    "handlers",
+]
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[["AsyncConsumer", list[TopicPartition]], object]
+ConsumerT = TypeVar("ConsumerT")
+"""The ``AsyncConsumer`` handlers are given (which imports this module, so it is not named)."""
+
+Handler = Callable[[ConsumerT, list[TopicPartition]], object]
 """What runs on the loop for one kind of change: ``handler(consumer, partitions)``."""
 
-IN_CALLBACK: contextvars.ContextVar[AsyncConsumer | None] = contextvars.ContextVar(
+IN_CALLBACK: contextvars.ContextVar[object | None] = contextvars.ContextVar(
     "lograft_in_rebalance_callback", default=None
 )
 """The consumer whose rebalance callback the current task runs, if any."""
@@ -44,9 +52,9 @@ KINDS = ("assign", "revoke", "lost")
 
 
 def bridge(
-    consumer: AsyncConsumer,
+    consumer: ConsumerT,
     loop: asyncio.AbstractEventLoop,
-    handler: Handler | None,
+    handler: Handler[ConsumerT] | None,
     worker: Worker,
     publish: Callable[[], None],
 ) -> RebalanceCallback | None:
@@ -70,7 +78,9 @@ def bridge(
     return call
 
 
-async def _run(consumer: AsyncConsumer, handler: Handler, partitions: list[TopicPartition]) -> None:
+async def _run(
+    consumer: ConsumerT, handler: Handler[ConsumerT], partitions: list[TopicPartition]
+) -> None:
     IN_CALLBACK.set(consumer)  # this task's own context: what the callback awaits sees it
     result = handler(consumer, partitions)
     if inspect.isawaitable(result):
@@ -78,13 +88,13 @@ async def _run(consumer: AsyncConsumer, handler: Handler, partitions: list[Topic
 
 
 def handlers(
-    on_assign: AsyncRebalanceCallback | None,
-    on_revoke: AsyncRebalanceCallback | None,
-    on_lost: AsyncRebalanceCallback | None,
+    on_assign: Handler[ConsumerT] | None,
+    on_revoke: Handler[ConsumerT] | None,
+    on_lost: Handler[ConsumerT] | None,
     listener: AsyncConsumerRebalanceListener | ConsumerRebalanceListener | None,
-) -> dict[str, Handler]:
+) -> dict[str, Handler[ConsumerT]]:
     """What to call on the loop for each kind of change (Kafka's defaults applied)."""
-    found: dict[str, Handler] = {}
+    found: dict[str, Handler[ConsumerT]] = {}
     if listener is not None:
         revoked = listener.on_partitions_revoked
         # The sync listener's default on_partitions_lost calls on_partitions_revoked and
@@ -107,3 +117,22 @@ def handlers(
     if chosen_lost is not None:
         found["lost"] = chosen_lost
     return found
+
+
+class AsyncConsumerRebalanceListener:
+    """Rebalance callbacks as ``async`` methods (aiokafka's listener); override some.
+
+    Each method gets the sorted partitions concerned and runs on the event loop; the
+    rebalance waits for it. ``on_partitions_lost`` calls ``on_partitions_revoked`` unless
+    overridden, as in Kafka.
+    """
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        """Before these partitions go to another member: commit or flush work for them."""
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        """After these partitions were added; ``await consumer.seek(...)`` to start elsewhere."""
+
+    async def on_partitions_lost(self, lost: list[TopicPartition]) -> None:
+        """These partitions may already belong to another member: do not commit them."""
+        await self.on_partitions_revoked(lost)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
-from cluster.errors import IllegalStateError
+from lograft.protocol.errors import IllegalStateError
 
 __all__ = ["Worker", "observe"]
 

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from cluster.errors import InvalidConfigError, LograftError
+from lograft.protocol.errors import InvalidConfigError, LograftError
 
 __all__ = [
     "COMMON_CONFIGS",
@@ -141,6 +141,7 @@ COMMON_CONFIGS: tuple[ConfigDef, ...] = (
         "refresh cached metadata at least this often",
     ),
 )
+"""The configs every client takes (producer, consumer, admin); each client's table adds more."""
 
 
 def resolve_config(

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from cluster.errors import IllegalStateError, LograftError, StaleMemberEpochError
+from lograft.protocol.errors import IllegalStateError, LograftError, StaleMemberEpochError
 
 from ._clock import Clock, future_result
 from ._connection import TopicPartition

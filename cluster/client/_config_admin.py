@@ -11,8 +11,8 @@ import enum
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cluster.errors import InvalidRequestError, LograftError, error_for_code
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.errors import InvalidRequestError, LograftError, error_for_code
+from lograft.protocol.wire import broker_pb2 as pb
 
 __all__ = [
     "AlterConfigOp",

@@ -40,18 +40,18 @@ from typing import Any
 
 import grpc
 
-from cluster import errors
-from cluster.errors import (
+from lograft.protocol import errors
+from lograft.protocol.errors import (
     LeaderNotAvailableError,
     LograftError,
     NetworkError,
     UnknownTopicOrPartitionError,
 )
-from cluster.framed.client import ClientLoop, FramedChannel
-from cluster.framed.protocol import NotFramedError
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.topic_partition import TopicPartition
+from lograft.protocol.framed.client import ClientLoop, FramedChannel
+from lograft.protocol.framed.protocol import NotFramedError
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 
 from ._client_config import (
     COMMON_CONFIGS,
@@ -67,7 +67,6 @@ from ._client_config import (
     parse_bootstrap_servers,
     resolve_config,
 )
-from ._list_offsets import list_offsets
 from ._metadata import BrokerInfo, ClusterMetadata, PartitionInfo, TopicInfo, topic_info
 from ._rpc_errors import NoBrokersAvailableError, map_rpc_error, unreachable_reason
 
@@ -536,18 +535,3 @@ class Connections:
                 if not exc.retriable or time.monotonic() >= deadline:
                     raise
             time.sleep(min(self.retry_backoff_ms / 1000.0, max(0.0, deadline - time.monotonic())))
-
-    def list_offsets(
-        self,
-        timestamps: Mapping[TopicPartition, int],
-        timeout_ms: int,
-        isolation_level: int = 0,
-    ) -> dict[TopicPartition, tuple[int, int, int]]:
-        """ListOffsets on each partition's leader: ``{tp: (offset, timestamp, leader_epoch)}``.
-
-        ``timestamps`` holds -1 (latest), -2 (earliest), -3 (max timestamp) or a time in ms
-        (latest is the last stable offset with ``isolation_level`` 1, read_committed).
-        Retriable errors are retried with a metadata refresh until ``timeout_ms`` passes;
-        the first non-retriable error is raised.
-        """
-        return list_offsets(self, timestamps, timeout_ms, isolation_level)

@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from cluster.errors import ConcurrentTransactionsError, LograftError, error_for_code
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.errors import ConcurrentTransactionsError, LograftError, error_for_code
+from lograft.protocol.wire import broker_pb2 as pb
 
 from ._connection import BrokerInfo, Connections
 from ._rpc_errors import NoBrokersAvailableError
@@ -36,8 +36,9 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.02
 GROUP_KEY = 0
+"""FindCoordinator's key type of a group id (Kafka's ``CoordinatorType.GROUP``)."""
 TRANSACTION_KEY = 1
-"""FindCoordinator's key types (Kafka's ``CoordinatorType``)."""
+"""FindCoordinator's key type of a transactional id (Kafka's ``CoordinatorType.TRANSACTION``)."""
 
 
 class CoordinatorCalls:

@@ -8,7 +8,7 @@
   (its epoch: a seek since makes it stale), notes the high watermark and buffers the
   batches; they are decoded lazily.
 * ``drain`` decodes buffered batches into ``ConsumerRecord`` objects up to a limit, a
-  whole batch at a time (``replica.record_codec.decode_rows``) and only when the
+  whole batch at a time (``lograft.protocol.record_codec.decode_rows``) and only when the
   records before it are handed out, rotating the starting partition so that none starves,
   and moves the positions. ``drain_batches`` hands out the batches' bytes instead
   (``Consumer.poll_batches``).
@@ -31,24 +31,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cluster.errors import (
+from lograft.protocol.batch_header import BatchHeader, iter_headers
+from lograft.protocol.control_records import AbortedBatchFilter
+from lograft.protocol.errors import (
     CorruptMessageError,
     LograftError,
     NetworkError,
     OffsetOutOfRangeError,
     error_for_code,
 )
-from cluster.wire import broker_pb2 as pb
-from replica.batch_header import BatchHeader, iter_headers
-from replica.control_records import AbortedBatchFilter
-from replica.record_codec import decode_rows, next_readable_batch
+from lograft.protocol.record_codec import decode_rows, next_readable_batch
+from lograft.protocol.wire import broker_pb2 as pb
 
 from ._clock import Clock
 from ._connection import Connections, TopicPartition
 from ._subscription import CompletedFetch, PartitionState, SubscriptionState
 
 if TYPE_CHECKING:
-    from .consumer import ConsumerBatch, ConsumerRecord
+    from ._consumer_values import ConsumerBatch, ConsumerRecord
 
 __all__ = ["FETCH_AHEAD", "FetchCall", "Fetcher"]
 
@@ -140,7 +140,7 @@ class Fetcher:
 
         A fetch's batches are decoded one at a time, when the records before them have been
         handed out, each into ``ConsumerRecord`` objects at once
-        (:func:`replica.record_codec.decode_rows`).
+        (:func:`lograft.protocol.record_codec.decode_rows`).
         """
         out: list[ConsumerRecord] = []
         for tp, state in self._fetchable():
@@ -403,7 +403,7 @@ class Fetcher:
 
 def _next_batch(completed: CompletedFetch) -> BatchHeader | None:
     """The header of the next batch of ``completed`` to hand out, CRC-checked; ``None`` at
-    the end. Moves its cursor past the batch (``replica.record_codec.next_readable_batch``
+    the end. Moves its cursor past the batch (``lograft.protocol.record_codec.next_readable_batch``
     says which batches are passed over, and raises ``CorruptMessageError``)."""
     header, completed.cursor = next_readable_batch(
         completed.data, completed.cursor, completed.fetch_offset, completed.skip

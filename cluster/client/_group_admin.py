@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.errors import LograftError, error_for_code
+from lograft.protocol.errors import LograftError, error_for_code
 
 from ._config_admin import Node
 from ._connection import BrokerInfo, TopicPartition

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from cluster.errors import InvalidRequestError, LograftError, error_for_code
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.errors import InvalidRequestError, LograftError, error_for_code
+from lograft.protocol.wire import broker_pb2 as pb
 
 from ._admin_calls import AdminCalls, done
 from ._connection import TopicPartition

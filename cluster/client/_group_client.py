@@ -13,7 +13,7 @@
   the group when ``poll`` is not called within ``max.poll.interval.ms``. The membership is
   only touched under the member's lock; RPCs are sent without holding it.
 
-Group error codes become the typed errors of :mod:`cluster.errors`.
+Group error codes become the typed errors of :mod:`lograft.protocol.errors`.
 
 Time is read, and every wait (retry backoff, the heartbeat timer, the poll timer, waits for
 an epoch or the leave) is made, through the consumer's :class:`~cluster.client._clock.Clock`;
@@ -30,7 +30,7 @@ from typing import Any
 
 import grpc
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     CoordinatorNotAvailableError,
     LograftError,
     NetworkError,
@@ -38,7 +38,7 @@ from cluster.errors import (
     UnknownServerError,
     error_for_code,
 )
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2 as pb
 
 from ._clock import Clock
 from ._connection import Connections, TopicPartition, map_rpc_error
@@ -490,6 +490,7 @@ class GroupMember:
         self._membership.leave()  # the consumer drops the partitions as lost at its next poll
         self._poll_expired = True
 
+    # Over 70 lines: one heartbeat round trip: build, send, then apply the answer under the lock.
     def _send(self, fields: HeartbeatFields) -> None:
         request = pb.ConsumerGroupHeartbeatRequest(
             group_id=self.group_id,

@@ -16,10 +16,10 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from cluster import errors
-from cluster.errors import LograftError, UnknownTopicOrPartitionError
-from cluster.wire import broker_pb2 as pb
-from replica.topic_partition import TopicPartition
+from lograft.protocol import errors
+from lograft.protocol.errors import LograftError, UnknownTopicOrPartitionError
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import broker_pb2 as pb
 
 from ._rpc_errors import NoBrokersAvailableError
 

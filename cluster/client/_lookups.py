@@ -28,12 +28,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cluster.errors import LograftError
+from lograft.protocol.errors import LograftError
 
 from ._clock import Clock
 from ._connection import Connections, TopicPartition
 from ._group_client import CoordinatorClient
-from ._list_offsets import list_offsets_at
+from ._list_offsets import list_offsets, list_offsets_at
 from ._rpc_errors import retried_in_background
 from ._subscription import PartitionState, SubscriptionState
 
@@ -272,7 +272,7 @@ class Lookups:
             wanted[tp] = self._subscriptions.reset_spec(tp, state)
         if not wanted:
             return
-        found = self._conn.list_offsets(wanted, self._request_timeout_ms, self._isolation_level)
+        found = list_offsets(self._conn, wanted, self._request_timeout_ms, self._isolation_level)
         self._subscriptions.apply_offsets({tp: offset for tp, (offset, _, _) in found.items()})
 
     def close(self) -> None:

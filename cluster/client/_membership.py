@@ -48,7 +48,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     FencedMemberEpochError,
     IllegalStateError,
     LograftError,
@@ -71,7 +71,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 JOIN_EPOCH = 0
+"""``member_epoch`` of a heartbeat that joins (or rejoins) the group."""
 LEAVE_EPOCH = -1
+"""``member_epoch`` of a heartbeat that leaves the group."""
 _FENCED_CODES = frozenset({UnknownMemberIdError.code, FencedMemberEpochError.code})
 
 

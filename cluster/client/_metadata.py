@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster import errors
-from cluster.errors import LeaderNotAvailableError, UnknownTopicOrPartitionError
-from replica.topic_partition import TopicPartition
+from lograft.protocol import errors
+from lograft.protocol.errors import LeaderNotAvailableError, UnknownTopicOrPartitionError
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = ["BrokerInfo", "ClusterMetadata", "PartitionInfo", "TopicInfo", "topic_info"]
 

@@ -18,7 +18,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from cluster.errors import LograftError, UnknownTopicOrPartitionError
+from lograft.protocol.errors import LograftError, UnknownTopicOrPartitionError
 
 from ._clock import Clock
 from ._connection import Connections

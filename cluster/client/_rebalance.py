@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ._clock import Clock
 from ._commits import Committer
@@ -30,14 +30,18 @@ from ._membership import MemberState, Reconciliation
 from ._subscription import SubscriptionState
 
 if TYPE_CHECKING:
-    from .consumer import Consumer, ConsumerRebalanceListener, RebalanceCallback
+    from ._consumer_values import ConsumerRebalanceListener
+
+OwnerT = TypeVar("OwnerT")
+"""The consumer the callbacks are given (the ``Consumer`` facade, which this helper does not
+import: the facade imports it)."""
 
 __all__ = ["Rebalancer"]
 
 logger = logging.getLogger(__name__)
 
 
-class Rebalancer:
+class Rebalancer(Generic[OwnerT]):
     """Applies the rebalance steps of one consumer's group member; see the module docstring.
 
     Not thread-safe: the consumer's polling thread calls it (and the callbacks run there).
@@ -45,7 +49,7 @@ class Rebalancer:
 
     def __init__(
         self,
-        consumer: Consumer,
+        consumer: OwnerT,
         subscriptions: SubscriptionState,
         commits: Committer,
         conn: Connections,
@@ -63,16 +67,16 @@ class Rebalancer:
         self._group_id = group_id
         self.member: GroupMember | None = None
         """The consumer's group member, from its first ``subscribe`` on."""
-        self._on_assign: RebalanceCallback | None = None
-        self._on_revoke: RebalanceCallback | None = None
-        self._on_lost: RebalanceCallback | None = None
+        self._on_assign: Callable[[OwnerT, list[TopicPartition]], None] | None = None
+        self._on_revoke: Callable[[OwnerT, list[TopicPartition]], None] | None = None
+        self._on_lost: Callable[[OwnerT, list[TopicPartition]], None] | None = None
         self._listener: ConsumerRebalanceListener | None = None
 
     def set_callbacks(
         self,
-        on_assign: RebalanceCallback | None,
-        on_revoke: RebalanceCallback | None,
-        on_lost: RebalanceCallback | None,
+        on_assign: Callable[[OwnerT, list[TopicPartition]], None] | None,
+        on_revoke: Callable[[OwnerT, list[TopicPartition]], None] | None,
+        on_lost: Callable[[OwnerT, list[TopicPartition]], None] | None,
         listener: ConsumerRebalanceListener | None,
     ) -> None:
         """Call these from now on (replacing the earlier ones)."""

@@ -1,4 +1,4 @@
-"""Failed gRPC calls as the typed errors of :mod:`cluster.errors`, and unreachable brokers.
+"""Failed gRPC calls as the typed errors of :mod:`lograft.protocol.errors`, and unreachable brokers.
 
 A broker names the Kafka error in the status detail (``"NOT_LEADER_OR_FOLLOWER: ..."``);
 without one the status code decides: ``UNAVAILABLE`` → ``NetworkError`` (retriable),
@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     InvalidRequestError,
     LograftError,
     NetworkError,

@@ -69,8 +69,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from cluster.errors import LograftError, OutOfOrderSequenceNumberError, RequestTimedOutError
-from replica.topic_partition import TopicPartition
+from lograft.protocol.errors import (
+    InvariantError,
+    LograftError,
+    OutOfOrderSequenceNumberError,
+    RequestTimedOutError,
+)
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = [
     "MAX_IN_FLIGHT",
@@ -80,9 +85,8 @@ __all__ = [
     "PartitionSequences",
     "SequencedBatch",
     "Sequencer",
+    "SequencerInvariantError",
 ]
-
-log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 5
 """Kafka's limit on ``max.in.flight.requests.per.connection`` for an idempotent producer,
@@ -93,6 +97,12 @@ it. Kafka gets that from in-order responses; gRPC may answer a later request fir
 SEQUENCE_MODULUS = 2**31
 """Batch sequences are int32 and wrap from 2**31 - 1 to 0."""
 MAX_PRODUCER_EPOCH = 2**15 - 1
+"""Producer epochs are int16: past this one the producer must get a new producer id."""
+
+
+class SequencerInvariantError(InvariantError):
+    """A sequencing invariant is broken (:meth:`Sequencer.check_invariants`): the producer's
+    bookkeeping no longer says which sequences may have been written."""
 
 
 class SequencedBatch(Protocol):
@@ -183,11 +193,15 @@ class EpochBump:
 
 
 class Sequencer:
-    """Producer id, epoch and every partition's sequences; see the module docstring."""
+    """Producer id, epoch and every partition's sequences; see the module docstring.
 
-    __slots__ = ("partitions", "producer_epoch", "producer_id", "transactional")
+    ``logger`` is the producer's (a pure core creates none).
+    """
 
-    def __init__(self, transactional: bool = False) -> None:
+    __slots__ = ("_log", "partitions", "producer_epoch", "producer_id", "transactional")
+
+    def __init__(self, transactional: bool = False, *, logger: logging.Logger) -> None:
+        self._log = logger
         self.producer_id = -1
         self.producer_epoch = -1
         self.partitions: dict[TopicPartition, PartitionSequences] = {}
@@ -238,7 +252,7 @@ class Sequencer:
         ):
             # The highest sequence sent was acknowledged, so the leader expects the next one:
             # the batch that failed had been written after all (it appends in sequence).
-            log.debug(
+            self._log.debug(
                 "producer sequence whole again topic=%s partition=%d next_sequence=%d",
                 tp.topic,
                 tp.partition,
@@ -372,7 +386,7 @@ class Sequencer:
                 and sequences is not None
                 and batch in sequences.window
             ):
-                log.info(
+                self._log.info(
                     "leader lost acknowledged sequences, restarting under a new epoch "
                     "topic=%s partition=%d producer_id=%d producer_epoch=%d base_sequence=%d "
                     "error=%s",
@@ -427,6 +441,59 @@ class Sequencer:
     def header_sequence(batch: SequencedBatch) -> int:
         """The ``baseSequence`` the batch's header carries: its sequence modulo 2**31."""
         return batch.base_sequence % SEQUENCE_MODULUS
+
+    def check_invariants(self) -> None:
+        """Raise :class:`SequencerInvariantError` if the state breaks a rule of this module.
+
+        Reads the state only; a simulation calls it after every step. The producer id is
+        ``-1`` exactly when the epoch is (no identity), else ``>= 0`` with the epoch in
+        ``0..MAX_PRODUCER_EPOCH``; each partition is checked by :meth:`_check_partition`.
+        """
+        identity = (self.producer_id, self.producer_epoch)
+        if (self.producer_id < 0 or self.producer_epoch < 0) and identity != (-1, -1):
+            raise SequencerInvariantError(f"producer identity {identity} is half set")
+        if self.producer_epoch > MAX_PRODUCER_EPOCH:
+            raise SequencerInvariantError(f"producer epoch {self.producer_epoch} is past int16")
+        for tp, sequences in self.partitions.items():
+            self._check_partition(tp, sequences)
+
+    def _check_partition(self, tp: TopicPartition, sequences: PartitionSequences) -> None:
+        """The window holds at most ``MAX_IN_FLIGHT`` batches of the partition, starting with
+        an unresolved one, all under the partition's identity, their sequences consecutive
+        (kept without wrapping; the headers carry them modulo 2**31) and ending at the next
+        sequence; the last acknowledged sequence is below the next; resolved batches are not
+        in flight; an identity of the producer's own id is not of a newer epoch."""
+        where = f"{tp.topic}-{tp.partition}"
+        window = sequences.window
+        if len(window) > MAX_IN_FLIGHT:
+            raise SequencerInvariantError(f"{where}: {len(window)} batches in the window")
+        if window and window[0].resolved:
+            raise SequencerInvariantError(f"{where}: the window starts with a resolved batch")
+        if not -1 <= sequences.last_acked_sequence < sequences.next_sequence:
+            raise SequencerInvariantError(
+                f"{where}: last acknowledged sequence {sequences.last_acked_sequence}, "
+                f"next {sequences.next_sequence}"
+            )
+        identity = (sequences.producer_id, sequences.producer_epoch)
+        if identity[0] == self.producer_id and identity[1] > self.producer_epoch:
+            raise SequencerInvariantError(
+                f"{where}: epoch {identity[1]} is newer than the producer's {self.producer_epoch}"
+            )
+        expected = sequences.next_sequence - sum(b.record_count for b in window)
+        for batch in window:
+            if batch.tp != tp or (batch.producer_id, batch.producer_epoch) != identity:
+                raise SequencerInvariantError(
+                    f"{where}: batch of {batch.tp.topic}-{batch.tp.partition} under "
+                    f"{batch.producer_id}/{batch.producer_epoch} in the window of {identity}"
+                )
+            if batch.base_sequence != expected or batch.record_count < 1 or expected < 0:
+                raise SequencerInvariantError(
+                    f"{where}: batch at sequence {batch.base_sequence} of {batch.record_count} "
+                    f"records where {expected} follows (next sequence {sequences.next_sequence})"
+                )
+            if batch.resolved and batch.in_flight:
+                raise SequencerInvariantError(f"{where}: resolved batch {expected} in flight")
+            expected += batch.record_count
 
     @staticmethod
     def _sequence(sequences: PartitionSequences, batch: SequencedBatch) -> None:

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from cluster.errors import IllegalStateError
-from replica.batch_header import BatchHeader
-from replica.record_codec import BatchSkip
+from lograft.protocol.batch_header import BatchHeader
+from lograft.protocol.errors import IllegalStateError
+from lograft.protocol.record_codec import BatchSkip
 
 from ._connection import TopicPartition
 

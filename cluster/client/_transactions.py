@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     ClusterAuthorizationFailedError,
     IllegalStateError,
     InvalidProducerEpochError,
@@ -50,8 +50,8 @@ from cluster.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from cluster.wire import broker_pb2 as pb
-from replica.topic_partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import broker_pb2 as pb
 
 from ._connection import BrokerInfo
 from ._coordinator import CoordinatorCalls

@@ -14,8 +14,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.errors import error_for_code
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.errors import error_for_code
+from lograft.protocol.wire import broker_pb2 as pb
 
 from ._admin_calls import AdminCalls
 from ._connection import TopicPartition

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     BrokerNotAvailableError,
     InvalidConfigError,
     InvalidRequestError,
@@ -48,7 +48,7 @@ from cluster.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from cluster.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2 as pb
 
 from ._admin_calls import AdminCalls, done, topic_futures
 from ._config_admin import (
@@ -87,6 +87,7 @@ from ._group_admin import (
     group_lag,
 )
 from ._group_admin_calls import GroupAdminCalls
+from ._list_offsets import list_offsets
 from ._txn_admin import TransactionAdminCalls, TransactionDescription, TransactionListing
 
 __all__ = [
@@ -343,8 +344,8 @@ class AdminClient:
         or a timestamp in ms. Asks each partition's leader; raises the first typed error.
         With ``isolation_level="read_committed"`` latest is the last stable offset."""
         timestamps = {tp: _spec_timestamp(spec) for tp, spec in specs.items()}
-        found = self._conn.list_offsets(
-            timestamps, self._api_timeout_ms, _isolation(isolation_level)
+        found = list_offsets(
+            self._conn, timestamps, self._api_timeout_ms, _isolation(isolation_level)
         )
         return {tp: ListOffsetsResult(*found[tp]) for tp in timestamps}
 

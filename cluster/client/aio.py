@@ -69,11 +69,11 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, TypeVar
 
-from cluster.errors import IllegalStateError, LograftError
+from lograft.protocol.errors import IllegalStateError, LograftError
 
 from ._aio_buffer import by_partition
 from ._aio_consumer_driver import ConsumerDriver
-from ._aio_rebalance import IN_CALLBACK, KINDS, bridge, handlers
+from ._aio_rebalance import IN_CALLBACK, KINDS, AsyncConsumerRebalanceListener, bridge, handlers
 from ._aio_worker import Worker, observe
 from ._connection import TopicPartition
 from .consumer import (
@@ -308,25 +308,6 @@ class _AsyncTransactionScope:
 
 
 # ---- the consumer ---------------------------------------------------------------------------
-
-
-class AsyncConsumerRebalanceListener:
-    """Rebalance callbacks as ``async`` methods (aiokafka's listener); override some.
-
-    Each method gets the sorted partitions concerned and runs on the event loop; the
-    rebalance waits for it. ``on_partitions_lost`` calls ``on_partitions_revoked`` unless
-    overridden, as in Kafka.
-    """
-
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        """Before these partitions go to another member: commit or flush work for them."""
-
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        """After these partitions were added; ``await consumer.seek(...)`` to start elsewhere."""
-
-    async def on_partitions_lost(self, lost: list[TopicPartition]) -> None:
-        """These partitions may already belong to another member: do not commit them."""
-        await self.on_partitions_revoked(lost)
 
 
 class AsyncConsumer(ConsumerDriver):

@@ -49,6 +49,7 @@ A ``Consumer`` is not thread-safe (as in Kafka): use it from one thread. Its cal
 in that thread, inside ``poll``, ``unsubscribe`` and ``close``.
 """
 
+# Over 600 lines: the public Consumer's API; fetching, commits and rebalances are in _ modules.
 from __future__ import annotations
 
 import logging
@@ -57,21 +58,25 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, NamedTuple, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
-from cluster.errors import IllegalStateError, UnknownTopicOrPartitionError
-from replica.batch_header import parse_header
-from replica.record_codec import decode_rows
-from replica.topic_partition import validate_topic_name
+from lograft.protocol.errors import IllegalStateError, UnknownTopicOrPartitionError
+from lograft.protocol.topic_partition import validate_topic_name
 
 from ._clock import SYSTEM_CLOCK, Clock, ClockQueue
 from ._commits import Committer
 from ._connection import Connections, TopicPartition, resolve_config
 from ._consumer_config import CONSUMER_CONFIGS
+from ._consumer_values import (
+    ConsumerBatch,
+    ConsumerGroupMetadata,
+    ConsumerRebalanceListener,
+    ConsumerRecord,
+)
 from ._fetch import FetchCall, Fetcher
 from ._group_client import CoordinatorClient, GroupMember
+from ._list_offsets import list_offsets
 from ._lookups import Lookup, Lookups
 from ._rebalance import Rebalancer
 from ._subscription import EARLIEST, LATEST, SubscriptionState
@@ -96,100 +101,8 @@ logger = logging.getLogger(__name__)
 _CLOSE_TIMEOUT_MS = 30000
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupMetadata:
-    """A consumer's group membership as ``Producer.send_offsets_to_transaction`` needs it
-    (KIP-447): the group, and the member id and epoch the coordinator checks, so a member
-    that lost its partitions cannot commit offsets for them through a transaction."""
-
-    group_id: str
-    member_id: str = ""
-    member_epoch: int = -1
-
-
 RebalanceCallback = Callable[["Consumer", list[TopicPartition]], None]
 """``callback(consumer, partitions)``: what ``subscribe`` calls on a rebalance."""
-
-
-class ConsumerRebalanceListener:
-    """Rebalance callbacks as methods (kafka-python's and Kafka's listener); override some.
-
-    Each method gets the sorted partitions concerned. ``on_partitions_lost`` calls
-    ``on_partitions_revoked`` unless overridden, as in Kafka.
-    """
-
-    def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        """Before these partitions go to another member: commit or flush work for them."""
-
-    def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        """After these partitions were added; ``seek`` here to start elsewhere."""
-
-    def on_partitions_lost(self, lost: list[TopicPartition]) -> None:
-        """These partitions may already belong to another member: do not commit them."""
-        self.on_partitions_revoked(lost)
-
-
-class ConsumerRecord(NamedTuple):
-    """A record read from ``topic``/``partition`` at ``offset``.
-
-    Fields: ``topic`` (str), ``partition`` (int), ``offset`` (int), ``timestamp`` (int,
-    milliseconds), ``key`` and ``value`` (bytes or ``None``), ``headers`` (a tuple of
-    ``(str, bytes | None)`` pairs, ``()`` by default).
-
-    An immutable named tuple, as kafka-python's ``ConsumerRecord``: ``poll`` builds a
-    whole batch of them in C, which a class with an ``__init__`` would not allow. It equals
-    only another ``ConsumerRecord`` with the same fields (not a plain tuple), and hashes
-    as the tuple of its fields.
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-
-    # Not equal to a plain tuple, as the dataclass this used to be: a tuple's own __eq__
-    # would answer for it (tuples compare item by item) if these returned NotImplemented.
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return False if isinstance(other, tuple) else NotImplemented
-        return tuple.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return True if isinstance(other, tuple) else NotImplemented
-        return tuple.__ne__(self, other)
-
-
-class ConsumerBatch(NamedTuple):
-    """One fetched record batch, as bytes: what ``Consumer.poll_batches`` returns.
-
-    ``data`` is one whole RecordBatch v2 exactly as it is stored (Kafka's format: the
-    61-byte header, then the records, compressed as the producer sent them), its CRC
-    checked; ``replica.records.iter_records(data, start_offset)`` decodes it. Its offsets
-    run from ``base_offset`` to ``next_offset - 1`` (a compacted batch may lack some);
-    records before ``start_offset`` are not the consumer's to return (the batch straddles
-    a seek, or ``poll`` returned them): skip them, or call ``records()``.
-    """
-
-    topic: str
-    partition: int
-    base_offset: int
-    next_offset: int
-    start_offset: int
-    data: bytes
-
-    def records(self) -> list[ConsumerRecord]:
-        """The batch's records from ``start_offset`` on, as ``poll`` would return them."""
-        header = parse_header(self.data)
-        if header.is_control:
-            return []
-        return decode_rows(
-            ConsumerRecord, self.topic, self.partition, self.data, header, self.start_offset
-        )
-
 
 _Response = tuple[FetchCall, Any] | Lookup | None
 """A fetch outcome, a finished lookup, or ``None``: a wake-up."""
@@ -221,6 +134,7 @@ class Consumer:
         consumer._setup(config, overrides, clock)
         return consumer
 
+    # Over 70 lines: every config read once, as each part it configures is built, in order.
     def _setup(
         self, config: Mapping[str, object] | None, overrides: dict[str, object], clock: Clock
     ) -> None:
@@ -487,14 +401,14 @@ class Consumer:
 
     def beginning_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """The first offset of each partition."""
-        found = self._conn.list_offsets({tp: EARLIEST for tp in partitions}, self._api_ms())
+        found = list_offsets(self._conn, {tp: EARLIEST for tp in partitions}, self._api_ms())
         return {tp: found[tp][0] for tp in partitions}
 
     def end_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """The end offset of each partition: the high watermark, or with
         ``isolation.level=read_committed`` the last stable offset."""
-        found = self._conn.list_offsets(
-            {tp: LATEST for tp in partitions}, self._api_ms(), self._isolation_level
+        found = list_offsets(
+            self._conn, {tp: LATEST for tp in partitions}, self._api_ms(), self._isolation_level
         )
         return {tp: found[tp][0] for tp in partitions}
 

@@ -52,19 +52,19 @@ How it works, as in Kafka's Java producer:
 thread, where the answer arrived (as Kafka's producer runs them); they must not block.
 """
 
+# Over 600 lines: the public Producer, its configs and results; the machinery is in _ modules.
 from __future__ import annotations
 
-import bisect
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass
+from concurrent.futures import Future
 from types import TracebackType
 
-from cluster.errors import (
+from lograft.protocol.compression import CompressionType
+from lograft.protocol.errors import (
     IllegalStateError,
     InvalidConfigError,
     InvalidRequestError,
@@ -73,9 +73,8 @@ from cluster.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
-from replica.compression import CompressionType
-from replica.record_codec import encode_headers
-from replica.varints import INT64_MAX
+from lograft.protocol.record_codec import encode_headers
+from lograft.protocol.varints import INT64_MAX
 
 from ._accumulator import (
     BATCH_OVERHEAD,
@@ -85,6 +84,7 @@ from ._accumulator import (
     ProducerBatch,
     RecordAccumulator,
 )
+from ._bulk import BulkBatch, BulkCall, BulkResult
 from ._client_config import optional_string
 from ._clock import SYSTEM_CLOCK, Clock
 from ._connection import (
@@ -96,6 +96,7 @@ from ._connection import (
     int_at_least,
     resolve_config,
 )
+from ._consumer_values import ConsumerGroupMetadata
 from ._coordinator import TRANSACTION_KEY, CoordinatorCalls
 from ._metadata import ClusterMetadata
 from ._producer_metadata import ProducerMetadata
@@ -103,7 +104,6 @@ from ._record_future import RecordFuture, RecordMetadata
 from ._sender import Sender
 from ._sequencing import MAX_IN_FLIGHT, Sequencer
 from ._transactions import PreparedTxnState, TransactionManager
-from .consumer import ConsumerGroupMetadata
 from .partitioner import Partitioner, partition_for_key
 
 __all__ = [
@@ -117,6 +117,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+# The sequencing core's logger, named after its module as when it made its own: its log
+# lines, and whatever filters on that name, are unchanged.
+_SEQUENCER_LOGGER = logging.getLogger("cluster.client._sequencing")
 
 # Where the machinery lives (Kafka's seams): ``_accumulator`` holds the batches per partition
 # (``RecordAccumulator``), ``_sender`` is the background thread that sends them and handles
@@ -199,69 +202,6 @@ PRODUCER_CONFIGS: tuple[ConfigDef, ...] = (
 the codec id; ``enable.idempotence`` to whether the producer really is idempotent."""
 
 _BYTES = (bytes, bytearray, memoryview)
-
-
-@dataclass(frozen=True, slots=True)
-class BulkBatch:
-    """One batch of a bulk send: values ``[start_index, start_index + record_count)``."""
-
-    partition: int
-    base_offset: int
-    record_count: int
-    start_index: int
-    latency_ms: float
-    """From sending the request that carried the batch to its response."""
-
-
-@dataclass(frozen=True, slots=True)
-class BulkResult:
-    """The outcome of ``send_bulk``: every batch written, in input order."""
-
-    topic: str
-    record_count: int
-    batches: tuple[BulkBatch, ...]
-
-    def offset_of(self, index: int) -> tuple[int, int]:
-        """``(partition, offset)`` of the value at ``index`` (offset -1 with ``acks=0``).
-
-        Holds for unkeyed bulk sends, whose batches cover consecutive indexes; keyed bulk
-        sends group values by partition, so there ``start_index`` counts within the group.
-        """
-        starts = [b.start_index for b in self.batches]
-        position = bisect.bisect_right(starts, index) - 1
-        if position < 0 or index >= self.record_count:
-            raise IndexError(index)
-        batch = self.batches[position]
-        if batch.base_offset < 0:
-            return batch.partition, -1
-        return batch.partition, batch.base_offset + index - batch.start_index
-
-
-class _Bulk:
-    """Collects the batches of one ``send_bulk`` call into its future."""
-
-    __slots__ = ("batches", "error", "future", "record_count", "remaining", "sealed", "topic")
-
-    def __init__(self, topic: str, record_count: int) -> None:
-        self.topic = topic
-        self.record_count = record_count
-        self.future: Future[BulkResult] = Future()
-        self.batches: list[BulkBatch] = []
-        self.error: BaseException | None = None
-        self.remaining = 0
-        self.sealed = False
-
-    def finish_if_done(self) -> None:
-        if not self.sealed or self.remaining > 0 or self.future.done():
-            return
-        try:
-            if self.error is not None:
-                self.future.set_exception(self.error)
-            else:
-                batches = tuple(sorted(self.batches, key=lambda b: (b.start_index, b.partition)))
-                self.future.set_result(BulkResult(self.topic, self.record_count, batches))
-        except InvalidStateError:
-            pass
 
 
 class _FutureDelivery:
@@ -379,6 +319,7 @@ class Producer:
         producer._setup(config, overrides, clock)
         return producer
 
+    # Over 70 lines: every config read once, as each part it configures is built, in order.
     def _setup(
         self, config: Mapping[str, object] | None, overrides: dict[str, object], clock: Clock
     ) -> None:
@@ -424,7 +365,11 @@ class Producer:
             max_block_s=self._int("max.block.ms") / 1000.0,
             backoff_s=backoff_ms / 1000.0,
         )
-        sequencer = Sequencer(transactional=transactional_id is not None) if idempotent else None
+        sequencer = (
+            Sequencer(transactional=transactional_id is not None, logger=_SEQUENCER_LOGGER)
+            if idempotent
+            else None
+        )
         self._transactions: TransactionManager | None = None
         if transactional_id is not None:
             assert isinstance(transactional_id, str) and sequencer is not None
@@ -470,6 +415,7 @@ class Producer:
 
     # ---- public API ---------------------------------------------------------------------
 
+    # Over 70 lines: the per-record hot path, kept inline so that a record costs no extra calls.
     def send(
         self,
         topic: str,
@@ -596,6 +542,7 @@ class Producer:
             self._sender.drain_here()
         return future
 
+    # Over 70 lines: check, partition and chunk the values in one pass over them.
     def send_bulk(
         self,
         topic: str,
@@ -621,7 +568,7 @@ class Producer:
         if keys is not None and len(keys) != len(values):
             raise InvalidRequestError(f"{len(keys)} keys for {len(values)} values")
         num_partitions = self._metadata.partition_count(topic, partition)
-        bulk = _Bulk(topic, len(values))
+        bulk = BulkCall(topic, len(values))
         if not values:
             bulk.sealed = True
             bulk.finish_if_done()

@@ -6,6 +6,7 @@ the same actions as ``python -m cluster.launcher ACTION ...``. The handlers prin
 people; the work is :class:`~cluster.launcher.local_cluster.LocalCluster`'s.
 """
 
+# Over 600 lines: the six cluster subcommands' parsers beside their handlers.
 from __future__ import annotations
 
 import argparse
@@ -18,13 +19,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeAlias
 
 import grpc
 from tqdm import tqdm
 
 from cluster.client import DEFAULT_BOOTSTRAP_SERVERS
-from cluster.errors import LograftError
 from cluster.launcher.health import ClusterStatus, NodeStatus, probe_metadata
 from cluster.launcher.local_cluster import (
     DEFAULT_HEALTH_TIMEOUT_S,
@@ -41,6 +41,7 @@ from cluster.launcher.spec import (
     LauncherError,
 )
 from cluster.status import describe_cluster, readiness_problems, render_status
+from lograft.protocol.errors import LograftError
 
 __all__ = [
     "CLUSTER_DESCRIPTION",
@@ -59,6 +60,7 @@ __all__ = [
 ]
 
 DEFAULT_LOG_LINES = 50
+"""Lines of a node's log ``lograft cluster logs`` prints without ``--lines``."""
 
 
 def _config_pair(text: str) -> tuple[str, str]:
@@ -113,23 +115,34 @@ def _add_data_dir(parser: argparse.ArgumentParser) -> None:
 
 
 _RAW = argparse.RawDescriptionHelpFormatter
+_Actions: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 CLUSTER_DESCRIPTION = """\
 A local cluster of lograft node processes (combined broker and controller roles) with
 their data, logs and a cluster.json under one directory (--data-dir, default
 ./data/cluster). Node i listens on 127.0.0.1:BASE_PORT+i-1. Every action takes --data-dir;
 the nodes keep running after the command returns, until `lograft cluster down`."""
+"""The help text of ``lograft cluster``: what a local cluster is and where it lives."""
 
 CLUSTER_EPILOG = """\
 examples:
   lograft cluster up --nodes 3 --base-port 9092
   lograft cluster status --json | jq .quorum
   lograft cluster kill 2 && lograft cluster restart 2"""
+"""The examples closing the help of ``lograft cluster``."""
 
 
 def _add_subcommands(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    _add_up(actions)
+    _add_down(actions)
+    _add_status(actions)
+    _add_logs(actions)
+    _add_kill(actions)
+    _add_restart(actions)
 
+
+def _add_up(actions: _Actions) -> None:
     up = actions.add_parser(
         "up",
         help="start a local cluster and wait until it is healthy",
@@ -176,6 +189,8 @@ def _add_subcommands(parser: argparse.ArgumentParser) -> None:
         "--no-wait", action="store_true", help="return once started, without the health wait"
     )
 
+
+def _add_down(actions: _Actions) -> None:
     down = actions.add_parser(
         "down",
         help="stop every node (SIGTERM, then SIGKILL); data is kept",
@@ -192,6 +207,8 @@ def _add_subcommands(parser: argparse.ArgumentParser) -> None:
         help="grace period before SIGKILL (default %(default)s)",
     )
 
+
+def _add_status(actions: _Actions) -> None:
     status = actions.add_parser(
         "status",
         help="processes, the controller quorum, brokers and partitions (--json: one object)",
@@ -232,6 +249,8 @@ unknown.""",
         "missing, if it is not by then); e.g. right after `docker-compose up -d`",
     )
 
+
+def _add_logs(actions: _Actions) -> None:
     logs = actions.add_parser(
         "logs",
         help="print the end of one node's log",
@@ -249,6 +268,8 @@ unknown.""",
         help="how many lines (default %(default)s)",
     )
 
+
+def _add_kill(actions: _Actions) -> None:
     kill = actions.add_parser(
         "kill",
         help="signal one node (default SIGKILL, as kill -9)",
@@ -268,6 +289,8 @@ unknown.""",
         help="KILL, TERM, STOP (pause) or CONT (resume) (default %(default)s)",
     )
 
+
+def _add_restart(actions: _Actions) -> None:
     restart = actions.add_parser(
         "restart",
         help="start one node again with its arguments (stopping it first if running)",

@@ -22,7 +22,7 @@ from cluster.client._rpc_errors import describe_rpc_failure
 from cluster.launcher.processes import is_alive, is_our_node, process_state, state_word
 from cluster.launcher.spec import NodeRecord
 from cluster.node_health import HealthVerdict, check_health
-from cluster.wire import broker_pb2, broker_pb2_grpc
+from lograft.protocol.wire import broker_pb2, broker_pb2_grpc
 
 __all__ = [
     "MAX_METADATA_BYTES",
@@ -37,7 +37,10 @@ __all__ = [
 ]
 
 PROBE_TIMEOUT_S = 2.0
+"""How long (s) one Metadata probe of a node may take; a slower node counts as not answering."""
 MAX_METADATA_BYTES = 256 * 1024 * 1024
+"""The largest Metadata answer a probe reads (gRPC's default limit is 4 MiB); the answer
+lists every topic."""
 
 
 # ---- metadata probes -----------------------------------------------------------------------

@@ -57,7 +57,9 @@ from cluster.status import broker_registrations
 __all__ = ["DEFAULT_HEALTH_TIMEOUT_S", "HEALTH_POLL_INTERVAL_S", "LocalCluster"]
 
 DEFAULT_HEALTH_TIMEOUT_S = 60.0
+"""How long (s) ``up`` and ``restart`` wait for a healthy cluster without ``--timeout-s``."""
 HEALTH_POLL_INTERVAL_S = 0.2
+"""Pause (s) between two polls while waiting for a healthy cluster or a re-registration."""
 
 
 class LocalCluster:

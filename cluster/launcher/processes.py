@@ -20,8 +20,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from cluster.durable import create_directories
 from cluster.launcher.spec import NODE_MODULE, LauncherError, NodeRecord
+from lograft.durable import create_directories
 
 __all__ = [
     "DEFAULT_STOP_TIMEOUT_S",
@@ -43,7 +43,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_STOP_TIMEOUT_S = 15.0
+"""How long (s) a node has after SIGTERM for its controlled shutdown before SIGKILL."""
 KILL_WAIT_S = 5.0
+"""How long (s) a node may take to exit after a kill signal before it counts as still running."""
 
 # /proc/<pid>/stat state letters as status shows them: the point is to tell paused
 # (SIGSTOP) nodes from running ones.

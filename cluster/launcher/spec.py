@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.durable import create_directories
-from cluster.errors import LograftError
+from lograft.durable import create_directories
+from lograft.protocol.errors import LograftError
 
 __all__ = [
     "CLUSTER_FILE",
@@ -53,20 +53,33 @@ __all__ = [
 ]
 
 CLUSTER_FILE = "cluster.json"
+"""The file in the cluster's directory that records it: nodes, ports, paths and pids."""
 CLUSTER_FILE_VERSION = 1
+"""The ``version`` of ``cluster.json`` written, and the only one read."""
 LOCK_FILE = ".cluster.lock"
+"""Locked (``flock``) by a launcher command that changes the cluster: one at a time."""
 NODE_LOG = "node.log"
+"""A node's output (stdout and stderr), in the node's own directory."""
 NODE_MODULE = "cluster.node"
+"""What a node runs (``python -m``); the /proc guard takes a pid for a node only if its
+command line holds this."""
 NETNS_EXEC: tuple[str, ...] = ("ip", "netns", "exec")
 """The command prefix that runs a node in a named network namespace (it execs the node, so
 the pid is the node's and the /proc guard sees the node's own command line)."""
 
 DEFAULT_NODES = 3
+"""Nodes ``up`` starts without ``--nodes`` (or an existing ``cluster.json``)."""
 DEFAULT_DATA_DIR = Path("data/cluster")
+"""The cluster's directory without ``--data-dir``, relative to the working directory."""
 DEFAULT_BASE_PORT = 9092
+"""Node 1's port without ``--base-port``; node i listens on it + i - 1, so three nodes take
+the ports of the clients' default bootstrap list (9092 to 9094)."""
 DEFAULT_HOST = "127.0.0.1"
+"""Where every node listens unless ``ClusterSpec.hosts`` names another address: loopback."""
 DEFAULT_ROLES: tuple[str, ...] = ("broker", "controller")
+"""Every node's roles: combined broker and controller; a spec may keep only some of them."""
 LOCK_TIMEOUT_S = 120.0
+"""How long (s) a command waits while another holds :data:`LOCK_FILE` before it gives up."""
 
 
 class LauncherError(LograftError):

@@ -12,18 +12,6 @@ Nothing here reads a clock or a global random generator: time is ``now_ms``, ran
 ``random.Random``.
 """
 
-from cluster.errors import (
-    BrokerIdNotRegisteredError,
-    DuplicateBrokerRegistrationError,
-    ElectionNotNeededError,
-    FencedLeaderEpochError,
-    IneligibleReplicaError,
-    InvalidUpdateVersionError,
-    NotControllerError,
-    PreferredLeaderNotAvailableError,
-    StaleBrokerEpochError,
-    UnknownTopicIdError,
-)
 from controller.logic.brokers import (
     BrokerHeartbeatManager,
     BrokerHeartbeatRequest,
@@ -64,11 +52,6 @@ from controller.logic.partitions import (
 )
 from controller.logic.placement import PlacementBroker, place_replicas
 from controller.logic.producer_ids import ProducerIdBlock, allocate_producer_ids
-from controller.logic.topic_configs import (
-    UNCLEAN_LEADER_ELECTION_ENABLE,
-    unclean_leader_election_enabled,
-    validate_topic_configs,
-)
 from controller.logic.topics import (
     CreatePartitionsResult,
     CreateTopicResult,
@@ -78,6 +61,23 @@ from controller.logic.topics import (
     create_partitions,
     create_topics,
     delete_topics,
+)
+from lograft.metadata.topic_configs import (
+    UNCLEAN_LEADER_ELECTION_ENABLE,
+    unclean_leader_election_enabled,
+    validate_topic_configs,
+)
+from lograft.protocol.errors import (
+    BrokerIdNotRegisteredError,
+    DuplicateBrokerRegistrationError,
+    ElectionNotNeededError,
+    FencedLeaderEpochError,
+    IneligibleReplicaError,
+    InvalidUpdateVersionError,
+    NotControllerError,
+    PreferredLeaderNotAvailableError,
+    StaleBrokerEpochError,
+    UnknownTopicIdError,
 )
 
 __all__ = [

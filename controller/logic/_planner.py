@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import uuid
 
-from controller.logic.topic_configs import unclean_leader_election_enabled
-from controller.metadata.image import MetadataImage, TopicImage
-from controller.metadata.records import NO_LEADER, PartitionChangeRecord
-from replica.topic_partition import TopicPartition
+from lograft.metadata.image import MetadataImage, TopicImage
+from lograft.metadata.records import NO_LEADER, PartitionChangeRecord
+from lograft.metadata.topic_configs import unclean_leader_election_enabled
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = ["PartitionPlanner"]
 

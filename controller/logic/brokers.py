@@ -25,16 +25,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cluster.errors import (
-    BrokerIdNotRegisteredError,
-    DuplicateBrokerRegistrationError,
-    InvalidRequestError,
-    StaleBrokerEpochError,
-)
 from controller.logic._planner import PartitionPlanner
 from controller.logic.decision import DEFAULT_CONFIG, Decision
-from controller.metadata.image import BrokerRegistration, MetadataImage
-from controller.metadata.records import (
+from lograft.metadata.image import BrokerRegistration, MetadataImage
+from lograft.metadata.records import (
     BrokerRegistrationChangeRecord,
     FenceBrokerRecord,
     Listener,
@@ -43,7 +37,13 @@ from controller.metadata.records import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
-from replica.topic_partition import TopicPartition
+from lograft.protocol.errors import (
+    BrokerIdNotRegisteredError,
+    DuplicateBrokerRegistrationError,
+    InvalidRequestError,
+    StaleBrokerEpochError,
+)
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = [
     "BrokerHeartbeatManager",

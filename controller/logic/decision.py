@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from controller.metadata.records import MetadataRecord
-from replica.topic_partition import TopicPartition
+from lograft.metadata.records import MetadataRecord
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = ["DEFAULT_CONFIG", "ControllerConfig", "Decision"]
 

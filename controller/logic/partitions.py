@@ -11,7 +11,11 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cluster.errors import (
+from controller.logic.brokers import check_broker_epoch
+from controller.logic.decision import Decision
+from lograft.metadata.image import MetadataImage, PartitionRegistration, TopicImage
+from lograft.metadata.records import MetadataRecord, PartitionChangeRecord
+from lograft.protocol.errors import (
     ElectionNotNeededError,
     FencedLeaderEpochError,
     IneligibleReplicaError,
@@ -23,11 +27,7 @@ from cluster.errors import (
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
-from controller.logic.brokers import check_broker_epoch
-from controller.logic.decision import Decision
-from controller.metadata.image import MetadataImage, PartitionRegistration, TopicImage
-from controller.metadata.records import MetadataRecord, PartitionChangeRecord
-from replica.topic_partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = [
     "AlterPartitionRequest",

@@ -15,7 +15,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cluster.errors import InvalidPartitionsError, InvalidReplicationFactorError
+from lograft.protocol.errors import InvalidPartitionsError, InvalidReplicationFactorError
 
 __all__ = ["PlacementBroker", "place_replicas"]
 

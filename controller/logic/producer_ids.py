@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cluster.errors import UnknownServerError
 from controller.logic.brokers import check_broker_epoch
 from controller.logic.decision import DEFAULT_CONFIG, Decision
-from controller.metadata.image import MetadataImage
-from controller.metadata.records import ProducerIdsRecord
+from lograft.metadata.image import MetadataImage
+from lograft.metadata.records import ProducerIdsRecord
+from lograft.protocol.errors import UnknownServerError
 
 __all__ = ["MAX_PRODUCER_ID", "ProducerIdBlock", "allocate_producer_ids"]
 

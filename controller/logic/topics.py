@@ -8,11 +8,24 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from cluster.errors import (
+from controller.logic.decision import DEFAULT_CONFIG, ControllerConfig, Decision
+from controller.logic.placement import PlacementBroker, place_replicas
+from lograft.metadata.image import MetadataImage
+from lograft.metadata.records import (
+    ConfigRecord,
+    ConfigResourceType,
+    MetadataRecord,
+    PartitionRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+from lograft.metadata.topic_configs import validate_topic_configs
+from lograft.protocol.errors import (
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
@@ -22,19 +35,7 @@ from cluster.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from controller.logic.decision import DEFAULT_CONFIG, ControllerConfig, Decision
-from controller.logic.placement import PlacementBroker, place_replicas
-from controller.logic.topic_configs import validate_topic_configs
-from controller.metadata.image import MetadataImage
-from controller.metadata.records import (
-    ConfigRecord,
-    ConfigResourceType,
-    MetadataRecord,
-    PartitionRecord,
-    RemoveTopicRecord,
-    TopicRecord,
-)
-from replica.topic_partition import MAX_PARTITIONS, validate_topic_name
+from lograft.protocol.topic_partition import MAX_PARTITIONS, validate_topic_name
 
 __all__ = [
     "CreatePartitionsResult",
@@ -119,6 +120,80 @@ def _collision_key(name: str) -> str:
     return name.replace(".", "_")
 
 
+def _requested_sizes(topic: NewTopic, config: ControllerConfig) -> tuple[int, int]:
+    """A new topic's partition count and replication factor; -1 asks for the default."""
+    num_partitions = config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+    replication_factor = (
+        config.default_replication_factor
+        if topic.replication_factor == -1
+        else topic.replication_factor
+    )
+    return num_partitions, replication_factor
+
+
+def _check_new_topic(
+    image: MetadataImage,
+    name: str,
+    num_partitions: int,
+    replication_factor: int,
+    *,
+    listed: int,
+    collision_keys: Mapping[str, str],
+    live_brokers: int,
+) -> None:
+    """Raise the typed error of the first check of :func:`create_topics` a topic fails.
+
+    ``listed`` is how often the request names it, ``collision_keys`` the names taken so far
+    by their :func:`_collision_key`, ``live_brokers`` the number of live, unfenced brokers.
+    """
+    if listed > 1:
+        raise InvalidRequestError(f"topic {name!r} is listed more than once")
+    validate_topic_name(name)
+    if name in image.topics_by_name:
+        raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+    other = collision_keys.get(_collision_key(name))
+    if other is not None:
+        raise InvalidTopicError(f"topic {name!r} collides with {other!r} ('.' and '_' are alike)")
+    if not 1 <= num_partitions <= MAX_PARTITIONS:
+        raise InvalidPartitionsError(
+            f"num_partitions must be between 1 and {MAX_PARTITIONS}, got {num_partitions}"
+        )
+    if replication_factor < 1:
+        raise InvalidReplicationFactorError(
+            f"replication factor must be at least 1, got {replication_factor}"
+        )
+    if replication_factor > live_brokers:
+        raise InvalidReplicationFactorError(
+            f"replication factor {replication_factor} is larger than the "
+            f"{live_brokers} live unfenced brokers"
+        )
+
+
+def _topic_records(
+    name: str,
+    topic_id: uuid.UUID,
+    placements: Sequence[tuple[int, ...]],
+    configs: Mapping[str, str],
+) -> list[MetadataRecord]:
+    """A new topic's TopicRecord, one PartitionRecord a partition, a ConfigRecord a config."""
+    records: list[MetadataRecord] = [TopicRecord(name, topic_id)]
+    for partition_id, replicas in enumerate(placements):
+        records.append(
+            PartitionRecord(
+                topic_id=topic_id,
+                partition_id=partition_id,
+                replicas=replicas,
+                isr=replicas,
+                leader=replicas[0],
+                leader_epoch=0,
+                partition_epoch=0,
+            )
+        )
+    for key, value in sorted(configs.items()):
+        records.append(ConfigRecord(ConfigResourceType.TOPIC, name, key, value))
+    return records
+
+
 def create_topics(
     image: MetadataImage,
     topics: Sequence[NewTopic],
@@ -138,47 +213,24 @@ def create_topics(
     replica starts in the ISR and the first leads, at epoch 0. ``validate_only`` checks and
     answers but appends nothing.
     """
-    counts: dict[str, int] = {}
-    for topic in topics:
-        counts[topic.name] = counts.get(topic.name, 0) + 1
+    counts = Counter(topic.name for topic in topics)
     brokers = [PlacementBroker(b.broker_id, b.rack) for b in image.active_brokers()]
     taken_ids = set(image.topics)
     collision_keys = {_collision_key(name): name for name in image.topics_by_name}
     records: list[MetadataRecord] = []
     results: list[CreateTopicResult] = []
     for topic in topics:
-        num_partitions = (
-            config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
-        )
-        replication_factor = (
-            config.default_replication_factor
-            if topic.replication_factor == -1
-            else topic.replication_factor
-        )
+        num_partitions, replication_factor = _requested_sizes(topic, config)
         try:
-            if counts[topic.name] > 1:
-                raise InvalidRequestError(f"topic {topic.name!r} is listed more than once")
-            validate_topic_name(topic.name)
-            if topic.name in image.topics_by_name:
-                raise TopicAlreadyExistsError(f"topic {topic.name!r} already exists")
-            other = collision_keys.get(_collision_key(topic.name))
-            if other is not None:
-                raise InvalidTopicError(
-                    f"topic {topic.name!r} collides with {other!r} ('.' and '_' are alike)"
-                )
-            if not 1 <= num_partitions <= MAX_PARTITIONS:
-                raise InvalidPartitionsError(
-                    f"num_partitions must be between 1 and {MAX_PARTITIONS}, got {num_partitions}"
-                )
-            if replication_factor < 1:
-                raise InvalidReplicationFactorError(
-                    f"replication factor must be at least 1, got {replication_factor}"
-                )
-            if replication_factor > len(brokers):
-                raise InvalidReplicationFactorError(
-                    f"replication factor {replication_factor} is larger than the "
-                    f"{len(brokers)} live unfenced brokers"
-                )
+            _check_new_topic(
+                image,
+                topic.name,
+                num_partitions,
+                replication_factor,
+                listed=counts[topic.name],
+                collision_keys=collision_keys,
+                live_brokers=len(brokers),
+            )
             configs = validate_topic_configs(topic.configs)
             placements = place_replicas(brokers, num_partitions, replication_factor, rng)
         except LograftError as error:
@@ -194,34 +246,10 @@ def create_topics(
             )
             continue
         collision_keys[_collision_key(topic.name)] = topic.name
-        if validate_only:
-            results.append(
-                CreateTopicResult(
-                    topic.name,
-                    None,
-                    num_partitions,
-                    replication_factor,
-                    MappingProxyType(configs),
-                    None,
-                )
-            )
-            continue
-        topic_id = _new_topic_id(rng, taken_ids)
-        records.append(TopicRecord(topic.name, topic_id))
-        for partition_id, replicas in enumerate(placements):
-            records.append(
-                PartitionRecord(
-                    topic_id=topic_id,
-                    partition_id=partition_id,
-                    replicas=replicas,
-                    isr=replicas,
-                    leader=replicas[0],
-                    leader_epoch=0,
-                    partition_epoch=0,
-                )
-            )
-        for name, value in sorted(configs.items()):
-            records.append(ConfigRecord(ConfigResourceType.TOPIC, topic.name, name, value))
+        topic_id = None
+        if not validate_only:
+            topic_id = _new_topic_id(rng, taken_ids)
+            records.extend(_topic_records(topic.name, topic_id, placements, configs))
         results.append(
             CreateTopicResult(
                 topic.name,

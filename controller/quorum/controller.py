@@ -8,6 +8,7 @@ way to meet ``controller.logic``'s rule that decisions see all appended records.
 answer ``NOT_CONTROLLER`` with the leader's id.
 """
 
+# Over 600 lines: one class whose writes are serialised by one lock, each next to the others.
 from __future__ import annotations
 
 import asyncio
@@ -20,21 +21,6 @@ from typing import Any, TypeVar
 
 import grpc
 
-from cluster.error_responses import (
-    alter_configs_failed,
-    create_partitions_failed,
-    create_topics_failed,
-    delete_topics_failed,
-)
-from cluster.errors import (
-    InvalidRequestError,
-    LograftError,
-    NotControllerError,
-    UnknownTopicOrPartitionError,
-)
-from cluster.wire import broker_pb2
-from cluster.wire import controller_pb2 as pb
-from cluster.wire import controller_pb2_grpc as pb_grpc
 from controller.logic import (
     AlterConfigOp,
     AlterConfigOpType,
@@ -61,11 +47,26 @@ from controller.logic import (
     register_broker,
 )
 from controller.logic.decision import DEFAULT_CONFIG, ControllerConfig
-from controller.logic.topic_configs import UNCLEAN_LEADER_ELECTION_ENABLE
-from controller.metadata import ConfigResource, ConfigResourceType, Listener, encode_batch
 from controller.quorum.driver import RaftDriver
 from controller.quorum.metadata_machine import MetadataStateMachine
 from controller.raft import Role
+from lograft.metadata import ConfigResource, ConfigResourceType, Listener, encode_batch
+from lograft.metadata.topic_configs import UNCLEAN_LEADER_ELECTION_ENABLE
+from lograft.protocol.error_responses import (
+    alter_configs_failed,
+    create_partitions_failed,
+    create_topics_failed,
+    delete_topics_failed,
+)
+from lograft.protocol.errors import (
+    InvalidRequestError,
+    LograftError,
+    NotControllerError,
+    UnknownTopicOrPartitionError,
+)
+from lograft.protocol.wire import broker_pb2
+from lograft.protocol.wire import controller_pb2 as pb
+from lograft.protocol.wire import controller_pb2_grpc as pb_grpc
 
 __all__ = ["ControllerOnListener", "QuorumController"]
 

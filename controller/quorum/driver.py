@@ -36,10 +36,6 @@ from typing import Protocol
 
 import grpc
 
-from cluster.errors import LograftError, NetworkError, NotControllerError
-from cluster.framed.peer import PeerChannel
-from cluster.wire import raft_pb2 as pb
-from cluster.wire import raft_pb2_grpc as pb_grpc
 from controller.quorum.wire import MalformedRaftMessageError, from_envelope, to_envelope
 from controller.raft import (
     Entry,
@@ -55,6 +51,10 @@ from controller.raft import (
     Snapshot,
     Storage,
 )
+from lograft.protocol.errors import LograftError, NetworkError, NotControllerError
+from lograft.protocol.framed.peer import PeerChannel
+from lograft.protocol.wire import raft_pb2 as pb
+from lograft.protocol.wire import raft_pb2_grpc as pb_grpc
 
 __all__ = ["LoopTicks", "RaftDriver", "RaftStorage", "RaftTransport", "StateMachine"]
 
@@ -221,7 +221,9 @@ class RaftDriver(pb_grpc.RaftServicer):  # type: ignore[misc]
         )
         self._transport = transport
         self._state_machine = state_machine
-        self._node = RaftNode(config, storage, rng)
+        # The core logs its role changes and votes to the logger it is given (it has none of
+        # its own); this one keeps the name operators filter on.
+        self._node = RaftNode(config, storage, rng, logging.getLogger("controller.raft"))
         self._ticks = LoopTicks(tick_ms / 1000, 0.0)
         self._on_ready = on_ready
         self._inbound: list[_Inbound] = []

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from controller.metadata import MetadataDelta, MetadataImage, decode_batch, decode_snapshot
-from controller.metadata import encode_snapshot as encode_image
 from controller.raft import Entry, EntryKind, Snapshot
+from lograft.metadata import MetadataDelta, MetadataImage, decode_batch, decode_snapshot
+from lograft.metadata import encode_snapshot as encode_image
 
 __all__ = ["ImageListener", "MetadataStateMachine"]
 

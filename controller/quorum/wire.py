@@ -7,8 +7,6 @@ misread. Cluster id and epoch checks stay in the core, which owns their meaning.
 
 from __future__ import annotations
 
-from cluster.errors import InvalidRequestError
-from cluster.wire import raft_pb2 as pb
 from controller.raft import (
     BeginQuorumEpoch,
     BeginQuorumEpochResponse,
@@ -25,6 +23,8 @@ from controller.raft import (
     VoteRequest,
     VoteResponse,
 )
+from lograft.protocol.errors import InvalidRequestError
+from lograft.protocol.wire import raft_pb2 as pb
 
 __all__ = ["MAX_ENTRY_BYTES", "MalformedRaftMessageError", "from_envelope", "to_envelope"]
 
@@ -74,6 +74,7 @@ def _entry(entry: pb.Entry) -> Entry:
     )
 
 
+# Over 70 lines: one match arm per Raft message kind, a table read top to bottom.
 def to_envelope(message: RaftMessage) -> pb.RaftEnvelope:
     """The protobuf envelope of ``message``."""
     envelope = pb.RaftEnvelope(
@@ -158,6 +159,7 @@ def to_envelope(message: RaftMessage) -> pb.RaftEnvelope:
     return envelope
 
 
+# Over 70 lines: one branch per Raft message kind, a table read top to bottom.
 def from_envelope(envelope: pb.RaftEnvelope) -> RaftMessage:
     """The message an envelope carries; raises :class:`MalformedRaftMessageError`."""
     src = _non_negative("src", envelope.src)

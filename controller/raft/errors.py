@@ -1,7 +1,7 @@
 """Typed errors of the Raft core, each with Kafka's name for it.
 
 Two kinds live here. Errors a caller may meet in normal operation (``propose`` on a node
-that is not the leader) are subclasses of the shared :mod:`cluster.errors` classes, so a
+that is not the leader) are subclasses of the shared :mod:`lograft.protocol.errors` classes, so a
 client retries them exactly as it retries the broker's. Errors that mean the core itself or
 its caller broke a rule (an illegal role change, a committed entry about to be truncated,
 ``ready`` called twice without ``advance``) derive from :class:`RaftInvariantError`: they
@@ -10,7 +10,7 @@ crash the node on purpose and are never caught and logged away.
 
 from __future__ import annotations
 
-from cluster.errors import InvalidRequestError, InvariantError, NotLeaderOrFollowerError
+from lograft.protocol.errors import InvalidRequestError, InvariantError, NotLeaderOrFollowerError
 
 __all__ = [
     "IllegalTransitionError",

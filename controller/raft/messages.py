@@ -224,6 +224,7 @@ class FetchSnapshotResponse(Message):
     snapshot: Snapshot | None
 
 
+# Every message one Raft node sends another; the driver steps them into the core.
 RaftMessage = (
     VoteRequest
     | VoteResponse

@@ -32,14 +32,16 @@ as ``key=value`` fields with the node id. The caller persists the resulting hard
 from __future__ import annotations
 
 import enum
-import logging
+from typing import TYPE_CHECKING
 
 from controller.raft.errors import IllegalTransitionError, RaftInvariantError
 from controller.raft.messages import HardState
 
-__all__ = ["TRANSITIONS", "QuorumState", "Role"]
+if TYPE_CHECKING:
+    # Only the type: the logger itself is the shell's, passed in (no module-level logger).
+    from logging import Logger
 
-log = logging.getLogger("controller.raft")
+__all__ = ["TRANSITIONS", "QuorumState", "Role"]
 
 
 class Role(enum.Enum):
@@ -76,12 +78,16 @@ TRANSITIONS: dict[Role, frozenset[Role]] = {
 class QuorumState:
     """Role, epoch, vote and known leader of one node; the only place they change.
 
-    Not thread-safe; owned by one :class:`~controller.raft.node.RaftNode`.
+    ``logger`` is where every role change and vote is logged; the shell that builds the
+    node chooses it. Not thread-safe; owned by one :class:`~controller.raft.node.RaftNode`.
     """
 
-    __slots__ = ("_epoch", "_leader_id", "_role", "_voted_for", "node_id", "voters")
+    __slots__ = ("_epoch", "_leader_id", "_logger", "_role", "_voted_for", "node_id", "voters")
 
-    def __init__(self, node_id: int, voters: frozenset[int], hard_state: HardState) -> None:
+    def __init__(
+        self, node_id: int, voters: frozenset[int], hard_state: HardState, logger: Logger
+    ) -> None:
+        self._logger = logger
         self.node_id = node_id
         self.voters = voters
         self._epoch = hard_state.epoch
@@ -192,7 +198,9 @@ class QuorumState:
         if self._role not in (Role.UNATTACHED, Role.PRE_CANDIDATE):
             raise RaftInvariantError(f"node={self.node_id} votes while {self._role.value}")
         self._voted_for = candidate_id
-        log.info("raft vote node=%d epoch=%d voted_for=%d", self.node_id, self._epoch, candidate_id)
+        self._logger.info(
+            "raft vote node=%d epoch=%d voted_for=%d", self.node_id, self._epoch, candidate_id
+        )
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -211,7 +219,7 @@ class QuorumState:
             self._illegal(to, epoch, "epoch went back")
         previous = self._role
         self._role, self._epoch, self._voted_for, self._leader_id = to, epoch, voted_for, leader_id
-        log.info(
+        self._logger.info(
             "raft transition node=%d from=%s to=%s epoch=%d leader=%s voted_for=%s",
             self.node_id,
             previous.value,

@@ -52,8 +52,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cluster.durable import create_directories, fsync_directory, write_file_atomically
-from cluster.errors import KafkaStorageError
 from controller.raft.messages import Entry, HardState, Snapshot, SnapshotId
 from controller.raft.storage import PlannedWrite
 from controller.storage.formats import (
@@ -65,6 +63,8 @@ from controller.storage.formats import (
 )
 from controller.storage.layout import LOCK_FILE, LOG_FILE, QUORUM_STATE_FILE
 from controller.storage.recovery import Recovered, recover
+from lograft.durable import create_directories, fsync_directory, write_file_atomically
+from lograft.protocol.errors import KafkaStorageError
 
 if TYPE_CHECKING:
     from controller.raft.ready import Ready

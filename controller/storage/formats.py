@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import crc32c as _crc32c
 
-from cluster.errors import KafkaStorageError, MessageTooLargeError
 from controller.raft.messages import Entry, EntryKind, HardState, Snapshot
+from lograft.protocol.errors import KafkaStorageError, MessageTooLargeError
 
 __all__ = [
     "FRAME_OVERHEAD",
@@ -67,6 +67,7 @@ MAX_SNAPSHOT_BYTES = 512 * 1024 * 1024
 #: A quorum-state file is a few dozen bytes; anything much bigger is not one.
 MAX_QUORUM_STATE_BYTES = 4096
 QUORUM_STATE_VERSION = 1
+"""The ``data_version`` a quorum-state file is written with; any other is refused (corrupt)."""
 
 _I32_MAX = 2**31 - 1
 _I64_MAX = 2**63 - 1
@@ -76,6 +77,7 @@ _LOG_VERSION = 1
 _LOG_HEADER = struct.Struct(">4sHHq")  # magic, version, reserved, base_offset
 _LOG_HEADER_CRC = struct.Struct(">I")
 LOG_HEADER_SIZE = _LOG_HEADER.size + _LOG_HEADER_CRC.size
+"""Bytes of a log file's header, its CRC included: where the first frame starts."""
 
 _FRAME_PREFIX = struct.Struct(">II")  # length, crc32c
 _FRAME_BODY = struct.Struct(">qiB")  # offset, epoch, kind
@@ -89,6 +91,7 @@ _SNAPSHOT_VERSION = 1
 _SNAPSHOT_HEADER = struct.Struct(">4sHHqiI")  # magic, version, reserved, end, epoch, length
 _SNAPSHOT_CRC = struct.Struct(">I")
 SNAPSHOT_HEADER_SIZE = _SNAPSHOT_HEADER.size + _SNAPSHOT_CRC.size
+"""Bytes of a snapshot file's header, its CRC included: where the image starts."""
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 
 _KINDS = frozenset(kind.value for kind in EntryKind)

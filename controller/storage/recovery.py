@@ -18,7 +18,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.durable import TMP_SUFFIX, fsync_directory, write_file_atomically
 from controller.raft.messages import Entry, HardState, Snapshot
 from controller.raft.storage import MemoryStorage
 from controller.storage.formats import (
@@ -37,6 +36,7 @@ from controller.storage.formats import (
     parse_snapshot_name,
 )
 from controller.storage.layout import LOG_FILE, QUORUM_STATE_FILE
+from lograft.durable import TMP_SUFFIX, fsync_directory, write_file_atomically
 
 __all__ = ["Recovered", "recover"]
 
@@ -73,23 +73,7 @@ def recover(directory: Path) -> Recovered:
     _remove_temporaries(directory, names)
     checkpoints = {name: parsed for name in names if (parsed := parse_snapshot_name(name))}
     hard_state = _recover_quorum_state(directory, names, bool(checkpoints))
-    if LOG_FILE not in names:
-        if checkpoints or hard_state != _INITIAL_HARD_STATE:
-            raise CorruptMetadataStorageError(
-                f"log file missing dir={directory} file={LOG_FILE} "
-                f"snapshots={len(checkpoints)} epoch={hard_state.epoch}"
-            )
-        # Only a crash while creating the directory gets here (quorum-state comes first).
-        write_file_atomically(directory / LOG_FILE, encode_log_header(0))
-    raw = (directory / LOG_FILE).read_bytes()
-    try:
-        file_base = decode_log_header(raw)
-    except FrameError as exc:
-        # The header is only ever written by an atomic replace: a bad one is not a torn
-        # write but damage, and without it nothing says where the entries belong.
-        raise CorruptMetadataStorageError(
-            f"corrupt log header dir={directory} file={LOG_FILE} reason={exc.reason}"
-        ) from exc
+    raw, file_base = _read_log_file(directory, names, checkpoints, hard_state)
     scanned, positions, valid_end = _scan_log(directory, raw, file_base)
     log_fd = os.open(directory / LOG_FILE, os.O_RDWR | os.O_CLOEXEC)
     try:
@@ -103,33 +87,7 @@ def recover(directory: Path) -> Recovered:
                 f"base_offset={file_base} snapshots={sorted(checkpoints)}"
             )
         start = 0 if snapshot is None else snapshot.end_offset
-        log_end = file_base + len(scanned)
-        reset = False
-        if snapshot is not None:
-            cut = start - file_base
-            if start > log_end:
-                # A crash after saving an installed snapshot, before the log was reset.
-                log.info(
-                    "metadata log behind snapshot, resetting dir=%s log_end_offset=%d "
-                    "snapshot_end_offset=%d",
-                    directory,
-                    log_end,
-                    start,
-                )
-                reset = True
-            elif cut > 0 and scanned[cut - 1].epoch != snapshot.epoch:
-                # Our entry before the snapshot's end is not the committed one, so nothing
-                # after it is committed either (log matching): drop, never serve it.
-                log.warning(
-                    "metadata log does not continue snapshot, resetting dir=%s "
-                    "offset=%d log_epoch=%d snapshot_epoch=%d entries_dropped=%d",
-                    directory,
-                    start - 1,
-                    scanned[cut - 1].epoch,
-                    snapshot.epoch,
-                    log_end - start,
-                )
-                reset = True
+        reset = snapshot is not None and _must_reset(directory, snapshot, scanned, file_base)
         if reset:
             os.close(log_fd)
             log_fd = -1
@@ -164,6 +122,62 @@ def recover(directory: Path) -> Recovered:
         file_end=file_end,
         snapshot_files=sizes,
     )
+
+
+def _read_log_file(
+    directory: Path, names: set[str], checkpoints: dict[str, tuple[int, int]], hard_state: HardState
+) -> tuple[bytes, int]:
+    """The log file's bytes and the base offset in its header; creates a missing log file
+    only where the directory's creation was interrupted."""
+    if LOG_FILE not in names:
+        if checkpoints or hard_state != _INITIAL_HARD_STATE:
+            raise CorruptMetadataStorageError(
+                f"log file missing dir={directory} file={LOG_FILE} "
+                f"snapshots={len(checkpoints)} epoch={hard_state.epoch}"
+            )
+        # Only a crash while creating the directory gets here (quorum-state comes first).
+        write_file_atomically(directory / LOG_FILE, encode_log_header(0))
+    raw = (directory / LOG_FILE).read_bytes()
+    try:
+        return raw, decode_log_header(raw)
+    except FrameError as exc:
+        # The header is only ever written by an atomic replace: a bad one is not a torn
+        # write but damage, and without it nothing says where the entries belong.
+        raise CorruptMetadataStorageError(
+            f"corrupt log header dir={directory} file={LOG_FILE} reason={exc.reason}"
+        ) from exc
+
+
+def _must_reset(directory: Path, snapshot: Snapshot, scanned: list[Entry], file_base: int) -> bool:
+    """Whether the log must restart at ``snapshot``'s end: it stops short of that end, or its
+    entry just before it has another epoch than the snapshot's last entry."""
+    start = snapshot.end_offset
+    log_end = file_base + len(scanned)
+    cut = start - file_base
+    if start > log_end:
+        # A crash after saving an installed snapshot, before the log was reset.
+        log.info(
+            "metadata log behind snapshot, resetting dir=%s log_end_offset=%d "
+            "snapshot_end_offset=%d",
+            directory,
+            log_end,
+            start,
+        )
+        return True
+    if cut > 0 and scanned[cut - 1].epoch != snapshot.epoch:
+        # Our entry before the snapshot's end is not the committed one, so nothing
+        # after it is committed either (log matching): drop, never serve it.
+        log.warning(
+            "metadata log does not continue snapshot, resetting dir=%s "
+            "offset=%d log_epoch=%d snapshot_epoch=%d entries_dropped=%d",
+            directory,
+            start - 1,
+            scanned[cut - 1].epoch,
+            snapshot.epoch,
+            log_end - start,
+        )
+        return True
+    return False
 
 
 def _remove_temporaries(directory: Path, names: set[str]) -> None:

@@ -2,7 +2,7 @@
 
 Every name of ``cluster.client.__all__``, grouped by the module that defines it (private and
 shared modules' names under "Shared types and values"), then the typed errors of
-``cluster.errors``. Signatures keep their annotations as written and lose memory addresses.
+``lograft.protocol.errors``. Signatures keep their annotations as written and lose memory addresses.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import cluster.client
-from cluster import errors
+from lograft.protocol import errors
 from refgen.markdown import GENERATED_NOTE, code_span, markdown, sanitize, summary, table
 
 __all__ = ["render_api"]
@@ -248,7 +248,7 @@ def _errors_section() -> list[str]:
     ]
     classes.sort(key=lambda c: (c.code, c.__name__))
     lines = [
-        "## Errors (`cluster.errors`)",
+        "## Errors (`lograft.protocol.errors`)",
         "",
         markdown(errors.__doc__),
         "",
@@ -289,7 +289,8 @@ def render_api() -> str:
         "# API reference: the Python client (`cluster.client`)",
         "",
         GENERATED_NOTE.format(
-            source="the docstrings and signatures of cluster.client.__all__ and cluster.errors"
+            source="the docstrings and signatures of cluster.client.__all__ and "
+            "lograft.protocol.errors"
         ),
         "",
         markdown(cluster.client.__doc__),
@@ -304,7 +305,7 @@ def render_api() -> str:
         title = module_name or "Shared types and values"
         listed = ", ".join(f"`{n}`" for n in groups[module_name])
         lines.append(f"- **{title}**: {listed}")
-    lines += ["- **cluster.errors**: the typed errors", ""]
+    lines += ["- **lograft.protocol.errors**: the typed errors", ""]
 
     for module_name in ordered:
         names = sorted(groups[module_name], key=lambda n: (_defined_line(exported[n]), n))

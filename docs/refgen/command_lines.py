@@ -8,7 +8,7 @@ import logging
 from unittest import mock
 
 from cluster import cli, node
-from cluster.node_config import IDENTITY_SETTINGS
+from lograft.protocol.node_config import IDENTITY_SETTINGS
 from refgen.markdown import code_span, inline, sanitize, table
 
 __all__ = ["command_lines"]
@@ -73,9 +73,9 @@ def command_lines() -> list[str]:
     lines += [
         "",
         "The node's identity settings, by their `server.properties` names, as "
-        "`--config NAME=VALUE` (`cluster.node_config.IDENTITY_SETTINGS`; a flag wins over the "
-        "`--config` of its setting). `cluster.node_config.node_setting_names()` lists these, "
-        "the broker settings and the node settings: every name `--config` accepts.",
+        "`--config NAME=VALUE` (`lograft.protocol.node_config.IDENTITY_SETTINGS`; a flag wins "
+        "over the `--config` of its setting). `lograft.protocol.node_config.node_setting_names()` "
+        "lists these, the broker settings and the node settings: every name `--config` accepts.",
         "",
     ]
     lines += table(

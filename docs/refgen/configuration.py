@@ -14,13 +14,13 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 
 from cluster.client import _connection, admin, consumer, producer
-from cluster.node_config import BROKER_TO_TOPIC_CONFIG, NODE_CONFIGS
+from lograft.protocol.compression import CompressionType
+from lograft.protocol.node_config import BROKER_TO_TOPIC_CONFIG, NODE_CONFIGS
+from lograft.protocol.topic_config import TOPIC_CONFIGS, LogConfig
 from refgen.command_lines import command_lines
 from refgen.container import container_environment
 from refgen.markdown import GENERATED_NOTE, code_span, inline, summary, table
 from refgen.values import show_default, show_text_default
-from replica.compression import CompressionType
-from replica.topic_config import TOPIC_CONFIGS, LogConfig
 
 __all__ = ["render_configuration"]
 
@@ -134,7 +134,7 @@ def _topic_configs() -> list[str]:
     for broker_name, topic_name in BROKER_TO_TOPIC_CONFIG.items():
         broker_names.setdefault(topic_name, []).append(broker_name)
     lines = [
-        "## Topic configs (`replica.topic_config.TOPIC_CONFIGS`)",
+        "## Topic configs (`lograft.protocol.topic_config.TOPIC_CONFIGS`)",
         "",
         "Set when a topic is created: `lograft topics create NAME --config NAME=VALUE`, or "
         '`NewTopic(name, partitions, configs={"retention.ms": "60000"})`. A topic that does not '
@@ -167,7 +167,7 @@ def _broker_settings() -> list[str]:
         "of a local cluster as `lograft cluster up --config NAME=VALUE`. An unknown name or "
         "a bad value stops the node with `INVALID_CONFIG`.",
         "",
-        "### Defaults of topic configs (`cluster.node_config.BROKER_TO_TOPIC_CONFIG`)",
+        "### Defaults of topic configs (`lograft.protocol.node_config.BROKER_TO_TOPIC_CONFIG`)",
         "",
         "Each sets the default of a topic config for every topic that does not set it.",
         "",
@@ -187,7 +187,7 @@ def _broker_settings() -> list[str]:
     lines += table(("name", "default", "valid values", "topic config", "description"), rows)
     lines += [
         "",
-        "### Node settings (`cluster.node_config.NODE_CONFIGS`)",
+        "### Node settings (`lograft.protocol.node_config.NODE_CONFIGS`)",
         "",
     ]
     lines += table(
@@ -211,8 +211,9 @@ def render_configuration() -> str:
         "# Configuration reference",
         "",
         GENERATED_NOTE.format(
-            source="the config definitions in cluster/client, replica/topic_config.py, "
-            "cluster/node_config.py and the argument parsers"
+            source="the config definitions in cluster/client, "
+            "proto/lograft/protocol/topic_config.py, "
+            "proto/lograft/protocol/node_config.py and the argument parsers"
         ),
         "",
         "Names are Apache Kafka's wherever Kafka has the setting. "

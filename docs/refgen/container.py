@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cluster.container import CONTAINER_DEFAULTS, OTHER_VARIABLES, env_name
-from cluster.node_config import node_setting_names
+from lograft.protocol.node_config import node_setting_names
 from refgen.markdown import code_span, inline, table
 
 
@@ -15,7 +15,7 @@ def container_environment() -> list[str]:
         "The image (`docker/Dockerfile`, `docker-compose.yml`) configures its node from "
         "environment variables: every setting `lograft node --config` accepts is read from "
         "`LOGRAFT_` + its name upper-cased with dots as underscores. The table is computed "
-        "from `cluster.node_config.node_setting_names()`, as the entrypoint computes it; "
+        "from `lograft.protocol.node_config.node_setting_names()`, as the entrypoint computes it; "
         "`docker run --rm lograft:latest settings` prints it. A `LOGRAFT_*` variable that "
         "names no setting stops the container. `HOSTNAME` is the container's hostname.",
         "",

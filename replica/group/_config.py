@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     InvalidConfigError,
     InvalidGroupIdError,
     InvalidRequestError,
     UnsupportedAssignorError,
 )
+from lograft.protocol.topic_partition import MAX_PARTITIONS, TopicPartition, validate_topic_name
 from replica.group.assignors import ASSIGNOR_NAMES, canonical_assignor
-from replica.topic_partition import MAX_PARTITIONS, TopicPartition, validate_topic_name
 
 __all__ = [
     "INT32_MAX",

@@ -17,9 +17,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from lograft.protocol.topic_partition import TopicPartition
 from replica.group._store import Group, GroupStore
 from replica.group.records import MemberState
-from replica.topic_partition import TopicPartition
 
 __all__ = [
     "GroupDescription",

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
@@ -35,6 +35,7 @@ from cluster.errors import (
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
+from lograft.protocol.topic_partition import TopicPartition
 from replica.group._config import (
     INT32_MAX,
     INT64_MAX,
@@ -50,7 +51,6 @@ from replica.group.records import (
     OffsetCommitKey,
     OffsetCommitValue,
 )
-from replica.topic_partition import TopicPartition
 
 __all__ = [
     "CommitResult",
@@ -58,8 +58,6 @@ __all__ = [
     "OffsetManager",
     "PartitionLag",
 ]
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +90,16 @@ class PartitionLag:
 class OffsetManager:
     """The committed offsets of every group in ``store``.
 
-    Not thread-safe: the coordinator that owns it is not.
+    ``logger`` is the shell's (a core creates none). Not thread-safe: the coordinator that
+    owns it is not.
     """
 
-    def __init__(self, config: GroupCoordinatorConfig, store: GroupStore) -> None:
+    def __init__(
+        self, config: GroupCoordinatorConfig, store: GroupStore, *, logger: logging.Logger
+    ) -> None:
         self._config = config
         self._store = store
+        self._log = logger
         # Offsets committed in transactions not ended yet, per producer id, in log order.
         self._pending: dict[int, list[GroupRecord]] = {}
 
@@ -342,7 +344,7 @@ class OffsetManager:
         if group is None:
             self._store.write(GroupMetadataKey(group_id), NEW_GROUP)
             group = self._store.groups[group_id]
-            log.info("group created group=%s by=offset_commit", group_id)
+            self._log.info("group created group=%s by=offset_commit", group_id)
         for tp in sorted(accepted):
             oam = accepted[tp]
             self._store.write(

@@ -21,9 +21,9 @@ Member reconciliation (``from`` row -> ``to`` column; the event that causes it):
 
 from __future__ import annotations
 
+from lograft.protocol.topic_partition import TopicPartition
 from replica.group._store import Group
 from replica.group.records import CurrentAssignmentValue, MemberState
-from replica.topic_partition import TopicPartition
 
 __all__ = ["is_free", "next_assignment"]
 

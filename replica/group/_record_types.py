@@ -12,8 +12,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from lograft.protocol.topic_partition import TopicPartition
 from replica.group.errors import GroupRecordError
-from replica.topic_partition import TopicPartition
 
 __all__ = [
     "NO_LEADER_EPOCH",

@@ -16,6 +16,7 @@ built once from it, by :meth:`GroupStore.index_loaded`.
 
 from __future__ import annotations
 
+from lograft.protocol.topic_partition import TopicPartition
 from replica.group.errors import GroupInvariantError, GroupRecordError
 from replica.group.records import (
     CurrentAssignmentKey,
@@ -33,7 +34,6 @@ from replica.group.records import (
     TargetAssignmentKey,
     TargetAssignmentValue,
 )
-from replica.topic_partition import TopicPartition
 
 __all__ = ["NEW_GROUP", "NO_ASSIGNMENT", "Group", "GroupStore", "Member"]
 

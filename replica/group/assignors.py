@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 
-from cluster.errors import UnsupportedAssignorError
-from replica.topic_partition import TopicPartition
+from lograft.protocol.errors import UnsupportedAssignorError
+from lograft.protocol.topic_partition import TopicPartition
 
 __all__ = [
     "ASSIGNOR_ALIASES",
@@ -43,7 +43,9 @@ __all__ = [
 ]
 
 RANGE = "range"
+"""The range assignor's name (Kafka's ``RangeAssignor``, KIP-848 ``range``)."""
 ROUNDROBIN = "roundrobin"
+"""The round-robin assignor's name (KIP-848's ``uniform`` is an alias of it)."""
 ASSIGNOR_NAMES = (ROUNDROBIN, RANGE)
 """Every assignor this module implements, by canonical name."""
 ASSIGNOR_ALIASES = {"uniform": ROUNDROBIN}

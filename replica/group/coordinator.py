@@ -79,13 +79,15 @@ import enum
 import logging
 import random
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     CoordinatorLoadInProgressError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
     NotCoordinatorError,
 )
+from lograft.protocol.topic_partition import TopicPartition, partition_for_name
 from replica.coordinator_leadership import check_leadership
 from replica.group._config import (
     MAX_CLIENT_ID_LENGTH,
@@ -114,7 +116,6 @@ from replica.group._offsets import CommitResult, OffsetAndMetadata, OffsetManage
 from replica.group._store import GroupStore
 from replica.group.errors import GroupInvariantError
 from replica.group.records import GroupMetadataKey, GroupRecord, OffsetCommitValue
-from replica.topic_partition import TopicPartition, partition_for_name
 
 __all__ = [
     "COORDINATOR_TRANSITIONS",
@@ -130,6 +131,7 @@ __all__ = [
     "GroupCoordinatorConfig",
     "GroupDescription",
     "GroupListing",
+    "GroupLoggers",
     "GroupState",
     "HeartbeatResult",
     "MemberDescription",
@@ -139,7 +141,15 @@ __all__ = [
     "partition_for_group",
 ]
 
-log = logging.getLogger(__name__)
+
+@dataclass(frozen=True, slots=True)
+class GroupLoggers:
+    """The loggers of a group coordinator and of its membership and offsets parts, which
+    its shell creates and passes in (a pure core creates none)."""
+
+    coordinator: logging.Logger
+    membership: logging.Logger
+    offsets: logging.Logger
 
 
 def partition_for_group(group_id: str, partition_count: int) -> int:
@@ -170,7 +180,8 @@ class GroupCoordinator:
     A new coordinator is ``LOADING``: :meth:`replay` the partition's records (any number of
     calls, in log order), then :meth:`complete_load` with the current topic metadata and
     persist what it returns. ``rng`` generates member ids (seed it in tests).
-    ``leader_epoch`` is the partition's leader epoch at which this broker loads it.
+    ``leader_epoch`` is the partition's leader epoch at which this broker loads it;
+    ``loggers`` are the shell's.
     """
 
     def __init__(
@@ -178,16 +189,20 @@ class GroupCoordinator:
         rng: random.Random,
         config: GroupCoordinatorConfig | None = None,
         *,
+        loggers: GroupLoggers,
         partition: int = -1,
         leader_epoch: int = 0,
     ) -> None:
         self._config = config or GroupCoordinatorConfig()
         self._partition = partition
         self._leader_epoch = leader_epoch
+        self._log = loggers.coordinator
         self._state = CoordinatorState.LOADING
         self._store = GroupStore()
-        self._membership = GroupMembership(self._config, self._store, rng)
-        self._offsets = OffsetManager(self._config, self._store)
+        self._membership = GroupMembership(
+            self._config, self._store, rng, logger=loggers.membership
+        )
+        self._offsets = OffsetManager(self._config, self._store, logger=loggers.offsets)
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -261,7 +276,7 @@ class GroupCoordinator:
         self._store.index_loaded()
         self._membership.start_timers(now_ms)
         self._transition_to(CoordinatorState.ACTIVE)
-        log.info(
+        self._log.info(
             "group coordinator loaded partition=%d groups=%d members=%d",
             self._partition,
             len(self._store.groups),
@@ -281,7 +296,7 @@ class GroupCoordinator:
             )
         if check_only:
             return
-        log.info(
+        self._log.info(
             "group coordinator state partition=%d from=%s to=%s",
             self._partition,
             self._state.value,
@@ -325,8 +340,8 @@ class GroupCoordinator:
         ``rebalance_timeout_ms`` required, ``owned_partitions`` empty), -1 leaves, anything
         else heartbeats. ``None`` (and for the timeouts 0 or less, for the assignor ``""``)
         means unchanged. ``client_host`` is where the request came from (the shell fills it
-        in, as Kafka shows it: ``/127.0.0.1``). Raises a :class:`~cluster.errors.LograftError`
-        and changes nothing on a refused request.
+        in, as Kafka shows it: ``/127.0.0.1``). Raises a
+        :class:`~lograft.protocol.errors.LograftError` and changes nothing on a refused request.
         """
         self._require_active()
         return self._membership.heartbeat(
@@ -479,7 +494,7 @@ class GroupCoordinator:
             raise GroupNotEmptyError(f"group {group_id} has {len(group.members)} members")
         self._offsets.delete_all_offsets(group)
         self._store.write(GroupMetadataKey(group_id), None)
-        log.info("group deleted group=%s", group_id)
+        self._log.info("group deleted group=%s", group_id)
         return self._store.take()
 
     # ---- persisted state --------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Errors of the pure group coordinator core.
 
-Request-level failures use the shared :mod:`cluster.errors` classes directly
+Request-level failures use the shared :mod:`lograft.protocol.errors` classes directly
 (``UNKNOWN_MEMBER_ID``, ``FENCED_MEMBER_EPOCH``, ``STALE_MEMBER_EPOCH``,
 ``GROUP_ID_NOT_FOUND``, ``UNASSIGNED_PARTITION``, ...). Two kinds are defined here:
 
@@ -15,7 +15,7 @@ Request-level failures use the shared :mod:`cluster.errors` classes directly
 
 from __future__ import annotations
 
-from cluster.errors import CorruptMessageError, InvariantError
+from lograft.protocol.errors import CorruptMessageError, InvariantError
 
 __all__ = ["GroupInvariantError", "GroupRecordError"]
 

@@ -42,8 +42,7 @@ from dataclasses import dataclass
 
 import crc32c as _crc32c
 
-from cluster.errors import CorruptMessageError
-from replica.batch_header import (
+from lograft.protocol.batch_header import (
     ATTR_COMPRESSION_MASK,
     ATTR_DELETE_HORIZON,
     HEADER_SIZE,
@@ -52,9 +51,10 @@ from replica.batch_header import (
     BatchHeader,
     parse_header,
 )
-from replica.compression import compress, decompress
-from replica.records import encode_varlong, read_varlong
-from replica.topic_config import MAX_LONG
+from lograft.protocol.compression import compress, decompress
+from lograft.protocol.errors import CorruptMessageError
+from lograft.protocol.records import encode_varlong, read_varlong
+from lograft.protocol.topic_config import MAX_LONG
 
 __all__ = ["DELETE_HORIZON_FLAG", "FilteredBatch", "filter_batch", "keyed_offsets"]
 
@@ -170,6 +170,67 @@ def _frame(
     return b"".join((head, _CRC.pack(crc), tail, payload))
 
 
+def _empty_frame(header: BatchHeader) -> bytes:
+    """The batch of ``header`` with no records, and so no codec."""
+    return _frame(
+        header,
+        header.attributes & ~ATTR_COMPRESSION_MASK,
+        header.base_timestamp,
+        header.max_timestamp,
+        b"",
+        0,
+    )
+
+
+def _keep_latest(
+    records: list[_RawRecord],
+    header: BatchHeader,
+    offset_map: Mapping[bytes, int],
+    horizon_passed: bool,
+) -> tuple[list[_RawRecord], int, int, int]:
+    """The records :func:`filter_batch` keeps, and how many it removes as older than their
+    key's latest, as tombstones (or markers) past the delete horizon, and as unkeyed."""
+    control = header.is_control
+    kept: list[_RawRecord] = []
+    removed = tombstones = unkeyed = 0
+    for record in records:
+        if not control:  # a marker's key is its type: no offset map speaks for it
+            if record.key is None:
+                unkeyed += 1
+                continue
+            latest = offset_map.get(record.key)
+            if latest is not None and header.base_offset + record.offset_delta < latest:
+                removed += 1
+                continue
+        if (record.tombstone or control) and horizon_passed:
+            tombstones += 1
+            continue
+        kept.append(record)
+    return kept, removed, tombstones, unkeyed
+
+
+def _rebased_payload(
+    source: bytes, kept: list[_RawRecord], old_base_timestamp: int, base_timestamp: int
+) -> bytes:
+    """The uncompressed bytes of the ``kept`` records of ``source``, each one's timestamp
+    delta rebased from ``old_base_timestamp`` to ``base_timestamp``."""
+    if base_timestamp == old_base_timestamp:
+        return b"".join(source[r.start : r.end] for r in kept)
+    parts = []
+    for record in kept:
+        # The timestamp delta is relative to baseTimestamp, which now holds the horizon.
+        timestamp = old_base_timestamp + record.timestamp_delta
+        body = b"".join(
+            (
+                source[record.body : record.body + 1],
+                _encode_varint(timestamp - base_timestamp),
+                source[record.ts_end : record.end],
+            )
+        )
+        parts.append(_encode_varint(len(body)) + body)
+    return b"".join(parts)
+
+
 def filter_batch(
     batch: bytes,
     offset_map: Mapping[bytes, int],
@@ -195,16 +256,7 @@ def filter_batch(
     if control and not marker_removable:
         return FilteredBatch(batch, header.records_count, 0, 0, 0)
     if aborted and header.records_count:
-        data = None
-        if retain_if_empty:
-            data = _frame(
-                header,
-                header.attributes & ~ATTR_COMPRESSION_MASK,
-                header.base_timestamp,
-                header.max_timestamp,
-                b"",
-                0,
-            )
+        data = _empty_frame(header) if retain_if_empty else None
         return FilteredBatch(data, 0, header.records_count, 0, 0)
     if not header.records_count:
         # Emptied by an earlier cleaning; needed only while it is its producer's last.
@@ -212,21 +264,7 @@ def filter_batch(
     records = _parse_records(_record_bytes(batch, header), header)
     has_horizon = bool(header.attributes & DELETE_HORIZON_FLAG)
     horizon_passed = has_horizon and header.base_timestamp <= now_ms
-    kept: list[_RawRecord] = []
-    removed = tombstones = unkeyed = 0
-    for record in records:
-        if not control:  # a marker's key is its type: no offset map speaks for it
-            if record.key is None:
-                unkeyed += 1
-                continue
-            latest = offset_map.get(record.key)
-            if latest is not None and header.base_offset + record.offset_delta < latest:
-                removed += 1
-                continue
-        if (record.tombstone or control) and horizon_passed:
-            tombstones += 1
-            continue
-        kept.append(record)
+    kept, removed, tombstones, unkeyed = _keep_latest(records, header, offset_map, horizon_passed)
     keeps_tombstones = any(record.tombstone or control for record in kept)
     needs_horizon = not has_horizon and keeps_tombstones
     dropped = removed + tombstones + unkeyed
@@ -234,17 +272,8 @@ def filter_batch(
         horizon = header.base_timestamp if keeps_tombstones else -1
         return FilteredBatch(batch, len(kept), 0, 0, 0, horizon)
     if not kept:
-        data = None
-        if retain_if_empty:
-            # No records, so no codec: the header alone keeps the producer's sequence.
-            data = _frame(
-                header,
-                header.attributes & ~ATTR_COMPRESSION_MASK,
-                header.base_timestamp,
-                header.max_timestamp,
-                b"",
-                0,
-            )
+        # No records, so no codec: the header alone keeps the producer's sequence.
+        data = _empty_frame(header) if retain_if_empty else None
         return FilteredBatch(data, 0, removed, tombstones, unkeyed)
     max_timestamp = header.max_timestamp
     if not header.is_log_append_time:
@@ -255,22 +284,7 @@ def filter_batch(
     if needs_horizon:
         base_timestamp = min(now_ms + delete_retention_ms, MAX_LONG)
         attributes |= DELETE_HORIZON_FLAG
-    if base_timestamp == header.base_timestamp:
-        payload = b"".join(source[r.start : r.end] for r in kept)
-    else:
-        parts = []
-        for record in kept:
-            # The timestamp delta is relative to baseTimestamp, which now holds the horizon.
-            timestamp = header.base_timestamp + record.timestamp_delta
-            body = b"".join(
-                (
-                    source[record.body : record.body + 1],
-                    _encode_varint(timestamp - base_timestamp),
-                    source[record.ts_end : record.end],
-                )
-            )
-            parts.append(_encode_varint(len(body)) + body)
-        payload = b"".join(parts)
+    payload = _rebased_payload(source, kept, header.base_timestamp, base_timestamp)
     if header.compression:
         payload = compress(header.compression, payload)
     return FilteredBatch(

@@ -26,8 +26,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from cluster.durable import fsync_directory, write_file_atomically
-from cluster.errors import KafkaStorageError
+from lograft.durable import fsync_directory, write_file_atomically
+from lograft.protocol.errors import KafkaStorageError
 from replica.log.cleaner import CleanedGroup, remove_staged_files
 from replica.log.offset_index import CorruptIndexError
 from replica.log.segment import (

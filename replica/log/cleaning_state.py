@@ -26,7 +26,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from cluster.errors import KafkaStorageError
+from lograft.protocol.errors import KafkaStorageError
 from replica.log.cleaner import CleanableView, CleaningInput, CleaningResult, SourceSegment
 from replica.log.cleaner_swap import commit_swap, install_swap, remove_staged
 from replica.log.local_log import LocalLog

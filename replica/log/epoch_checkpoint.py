@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cluster.durable import write_file_atomically
+from lograft.durable import write_file_atomically
 from replica.replication.errors import LeaderEpochCheckpointError
 from replica.replication.leader_epoch_cache import LeaderEpochCache
 
@@ -25,6 +25,7 @@ __all__ = [
 ]
 
 LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
+"""The file's name in a partition directory (Kafka's)."""
 LEADER_EPOCH_CHECKPOINT_TMP_FILE = LEADER_EPOCH_CHECKPOINT_FILE + ".tmp"
 """Left behind only by a crash during a write; the log's open removes it."""
 _MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024

@@ -12,7 +12,7 @@ entries its appends wrote.
 
 from __future__ import annotations
 
-from replica.batch_header import BatchHeader
+from lograft.protocol.batch_header import BatchHeader
 
 __all__ = ["MAX_RELATIVE_OFFSET", "MAX_SEGMENT_BYTES", "NO_TIMESTAMP", "IndexCursor"]
 

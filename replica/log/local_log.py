@@ -33,16 +33,21 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from pathlib import Path
 
-from cluster.durable import fsync_directory
-from cluster.errors import (
+from lograft.durable import fsync_directory
+from lograft.protocol.batch_header import (
+    BatchHeader,
+    assign_offsets,
+    parse_header,
+    set_log_append_time,
+)
+from lograft.protocol.errors import (
     CorruptMessageError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
 )
-from replica.batch_header import BatchHeader, assign_offsets, parse_header, set_log_append_time
+from lograft.protocol.topic_config import LogConfig
 from replica.log.segment import MAX_RELATIVE_OFFSET, MAX_SEGMENT_BYTES, LogSegment
-from replica.topic_config import LogConfig
 
 __all__ = [
     "LocalLog",

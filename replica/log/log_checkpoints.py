@@ -30,8 +30,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cluster.durable import write_file_atomically
-from cluster.errors import KafkaStorageError
+from lograft.durable import write_file_atomically
+from lograft.protocol.errors import KafkaStorageError
 from replica.log.epoch_checkpoint import write_epoch_checkpoint
 
 if TYPE_CHECKING:
@@ -51,6 +51,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+"""Offsets below the one it holds were fdatasync'ed: recovery after a crash may start at
+the segment holding it."""
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 """The first offset not yet cleaned and the earliest delete horizon of the tombstones in
 the cleaned part (Kafka keeps the offsets in one such file per log directory)."""

@@ -36,8 +36,9 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.durable import TMP_SUFFIX, create_directories, fsync_directory
-from cluster.errors import KafkaStorageError
+from lograft.durable import TMP_SUFFIX, create_directories, fsync_directory
+from lograft.protocol.errors import KafkaStorageError
+from lograft.protocol.topic_config import LogConfig
 from replica.log.cleaner_swap import CLEANER_SWAP_FILE, finish_cleaner_swap
 from replica.log.epoch_checkpoint import LEADER_EPOCH_CHECKPOINT_TMP_FILE, read_epoch_checkpoint
 from replica.log.log_checkpoints import (
@@ -51,13 +52,14 @@ from replica.log.offset_index import CorruptIndexError
 from replica.log.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment, parse_segment_file_name
 from replica.replication.errors import LeaderEpochCheckpointError
 from replica.replication.leader_epoch_cache import LeaderEpochCache
-from replica.topic_config import LogConfig
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LoadedLog", "load_log"]
 
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+"""Written by the close, removed by the next open: while it is there, indexes that pass
+their sanity checks are trusted."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -131,6 +133,61 @@ def _load(directory: Path, config: LogConfig, now_ms: int, segments: list[LogSeg
         # replica.log.local_log), and may have published its end as the recovery point.
         recover_from = min(max(bisect_left(bases, recovery_point) - 1, 0), len(segments) - 1)
 
+    kept, recovered, dropped_any = _recover_segments(directory, config, segments, recover_from)
+    if dropped_any:
+        directory_dirty = True
+
+    # Segments that stopped being active get their final time-index entry (a rebuilt
+    # index lacks it); the active one gets it on roll or close.
+    for segment in kept[:-1]:
+        if segment.seal():
+            recovered[segment.base_offset] = segment
+    log_end_offset = kept[-1].next_offset
+    if clean:
+        flushed_offset = log_end_offset
+    else:
+        flushed_offset = max(kept[0].base_offset, min(recovery_point, log_end_offset))
+    if clean:
+        # The marker must be gone for good before anything new is written: a crash
+        # later would otherwise make the next open trust unflushed files.
+        clean_marker.unlink()
+        directory_dirty = True
+    if directory_dirty:
+        fsync_directory(directory)
+
+    epoch_cache, checkpoints, cleaner_checkpoint = _open_checkpoints(
+        directory, kept, min(recover_from, len(kept)), recovery_point, checkpoint, flushed_offset
+    )
+    log.info(
+        "opened log dir=%s clean=%s segments=%d log_start_offset=%d log_end_offset=%d "
+        "recovered_segments=%d latest_leader_epoch=%d",
+        directory,
+        clean,
+        len(kept),
+        kept[0].base_offset,
+        log_end_offset,
+        len(recovered),
+        epoch_cache.latest_epoch,
+    )
+    return LoadedLog(
+        segments=kept,
+        recovered=recovered,
+        flushed_offset=flushed_offset,
+        checkpoints=checkpoints,
+        epoch_cache=epoch_cache,
+        cleaner_checkpoint=cleaner_checkpoint,
+    )
+
+
+def _recover_segments(
+    directory: Path, config: LogConfig, segments: list[LogSegment], recover_from: int
+) -> tuple[list[LogSegment], dict[int, LogSegment], bool]:
+    """Check ``segments`` in order, recovering each from ``recover_from`` on.
+
+    Keeps them up to the first overlap or torn tail; deletes the files of the rest and
+    drops them from ``segments``. Returns the kept segments, the recovered ones by base
+    offset (these need an fdatasync) and whether any segment was deleted.
+    """
     kept: list[LogSegment] = []
     recovered: dict[int, LogSegment] = {}  # by base offset: these need an fdatasync
     dropped: list[LogSegment] = []
@@ -178,30 +235,24 @@ def _load(directory: Path, config: LogConfig, now_ms: int, segments: list[LogSeg
             break
     for segment in reversed(dropped):
         segment.delete_files()
-        directory_dirty = True
     del segments[len(kept) :]
+    return kept, recovered, bool(dropped)
 
-    # Segments that stopped being active get their final time-index entry (a rebuilt
-    # index lacks it); the active one gets it on roll or close.
-    for segment in kept[:-1]:
-        if segment.seal():
-            recovered[segment.base_offset] = segment
+
+def _open_checkpoints(
+    directory: Path,
+    kept: list[LogSegment],
+    rescan_from: int,
+    recovery_point: int,
+    checkpoint: int | None,
+    flushed_offset: int,
+) -> tuple[LeaderEpochCache, LogCheckpoints, tuple[int, int]]:
+    """The leader-epoch cache and the checkpoints of the loaded ``kept`` segments.
+
+    Rewrites a recovery point or cleaner checkpoint left above the log end by a lost tail.
+    """
     log_end_offset = kept[-1].next_offset
-    if clean:
-        flushed_offset = log_end_offset
-    else:
-        flushed_offset = max(kept[0].base_offset, min(recovery_point, log_end_offset))
-    if clean:
-        # The marker must be gone for good before anything new is written: a crash
-        # later would otherwise make the next open trust unflushed files.
-        clean_marker.unlink()
-        directory_dirty = True
-    if directory_dirty:
-        fsync_directory(directory)
-
-    epoch_cache, epoch_cache_changed = _load_epoch_cache(
-        directory, kept, min(recover_from, len(kept))
-    )
+    epoch_cache, epoch_cache_changed = _load_epoch_cache(directory, kept, rescan_from)
     cleaner_checkpoint = read_cleaner_checkpoint(directory) or (0, -1)
     checkpoints = LogCheckpoints(
         directory, recovery_point, cleaner_checkpoint, epoch_cache_persisted=not epoch_cache_changed
@@ -222,25 +273,7 @@ def _load(directory: Path, config: LogConfig, now_ms: int, segments: list[LogSeg
         )
         cleaner_checkpoint = (kept[0].base_offset, -1)
         checkpoints.write_cleaner_checkpoint(cleaner_checkpoint)
-    log.info(
-        "opened log dir=%s clean=%s segments=%d log_start_offset=%d log_end_offset=%d "
-        "recovered_segments=%d latest_leader_epoch=%d",
-        directory,
-        clean,
-        len(kept),
-        kept[0].base_offset,
-        log_end_offset,
-        len(recovered),
-        epoch_cache.latest_epoch,
-    )
-    return LoadedLog(
-        segments=kept,
-        recovered=recovered,
-        flushed_offset=flushed_offset,
-        checkpoints=checkpoints,
-        epoch_cache=epoch_cache,
-        cleaner_checkpoint=cleaner_checkpoint,
-    )
+    return epoch_cache, checkpoints, cleaner_checkpoint
 
 
 def _scan_directory(directory: Path) -> list[int]:

@@ -28,7 +28,7 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
-from replica.batch_header import HEADER_SIZE
+from lograft.protocol.batch_header import HEADER_SIZE
 
 __all__ = ["CorruptIndexError", "IndexFile", "OffsetIndex", "write_all"]
 

@@ -32,6 +32,7 @@ crash its entries below the recovery point are right; the open rebuilds the rest
 (:mod:`replica.log.log_loader`).
 """
 
+# Over 600 lines: Kafka's UnifiedLog: the log-wide state and locking; the work is in other modules.
 from __future__ import annotations
 
 import contextlib
@@ -45,9 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from cluster.durable import write_file_atomically
-from cluster.errors import KafkaStorageError
-from replica.batch_header import BatchHeader
+from lograft.durable import write_file_atomically
+from lograft.protocol.batch_header import BatchHeader
+from lograft.protocol.errors import KafkaStorageError
+from lograft.protocol.topic_config import LogConfig
 from replica.log.cleaner import CleanableView, CleaningInput, CleaningResult
 from replica.log.cleaner_swap import CLEANER_SWAP_FILE
 from replica.log.cleaning_state import CleaningState
@@ -63,7 +65,6 @@ from replica.log.log_checkpoints import CLEANER_CHECKPOINT_FILE, RECOVERY_POINT_
 from replica.log.log_epochs import LogEpochs
 from replica.log.log_loader import CLEAN_SHUTDOWN_FILE, LoadedLog, load_log
 from replica.replication.leader_epoch_cache import LeaderEpochCache
-from replica.topic_config import LogConfig
 
 __all__ = [
     "CLEANER_CHECKPOINT_FILE",

@@ -22,9 +22,9 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from cluster.durable import write_file_atomically
-from cluster.errors import InvalidTopicError, KafkaStorageError
-from replica.topic_partition import TopicPartition, validate_topic_name
+from lograft.durable import write_file_atomically
+from lograft.protocol.errors import InvalidTopicError, KafkaStorageError
+from lograft.protocol.topic_partition import TopicPartition, validate_topic_name
 
 __all__ = [
     "MAX_CHECKPOINT_BYTES",
@@ -36,6 +36,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"
+"""The file's name in each data directory (Kafka's)."""
 _VERSION = 0
 MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024
 """A checkpoint larger than this is refused (about a million partitions' worth)."""

@@ -22,6 +22,7 @@ one operation meant for another thread is ``fdatasync`` on the descriptors retur
 :meth:`LogSegment.dup_fds`, which stay valid even if the segment closes its own.
 """
 
+# Over 600 lines: Kafka's LogSegment: one class owning a segment's log file and both indexes.
 from __future__ import annotations
 
 import bisect
@@ -31,14 +32,14 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from cluster.errors import CorruptMessageError, KafkaStorageError
-from replica.batch_header import (
+from lograft.protocol.batch_header import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
     iter_headers,
     parse_header,
 )
+from lograft.protocol.errors import CorruptMessageError, KafkaStorageError
 from replica.log.index_cursor import (
     MAX_RELATIVE_OFFSET,
     MAX_SEGMENT_BYTES,
@@ -67,9 +68,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
+"""A segment's record batches: ``<base offset, 20 digits>.log``."""
 INDEX_SUFFIX = ".index"
+"""A segment's sparse offset index (:class:`OffsetIndex`)."""
 TIME_INDEX_SUFFIX = ".timeindex"
+"""A segment's sparse time index (:class:`TimeIndex`)."""
 DELETED_SUFFIX = ".deleted"
+"""Appended to the files of a segment being deleted; they are unlinked later, and an open
+that finds one (the unlink never ran) unlinks it."""
 CLEANED_SUFFIX = ".cleaned"
 """Appended to the file names of a segment the log cleaner is still writing."""
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)

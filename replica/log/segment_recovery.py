@@ -15,14 +15,14 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from cluster.errors import CorruptMessageError
-from replica.batch_header import (
+from lograft.protocol.batch_header import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
     check_stored_batch,
     parse_header,
 )
+from lograft.protocol.errors import CorruptMessageError
 from replica.log.index_cursor import (
     MAX_RELATIVE_OFFSET,
     MAX_SEGMENT_BYTES,

@@ -1,6 +1,6 @@
 """Errors of the pure replication core.
 
-Request-level failures use the shared :mod:`cluster.errors` classes directly
+Request-level failures use the shared :mod:`lograft.protocol.errors` classes directly
 (``FENCED_LEADER_EPOCH``, ``UNKNOWN_LEADER_EPOCH``, ``NOT_LEADER_OR_FOLLOWER``,
 ``NOT_ENOUGH_REPLICAS``, ...). Two kinds are defined here:
 
@@ -13,7 +13,7 @@ Request-level failures use the shared :mod:`cluster.errors` classes directly
 
 from __future__ import annotations
 
-from cluster.errors import InvariantError, KafkaStorageError
+from lograft.protocol.errors import InvariantError, KafkaStorageError
 
 __all__ = ["LeaderEpochCheckpointError", "ReplicationInvariantError"]
 

@@ -33,7 +33,7 @@ import logging
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     FencedLeaderEpochError,
     LograftError,
     NotLeaderOrFollowerError,
@@ -55,8 +55,6 @@ __all__ = [
     "Ignore",
     "TruncateTo",
 ]
-
-log = logging.getLogger("replica.replication")
 
 R = TypeVar("R")
 
@@ -112,10 +110,15 @@ FollowerAction = AppendRecords[R] | TruncateTo | AwaitMetadata | BackOff | Ignor
 
 
 class FollowerState:
-    """A follower of ``leader_id`` at ``leader_epoch`` (a new epoch is a new object)."""
+    """A follower of ``leader_id`` at ``leader_epoch`` (a new epoch is a new object).
+
+    ``logger`` is the shell's (named ``replica.replication``): the core logs its start and
+    its truncations there.
+    """
 
     __slots__ = (
         "_high_watermark",
+        "_log",
         "leader_epoch",
         "leader_id",
         "replica_id",
@@ -129,6 +132,7 @@ class FollowerState:
         leader_id: int,
         leader_epoch: int,
         high_watermark: int,
+        logger: logging.Logger,
         unclean_leader_election: bool = False,
     ) -> None:
         if leader_id == replica_id:
@@ -137,12 +141,13 @@ class FollowerState:
             raise ReplicationInvariantError(
                 f"replica={replica_id} follows with negative high watermark {high_watermark}"
             )
+        self._log = logger
         self.replica_id = replica_id
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
         self.unclean_leader_election = unclean_leader_election
         self._high_watermark = high_watermark
-        log.info(
+        logger.info(
             "partition follower start replica=%d leader=%d leader_epoch=%d high_watermark=%d",
             replica_id,
             leader_id,
@@ -203,6 +208,20 @@ class FollowerState:
         if log_end_offset < self._high_watermark:
             self._check_truncation(log_end_offset)
 
+    def check_invariants(self, log_end_offset: int) -> None:
+        """Raise :class:`ReplicationInvariantError` if what holds between steps does not.
+
+        ``log_end_offset`` is the local log's end now: the high watermark is not negative
+        and does not pass it (a truncation below it lowered it, or raised), and this
+        replica does not follow itself. A simulation calls this after every event.
+        """
+        hw = self._high_watermark
+        if not 0 <= hw <= log_end_offset or self.leader_id == self.replica_id:
+            raise ReplicationInvariantError(
+                f"replica={self.replica_id} follows {self.leader_id} at leader_epoch="
+                f"{self.leader_epoch} with high watermark {hw}, log end {log_end_offset}"
+            )
+
     def _check_truncation(self, offset: int) -> None:
         if offset >= self._high_watermark:
             return
@@ -211,7 +230,7 @@ class FollowerState:
                 f"replica={self.replica_id} leader_epoch={self.leader_epoch} would truncate "
                 f"to {offset}, below its high watermark {self._high_watermark}"
             )
-        log.error(
+        self._log.error(
             "partition follower truncating below high watermark after an unclean leader "
             "election replica=%d leader=%d leader_epoch=%d offset=%d high_watermark=%d",
             self.replica_id,
@@ -244,7 +263,7 @@ class FollowerState:
                 offset = min(mine.end_offset, leader_end_offset, log_end_offset)
                 complete = True
         self._check_truncation(offset)
-        log.info(
+        self._log.info(
             "partition follower truncate replica=%d leader=%d leader_epoch=%d offset=%d "
             "log_end_offset=%d diverging_epoch=%d diverging_end_offset=%d complete=%s",
             self.replica_id,

@@ -37,6 +37,7 @@ UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 """Kafka's ``UNDEFINED_EPOCH_OFFSET``."""
 CHECKPOINT_VERSION = 0
+"""The format version on the first line of a leader-epoch checkpoint file (Kafka's 0)."""
 _MAX_CHECKPOINT_ENTRIES = 1_000_000
 
 

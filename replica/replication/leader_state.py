@@ -4,7 +4,7 @@ Pure: inputs are follower fetches, local appends and flushes, the controller's c
 ISR and ``now_ms``; outputs are fetch decisions, ISR proposals and produce outcomes. No
 clock, socket, thread or disk. Not thread-safe: owned by one partition on the event loop.
 
-Rules (each has a unit test in ``tests/unit/test_replication_state.py``):
+Rules (each has a unit test in ``tests/unit/replica/replication/test_replication_state.py``):
 
 * **High watermark** = the minimum, over the *maximal* ISR, of each member's log end
   offset (the leader counts its *durable* end: the flushed offset under
@@ -20,11 +20,18 @@ Rules (each has a unit test in ``tests/unit/test_replication_state.py``):
   a diverging epoch (from the leader-epoch cache) and does *not* count as progress.
 * **ISR shrink**: a follower not caught up for more than ``replica.lag.time.max.ms`` is
   proposed for removal. **ISR expand**: a follower whose log end offset is >= the HW and
-  >= the leader-epoch start offset is proposed for addition. Both are proposals
-  (AlterPartition); the ISR changes only in :meth:`LeaderState.on_isr_committed`.
+  >= the leader-epoch start offset is proposed for addition, after its fetch. Both are
+  proposals (AlterPartition); the ISR changes only in :meth:`LeaderState.on_isr_committed`.
 * **acks=all**: refused up front with ``NOT_ENOUGH_REPLICAS`` when the committed ISR is
   below ``min.insync.replicas``; a pending produce completes when the HW passes it, and
   fails with ``NOT_ENOUGH_REPLICAS_AFTER_APPEND`` if the ISR drops below the minimum first.
+
+Each step that changes something the shell must act on returns a
+:class:`~replica.replication.leader_outputs.LeaderUpdate`
+(the new HW, an AlterPartition to send, whether waiting ``acks=all`` produces must be
+judged again, whether held follower fetches may be answered); the shell performs it and
+never compares the state before and after. :meth:`LeaderState.check_invariants` states
+what holds between steps.
 
 ISR change state (``from`` row -> allowed ``to``)::
 
@@ -36,13 +43,14 @@ ISR change state (``from`` row -> allowed ``to``)::
 A change outside the table raises :class:`ReplicationInvariantError`.
 """
 
+# Over 600 lines on purpose: one file owns the leader's state machine, its rules and table.
 from __future__ import annotations
 
 import enum
 import logging
 from dataclasses import dataclass
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
     LograftError,
@@ -55,25 +63,18 @@ from cluster.errors import (
     UnknownTopicOrPartitionError,
 )
 from replica.replication.errors import ReplicationInvariantError
-from replica.replication.leader_epoch_cache import (
-    UNDEFINED_EPOCH,
-    EpochEndOffset,
-    LeaderEpochCache,
+from replica.replication.leader_epoch_cache import UNDEFINED_EPOCH, LeaderEpochCache
+from replica.replication.leader_outputs import (
+    NO_CHANGE,
+    AcksAllStatus,
+    DivergingEpoch,
+    FetchOutcome,
+    LeaderUpdate,
+    ServeFrom,
 )
 from replica.replication.messages import IsrProposal
 
-__all__ = [
-    "ISR_TRANSITIONS",
-    "AcksAllStatus",
-    "DivergingEpoch",
-    "FetchDecision",
-    "FollowerProgress",
-    "IsrState",
-    "LeaderState",
-    "ServeFrom",
-]
-
-log = logging.getLogger("replica.replication")
+__all__ = ["ISR_TRANSITIONS", "FollowerProgress", "IsrState", "LeaderState"]
 
 # Answers that prove an AlterPartition was not applied at the current partition epoch.
 _NOT_APPLIED = (IneligibleReplicaError, UnknownTopicIdError, UnknownTopicOrPartitionError)
@@ -95,49 +96,21 @@ ISR_TRANSITIONS: dict[IsrState, frozenset[IsrState]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class ServeFrom:
-    """Serve records from ``fetch_offset``; the response carries ``high_watermark``."""
-
-    fetch_offset: int
-    high_watermark: int
-
-
-@dataclass(frozen=True, slots=True)
-class DivergingEpoch:
-    """The follower's log diverges: ``diverging.epoch`` ends at ``diverging.end_offset``."""
-
-    diverging: EpochEndOffset
-    high_watermark: int
-
-
-FetchDecision = ServeFrom | DivergingEpoch
-"""What :meth:`LeaderState.on_follower_fetch` decides."""
-
-
-@dataclass(frozen=True, slots=True)
-class AcksAllStatus:
-    """Outcome of an ``acks=all`` produce waiting for ``required_offset``.
-
-    ``done`` and no error: answer success. ``done`` with an error: answer the error.
-    Not ``done``: keep waiting.
-    """
-
-    done: bool
-    error: LograftError | None = None
-
-
 @dataclass(slots=True)
 class FollowerProgress:
     """What the leader knows of one follower (Kafka's ``ReplicaState``).
 
-    ``log_end_offset`` is -1 until the follower's first valid fetch in this epoch.
+    ``log_end_offset`` is -1 until the follower's first valid fetch in this epoch. It is
+    what the latest fetch reported, which may be less than an earlier one did (a delayed
+    or repeated fetch, a follower whose disk lost its tail); ``highest_log_end_offset`` is
+    the most any fetch of this epoch reported.
     """
 
     log_end_offset: int
     last_caught_up_time_ms: int
     last_fetch_time_ms: int
     last_fetch_leader_log_end_offset: int
+    highest_log_end_offset: int = -1
 
 
 class LeaderState:
@@ -145,14 +118,17 @@ class LeaderState:
 
     A new leader epoch is a new ``LeaderState``. Creating one assigns ``leader_epoch`` in
     the leader-epoch cache at the current log end offset (Kafka's ``makeLeader``); the
-    caller persists the cache.
+    caller persists the cache, and performs :attr:`start_update`. ``logger`` is the
+    shell's (named ``replica.replication``): the core logs its role and ISR changes there.
     """
 
     __slots__ = (
+        "_checked_high_watermark",
         "_durable_end_offset",
         "_high_watermark",
         "_isr",
         "_isr_state",
+        "_log",
         "_log_end_offset",
         "_partition_epoch",
         "_pending_isr",
@@ -163,6 +139,7 @@ class LeaderState:
         "min_insync_replicas",
         "replica_id",
         "replicas",
+        "start_update",
     )
 
     def __init__(
@@ -178,6 +155,7 @@ class LeaderState:
         log_end_offset: int,
         high_watermark: int,
         now_ms: int,
+        logger: logging.Logger,
         durable_end_offset: int | None = None,
     ) -> None:
         if min_insync_replicas < 1:
@@ -186,6 +164,7 @@ class LeaderState:
             raise ReplicationInvariantError(
                 f"replica={replica_id} leads with replicas {replicas} that do not hold it once"
             )
+        self._log = logger
         self.replica_id = replica_id
         self.replicas = replicas
         self.leader_epoch = leader_epoch
@@ -215,7 +194,14 @@ class LeaderState:
         }
         # Kafka's makeLeader: an ISR of one (or followers already known) may commit at once.
         self._maybe_advance_high_watermark()
-        log.info(
+        self._checked_high_watermark = self._high_watermark
+        self.start_update = LeaderUpdate(
+            high_watermark=self._high_watermark, recheck_acks=True, wake_followers=True
+        )
+        """What becoming leader changed: the HW it opens with, the ``acks=all`` produces
+        still waiting from an earlier epoch of this leadership to judge again, and the
+        follower fetches held for the previous role to wake."""
+        logger.info(
             "partition leader start replica=%d leader_epoch=%d partition_epoch=%d isr=%s "
             "log_end_offset=%d high_watermark=%d",
             replica_id,
@@ -273,47 +259,62 @@ class LeaderState:
             p.last_caught_up_time_ms,
             p.last_fetch_time_ms,
             p.last_fetch_leader_log_end_offset,
+            p.highest_log_end_offset,
         )
 
     # --- local log -------------------------------------------------------------------------
 
-    def on_local_append(self, log_end_offset: int, durable_end_offset: int | None = None) -> bool:
+    def on_local_append(
+        self, log_end_offset: int, durable_end_offset: int | None = None
+    ) -> LeaderUpdate:
         """The leader appended; ``durable_end_offset`` defaults to the log end offset.
 
         Pass the flushed offset as ``durable_end_offset`` under ``flush.policy=fsync`` (and
-        call :meth:`on_local_flush` later). Returns whether the HW advanced.
+        call :meth:`on_local_flush` later). The update wakes the followers if the log grew
+        and carries the HW if it advanced.
         """
         if log_end_offset < self._log_end_offset:
             raise ReplicationInvariantError(
                 f"replica={self.replica_id} leader log end went back "
                 f"{self._log_end_offset} -> {log_end_offset}"
             )
+        grew = log_end_offset > self._log_end_offset
         self._log_end_offset = log_end_offset
-        return self.on_local_flush(
-            log_end_offset if durable_end_offset is None else durable_end_offset
-        )
+        durable = log_end_offset if durable_end_offset is None else durable_end_offset
+        self._check_durable(durable)
+        self._durable_end_offset = max(self._durable_end_offset, durable)
+        return self._hw_update(wake_followers=grew)
 
-    def on_local_flush(self, durable_end_offset: int) -> bool:
-        """Everything below ``durable_end_offset`` is on the leader's disk; HW may advance."""
+    def on_local_flush(self, durable_end_offset: int) -> LeaderUpdate:
+        """Everything below ``durable_end_offset`` is on the leader's disk; HW may advance.
+
+        A flush that makes nothing new durable changes nothing (a follower that just became
+        leader may report one below what this state was opened with).
+        """
+        self._check_durable(durable_end_offset)
+        if durable_end_offset <= self._durable_end_offset:
+            return NO_CHANGE
+        self._durable_end_offset = durable_end_offset
+        return self._hw_update()
+
+    def set_min_insync_replicas(self, min_insync_replicas: int) -> LeaderUpdate:
+        """Take a changed ``min.insync.replicas`` (the topic config was altered live).
+
+        A lower minimum may let the HW move at once; ``acks=all`` produces already waiting
+        are judged again by the new minimum (the update's ``recheck_acks``).
+        """
+        if min_insync_replicas < 1:
+            raise ValueError(f"min.insync.replicas must be >= 1, not {min_insync_replicas}")
+        changed = min_insync_replicas != self.min_insync_replicas
+        self.min_insync_replicas = min_insync_replicas
+        return self._hw_update(recheck_acks=changed)
+
+    def _check_durable(self, durable_end_offset: int) -> None:
         if durable_end_offset > self._log_end_offset:
             raise ReplicationInvariantError(
                 f"replica={self.replica_id} flushed {durable_end_offset} beyond log end "
                 f"{self._log_end_offset}"
             )
-        self._durable_end_offset = max(self._durable_end_offset, durable_end_offset)
-        return self._maybe_advance_high_watermark()
-
-    def set_min_insync_replicas(self, min_insync_replicas: int) -> bool:
-        """Take a changed ``min.insync.replicas`` (the topic config was altered live).
-
-        Returns whether the high watermark advanced: a lower minimum may let it move at
-        once. ``acks=all`` produces already waiting are judged by the new minimum from
-        their next check on (:meth:`completed_acks_all`).
-        """
-        if min_insync_replicas < 1:
-            raise ValueError(f"min.insync.replicas must be >= 1, not {min_insync_replicas}")
-        self.min_insync_replicas = min_insync_replicas
-        return self._maybe_advance_high_watermark()
 
     # --- follower fetches ------------------------------------------------------------------
 
@@ -324,7 +325,7 @@ class LeaderState:
         last_fetched_epoch: int,
         now_ms: int,
         current_leader_epoch: int | None = None,
-    ) -> FetchDecision:
+    ) -> FetchOutcome:
         """Validate a follower's fetch and record its progress (KIP-320 on the leader).
 
         Raises ``NOT_LEADER_OR_FOLLOWER`` for a replica not assigned to this partition,
@@ -332,7 +333,8 @@ class LeaderState:
         older / newer than this leader's, and ``OFFSET_OUT_OF_RANGE`` for a fetch offset
         beyond the log end with no epoch to check it against. A diverging fetch returns
         :class:`DivergingEpoch` and records nothing; a valid one updates the follower's log
-        end offset and caught-up time, may advance the HW, and returns :class:`ServeFrom`.
+        end offset and caught-up time, may advance the HW, may propose the follower back
+        into the ISR (:meth:`is_caught_up`), and returns :class:`ServeFrom`.
         """
         progress = self._progress.get(replica_id)
         if progress is None:
@@ -353,7 +355,7 @@ class LeaderState:
         if last_fetched_epoch != UNDEFINED_EPOCH:
             end = self.epoch_cache.end_offset_for(last_fetched_epoch, self._log_end_offset)
             if end.epoch < last_fetched_epoch or end.end_offset < fetch_offset:
-                return DivergingEpoch(end, self._high_watermark)
+                return FetchOutcome(DivergingEpoch(end, self._high_watermark))
         if fetch_offset < 0 or fetch_offset > self._log_end_offset:
             raise OffsetOutOfRangeError(
                 f"fetch offset {fetch_offset} of replica {replica_id} outside "
@@ -370,8 +372,14 @@ class LeaderState:
         progress.last_fetch_leader_log_end_offset = self._log_end_offset
         progress.last_fetch_time_ms = now_ms
         progress.log_end_offset = fetch_offset
-        self._maybe_advance_high_watermark()
-        return ServeFrom(fetch_offset, self._high_watermark)
+        progress.highest_log_end_offset = max(progress.highest_log_end_offset, fetch_offset)
+        advanced = self._maybe_advance_high_watermark()
+        update = LeaderUpdate(
+            high_watermark=self._high_watermark if advanced else None,
+            isr_proposal=self._maybe_expand_isr(replica_id),
+            recheck_acks=advanced,
+        )
+        return FetchOutcome(ServeFrom(fetch_offset, self._high_watermark), update)
 
     # --- high watermark --------------------------------------------------------------------
 
@@ -392,17 +400,31 @@ class LeaderState:
         self._high_watermark = candidate
         return True
 
+    def _hw_update(
+        self, *, recheck_acks: bool = False, wake_followers: bool = False
+    ) -> LeaderUpdate:
+        """Advance the HW if it may; the update naming it, with the shell's other tasks."""
+        if self._maybe_advance_high_watermark():
+            return LeaderUpdate(
+                high_watermark=self._high_watermark,
+                recheck_acks=True,
+                wake_followers=wake_followers,
+            )
+        if recheck_acks or wake_followers:
+            return LeaderUpdate(recheck_acks=recheck_acks, wake_followers=wake_followers)
+        return NO_CHANGE
+
     # --- ISR -------------------------------------------------------------------------------
 
-    def maybe_shrink_isr(self, now_ms: int, replica_lag_time_max_ms: int) -> IsrProposal | None:
+    def maybe_shrink_isr(self, now_ms: int, replica_lag_time_max_ms: int) -> LeaderUpdate:
         """Propose dropping followers not caught up for ``replica_lag_time_max_ms``.
 
-        Returns None when nobody lags or a change is already in flight. The leader itself
-        is never dropped. The ISR may shrink below ``min.insync.replicas`` (acks=all then
-        fails), as in Kafka.
+        The update's ``isr_proposal`` is None when nobody lags or a change is already in
+        flight. The leader itself is never dropped. The ISR may shrink below
+        ``min.insync.replicas`` (acks=all then fails), as in Kafka.
         """
         if self._isr_state is not IsrState.COMMITTED:
-            return None
+            return NO_CHANGE
         lagging = {
             r
             for r in self._isr
@@ -410,10 +432,12 @@ class LeaderState:
             and now_ms - self._progress[r].last_caught_up_time_ms > replica_lag_time_max_ms
         }
         if not lagging:
-            return None
+            return NO_CHANGE
         new_isr = tuple(r for r in self._isr if r not in lagging)
         self._transition_isr_state(IsrState.PENDING_SHRINK, new_isr)
-        return IsrProposal(new_isr, self.leader_epoch, self._partition_epoch)
+        return LeaderUpdate(
+            isr_proposal=IsrProposal(new_isr, self.leader_epoch, self._partition_epoch)
+        )
 
     def is_caught_up(self, replica_id: int) -> bool:
         """Kafka's ``isFollowerInSync``: its log end >= the HW and >= the epoch start."""
@@ -423,11 +447,10 @@ class LeaderState:
         leo = progress.log_end_offset
         return leo >= self._high_watermark and leo >= self.leader_epoch_start_offset
 
-    def maybe_expand_isr(self, replica_id: int) -> IsrProposal | None:
-        """Propose adding ``replica_id`` back if it is caught up (call after its fetch).
+    def _maybe_expand_isr(self, replica_id: int) -> IsrProposal | None:
+        """Propose adding ``replica_id`` back if it is caught up (after its valid fetch).
 
-        Returns None if it is already in the (maximal) ISR, not caught up, or a change is
-        in flight.
+        None if it is already in the (maximal) ISR, not caught up, or a change is in flight.
         """
         if (
             self._isr_state is not IsrState.COMMITTED
@@ -440,15 +463,16 @@ class LeaderState:
         self._transition_isr_state(IsrState.PENDING_EXPAND, new_isr)
         return IsrProposal(new_isr, self.leader_epoch, self._partition_epoch)
 
-    def on_isr_committed(self, isr: tuple[int, ...], partition_epoch: int) -> bool:
+    def on_isr_committed(self, isr: tuple[int, ...], partition_epoch: int) -> LeaderUpdate:
         """The controller committed ``isr`` at ``partition_epoch`` (for this leader epoch).
 
         From the AlterPartition response or from the metadata log, whichever comes first;
-        an answer with a partition epoch not newer than the current one is stale and is
-        ignored (returns False). Clears any in-flight proposal. May advance the HW.
+        an answer with a partition epoch not newer than the current one is stale and
+        changes nothing. Otherwise it clears any in-flight proposal and may advance the HW;
+        the update names the ISR taken and asks for the ``acks=all`` waits to be judged.
         """
         if partition_epoch <= self._partition_epoch:
-            return False
+            return NO_CHANGE
         new_isr = self._validate_isr(isr)
         self._transition_isr_state(IsrState.COMMITTED, ())
         for r in set(new_isr) - set(self._isr):
@@ -457,7 +481,7 @@ class LeaderState:
                 progress.last_caught_up_time_ms = max(
                     progress.last_caught_up_time_ms, progress.last_fetch_time_ms
                 )
-        log.info(
+        self._log.info(
             "partition isr committed replica=%d leader_epoch=%d partition_epoch=%d isr=%s "
             "previous_isr=%s",
             self.replica_id,
@@ -468,8 +492,12 @@ class LeaderState:
         )
         self._isr = new_isr
         self._partition_epoch = partition_epoch
-        self._maybe_advance_high_watermark()
-        return True
+        advanced = self._maybe_advance_high_watermark()
+        return LeaderUpdate(
+            high_watermark=self._high_watermark if advanced else None,
+            isr_committed=new_isr,
+            recheck_acks=True,
+        )
 
     @property
     def pending_proposal(self) -> IsrProposal | None:
@@ -497,7 +525,7 @@ class LeaderState:
             return False
         if not isinstance(error, _NOT_APPLIED):
             return False
-        log.info(
+        self._log.info(
             "partition isr change failed replica=%d leader_epoch=%d proposed=%s error=%s",
             self.replica_id,
             self.leader_epoch,
@@ -536,6 +564,47 @@ class LeaderState:
                 ),
             )
         return AcksAllStatus(False)
+
+    # --- invariants ------------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        """Raise :class:`ReplicationInvariantError` if what holds between steps does not.
+
+        The HW is at most the durable end, which is at most the log end; it has not gone
+        back since the last check; every ISR member that fetched in this epoch reported a
+        log end of at least the HW at some fetch (its latest fetch may report less: a
+        delayed or repeated fetch, or a lost tail, which the leader records as told) and
+        none beyond the leader's log end; the leader is in its committed ISR and in a
+        proposed one, and a proposal is in flight exactly when the ISR state says so. A
+        simulation calls this after every event.
+        """
+        hw = self._high_watermark
+        broken = []
+        if not hw <= self._durable_end_offset <= self._log_end_offset:
+            broken.append(
+                f"high watermark {hw} <= durable end {self._durable_end_offset} <= log end "
+                f"{self._log_end_offset} does not hold"
+            )
+        if hw < self._checked_high_watermark:
+            broken.append(f"high watermark went back {self._checked_high_watermark} -> {hw}")
+        for r, progress in self._progress.items():
+            highest = progress.highest_log_end_offset
+            if r in self._isr and 0 <= highest < hw:
+                broken.append(f"isr member {r} reported at most {highest}, below the HW {hw}")
+            if highest > self._log_end_offset:
+                broken.append(f"follower {r} reported {highest}, beyond the log end")
+        if self.replica_id not in self._isr:
+            broken.append(f"leader not in its isr {self._isr}")
+        pending = self._isr_state is not IsrState.COMMITTED
+        if pending != bool(self._pending_isr) or (
+            pending and self.replica_id not in self._pending_isr
+        ):
+            broken.append(f"isr state {self._isr_state.value} with proposal {self._pending_isr}")
+        if broken:
+            raise ReplicationInvariantError(
+                f"replica={self.replica_id} leader_epoch={self.leader_epoch}: " + "; ".join(broken)
+            )
+        self._checked_high_watermark = hw
 
     # --- helpers ---------------------------------------------------------------------------
 

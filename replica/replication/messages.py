@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from cluster.errors import LograftError
+from lograft.protocol.errors import LograftError
 from replica.replication.leader_epoch_cache import EpochEndOffset
 
 __all__ = ["FetchRequest", "FetchResponse", "IsrProposal"]

@@ -3,7 +3,8 @@
 Import from here. :mod:`replica.txn.coordinator` holds the protocol (Kafka's transaction
 coordinator, transactions version 2, and KIP-939's prepared transactions);
 :mod:`replica.txn.metadata` a transactional id's state and its ``__transaction_state``
-record bytes. ``docs/decisions/0006-transactions.md`` says how the pieces fit.
+record bytes; :mod:`replica.txn.errors` the invariant error that halts the node.
+``docs/decisions/0006-transactions.md`` says how the pieces fit.
 """
 
 from replica.txn.coordinator import (
@@ -15,6 +16,7 @@ from replica.txn.coordinator import (
     TransactionCoordinator,
     partition_for_transactional_id,
 )
+from replica.txn.errors import TxnInvariantError
 from replica.txn.metadata import (
     MAX_PRODUCER_EPOCH,
     TxnMetadata,
@@ -32,6 +34,7 @@ __all__ = [
     "MarkerJob",
     "Outcome",
     "TransactionCoordinator",
+    "TxnInvariantError",
     "TxnMetadata",
     "TxnRecord",
     "TxnState",

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
     InvalidProducerIdMappingError,
@@ -61,8 +61,9 @@ from cluster.errors import (
     LograftError,
     ProducerFencedError,
 )
+from lograft.protocol.topic_partition import TopicPartition, partition_for_name
 from replica.coordinator_leadership import check_leadership
-from replica.topic_partition import TopicPartition, partition_for_name
+from replica.txn._invariants import check_invariants
 from replica.txn.metadata import MAX_PRODUCER_EPOCH, TxnMetadata, TxnRecord, TxnState
 
 __all__ = [
@@ -75,8 +76,6 @@ __all__ = [
     "TransactionCoordinator",
     "partition_for_transactional_id",
 ]
-
-log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
@@ -143,7 +142,8 @@ class TransactionCoordinator:
     """Transactional ids of one ``__transaction_state`` partition; see the module docstring.
 
     ``coordinator_epoch`` is that partition's leader epoch when this broker took it over:
-    markers carry it, and partitions refuse markers from an older coordinator.
+    markers carry it, and partitions refuse markers from an older coordinator. ``logger``
+    is the shell's (a pure core creates none).
     """
 
     def __init__(
@@ -153,7 +153,10 @@ class TransactionCoordinator:
         max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS,
         two_phase_enabled: bool = False,
         id_expiration_ms: int = DEFAULT_ID_EXPIRATION_MS,
+        *,
+        logger: logging.Logger,
     ) -> None:
+        self._log = logger
         self.partition = partition
         self.coordinator_epoch = coordinator_epoch
         self.max_timeout_ms = max_timeout_ms
@@ -161,6 +164,8 @@ class TransactionCoordinator:
         self.two_phase_enabled = two_phase_enabled
         self.loading = True
         self._ids: dict[str, TxnMetadata] = {}
+        # Each id's producer id and epoch at the last check_invariants, to see them move.
+        self._seen: dict[str, tuple[int, int]] = {}
 
     # ---- loading ------------------------------------------------------------------------
 
@@ -406,7 +411,7 @@ class TransactionCoordinator:
                 or now_ms - meta.started_ms <= meta.timeout_ms
             ):
                 continue
-            log.info(
+            self._log.info(
                 "transaction timed out transactional_id=%s producer_id=%d epoch=%d",
                 meta.transactional_id,
                 meta.producer_id,
@@ -433,6 +438,16 @@ class TransactionCoordinator:
         for transactional_id in gone:
             del self._ids[transactional_id]
         return Outcome(gone, tuple(TxnRecord(t, None) for t in gone))
+
+    # ---- invariants ---------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        """Raise :class:`~replica.txn.errors.TxnInvariantError` if the state breaks a rule
+        (:mod:`replica.txn._invariants`: legal states, their partitions and start times, the
+        epoch bumped when a transaction was decided, producer ids not shared, epochs never
+        going back). Reads the state only, and remembers each id's epoch to see it move; a
+        simulation calls it after every step."""
+        check_invariants(self.partition, self._ids, self._seen)
 
     # ---- helpers ------------------------------------------------------------------------
 

@@ -28,9 +28,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from cluster.errors import CorruptMessageError
+from lograft.protocol.errors import CorruptMessageError
+from lograft.protocol.topic_partition import TopicPartition
 from replica.coordinator_record_fields import FieldReader, FieldWriter
-from replica.topic_partition import TopicPartition
 
 __all__ = [
     "KEY_VERSION",
@@ -44,7 +44,9 @@ __all__ = [
 ]
 
 KEY_VERSION = 0
+"""The version written in, and required of, a ``__transaction_state`` record's key."""
 VALUE_VERSION = 0
+"""The version written in, and required of, a ``__transaction_state`` record's value."""
 MAX_PRODUCER_EPOCH = 2**15 - 1
 """Epochs are int16. The coordinator hands out at most ``MAX_PRODUCER_EPOCH - 1`` so that it
 can always bump once more to fence (Kafka's ``isEpochExhausted``)."""

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 from cluster.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
 from cluster.client._client_config import DEFAULT_BOOTSTRAP_SERVERS
-from cluster.errors import TopicAlreadyExistsError
+from lograft.protocol.errors import TopicAlreadyExistsError
 
 INPUT_TOPIC = "page-views"
 OUTPUT_TOPIC = "page-view-counts"

@@ -1,9 +1,10 @@
 """The repository's docker-compose.yml, run as a user runs it, under a project of the test's own.
 
-:class:`ComposeCluster` is the chaos suite's compose driver (:class:`chaos.nemesis.ComposeTarget`:
-a unique project, free host ports through ``LOGRAFT_PORT_1..3``, ``compose`` and ``docker``
-commands, Docker's health status, which the image's check takes from each node) with what the
-tests add. ``down()`` removes the containers and their volumes.
+:class:`ComposeCluster` is the chaos suite's compose driver
+(:class:`chaos.compose_target.ComposeTarget`: a unique project, free host ports through
+``LOGRAFT_PORT_1..3``, ``compose`` and ``docker`` commands, Docker's health status, which the
+image's check takes from each node) with what the tests add. ``down()`` removes the
+containers and their volumes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from chaos.nemesis import ComposeTarget, TargetError
+from chaos.compose_target import ComposeTarget
+from chaos.targets import TargetError
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -52,7 +54,7 @@ def build_image(python: str) -> str:
 
 class ComposeCluster(ComposeTarget):
     """``docker-compose.yml`` under project ``project`` on free host ports: the chaos suite's
-    :class:`~chaos.nemesis.ComposeTarget`, with what the tests add (logs, a client container
+    :class:`~chaos.compose_target.ComposeTarget`, with what the tests add (logs, a client container
     on the compose network) and an ``up`` that leaves a failed cluster standing for its logs."""
 
     def __init__(self, project: str, work_dir: Path) -> None:

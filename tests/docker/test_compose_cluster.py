@@ -18,8 +18,8 @@ import pytest
 from cluster.client import AdminClient, Consumer, Producer
 from cluster.client.admin import NewTopic
 from cluster.client.producer import RecordMetadata
-from cluster.errors import LograftError, UnknownTopicOrPartitionError
-from replica.topic_partition import TopicPartition
+from lograft.protocol.errors import LograftError, UnknownTopicOrPartitionError
+from lograft.protocol.topic_partition import TopicPartition
 from tests.docker.compose import NODE_IDS, ComposeCluster
 from tests.integration.nodes import wait_until
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cluster.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from tests.integration.nodes import NodeProcess
 from tests.integration.quorum import OFFSETS_PARTITIONS, QuorumCluster
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import grpc
 
 from cluster.launcher.processes import free_base_port
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0

@@ -8,10 +8,10 @@ from pathlib import Path
 import grpc
 
 from cluster.node_health import check_health
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from cluster.wire import controller_pb2 as cpb
-from cluster.wire import controller_pb2_grpc as cpb_grpc
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.wire import controller_pb2 as cpb
+from lograft.protocol.wire import controller_pb2_grpc as cpb_grpc
 from tests.integration.nodes import NodeProcess, free_consecutive_ports, wait_until
 
 RPC_TIMEOUT_S = 5.0

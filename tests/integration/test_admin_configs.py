@@ -26,7 +26,7 @@ from cluster.client import (
     Producer,
     TopicPartition,
 )
-from cluster.errors import NotEnoughReplicasError
+from lograft.protocol.errors import NotEnoughReplicasError
 from tests.integration.nodes import wait_until
 from tests.integration.quorum import CLUSTER_TIMEOUT_S, OFFSETS_PARTITIONS, QuorumCluster
 

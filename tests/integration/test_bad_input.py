@@ -10,16 +10,16 @@ import crc32c
 import grpc
 import pytest
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     CorruptMessageError,
     InvalidRequiredAcksError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.records import encode_batch
+from lograft.protocol.records import encode_batch
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from tests.integration.nodes import NodeProcess
 from tests.integration.wire_helpers import create_topic, fetch_all, fetch_once, list_offset, produce
 

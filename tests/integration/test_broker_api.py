@@ -9,14 +9,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     InvalidConfigError,
     InvalidReplicationFactorError,
     TopicAlreadyExistsError,
 )
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.records import RecordBatchBuilder, encode_batch, iter_records
+from lograft.protocol.records import RecordBatchBuilder, encode_batch, iter_records
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from tests.integration.nodes import NodeProcess
 from tests.integration.wire_helpers import (
     TIMEOUT_S,

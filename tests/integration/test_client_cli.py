@@ -22,7 +22,7 @@ from cluster.client import (
     TopicPartition,
     partition_for_key,
 )
-from cluster.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from lograft.protocol.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from tests.integration.nodes import NodeProcess
 from tests.integration.quorum import QuorumCluster
 

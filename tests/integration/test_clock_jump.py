@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from chaos.clock import clock_unavailable
-from chaos.nemesis import LocalTarget
+from chaos.targets import LocalTarget
 from cluster.client import AdminClient, Producer
 from cluster.client.admin import NewTopic
 from tests.integration.nodes import wait_until

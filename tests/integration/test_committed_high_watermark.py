@@ -16,9 +16,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.records import encode_batch
+from lograft.protocol.records import encode_batch
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from tests.integration.nodes import NodeProcess, wait_until
 from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
 from tests.integration.wire_helpers import fetch_all, fetch_once, produce
@@ -40,6 +40,7 @@ def _values(node: NodeProcess) -> list[bytes]:
         return [r.value or b"" for r in fetch_all(pb_grpc.BrokerStub(channel), TOPIC, 0)]
 
 
+# Over 70 lines: a test that walks one restart scenario in order.
 def test_a_restarted_leader_publishes_its_acks_1_tail_only_once_the_isr_has_it(
     tmp_path: Path,
 ) -> None:

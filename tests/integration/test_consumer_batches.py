@@ -18,8 +18,8 @@ from cluster.client import (
     Producer,
     TopicPartition,
 )
-from replica.batch_header import parse_header
-from replica.records import iter_records
+from lograft.protocol.batch_header import parse_header
+from lograft.protocol.records import iter_records
 from tests.integration.nodes import NodeProcess
 
 pytestmark = pytest.mark.integration

@@ -96,6 +96,7 @@ def _poll_until(consumer: Consumer, count: int) -> list[ConsumerRecord]:
     return records
 
 
+# Over 70 lines: a test that walks one scenario in order: leaders, then none.
 def test_partitions_with_a_leader_are_read_while_one_has_none(data_dir: Path) -> None:
     cluster = LocalCluster.load(data_dir)
     bootstrap = cluster.bootstrap

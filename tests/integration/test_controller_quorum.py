@@ -10,16 +10,16 @@ from typing import Any
 import grpc
 import pytest
 
-from cluster.errors import (
+from cluster.status import describe_cluster
+from lograft.protocol.errors import (
     InvalidReplicationFactorError,
     InvalidUpdateVersionError,
     StaleBrokerEpochError,
 )
-from cluster.status import describe_cluster
-from cluster.wire import broker_pb2_grpc
-from cluster.wire import controller_pb2 as cpb
-from cluster.wire import controller_pb2_grpc as cpb_grpc
-from replica.records import encode_batch
+from lograft.protocol.records import encode_batch
+from lograft.protocol.wire import broker_pb2_grpc
+from lograft.protocol.wire import controller_pb2 as cpb
+from lograft.protocol.wire import controller_pb2_grpc as cpb_grpc
 from tests.integration.nodes import wait_until
 from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
 from tests.integration.wire_helpers import produce

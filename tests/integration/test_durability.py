@@ -8,8 +8,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.records import encode_batch
+from lograft.protocol.records import encode_batch
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from tests.integration.nodes import NodeProcess
 from tests.integration.wire_helpers import create_topic, fetch_all, produce
 

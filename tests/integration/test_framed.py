@@ -16,14 +16,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     InvalidRequestError,
     NetworkError,
     RecordListTooLargeError,
     RequestTimedOutError,
 )
-from cluster.framed.client import FramedChannel
-from cluster.framed.protocol import (
+from lograft.protocol.framed.client import FramedChannel
+from lograft.protocol.framed.protocol import (
     HEADER,
     MAGIC,
     STATUS_ERROR,
@@ -31,9 +31,9 @@ from cluster.framed.protocol import (
     NotFramedError,
     error_from_text,
 )
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.records import encode_batch
+from lograft.protocol.records import encode_batch
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from tests.integration.nodes import NodeProcess, free_port
 from tests.integration.wire_helpers import create_topic
 

@@ -16,7 +16,7 @@ import pytest
 
 from cluster.cli import main
 from cluster.client import AdminClient, Consumer, Producer, TopicPartition
-from cluster.errors import (
+from lograft.protocol.errors import (
     GroupIdNotFoundError,
     GroupNotEmptyError,
     GroupSubscribedToTopicError,
@@ -57,6 +57,7 @@ def _read_all(consumer: Consumer, want: int) -> list[str]:
     return seen
 
 
+# Over 70 lines: a test that walks the groups commands in order on one group.
 def test_groups_describe_reset_list_and_delete(
     grouped: QuorumCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from cluster.client import AdminClient, Consumer, Producer, TopicPartition
-from cluster.errors import (
+from lograft.protocol.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
     InvalidConfigError,
@@ -27,8 +27,8 @@ from cluster.errors import (
     UnassignedPartitionError,
     UnknownMemberIdError,
 )
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from tests.integration.nodes import NodeProcess, wait_until
 from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
 from tests.integration.wire_helpers import TIMEOUT_S

@@ -11,9 +11,9 @@ import grpc
 import pytest
 
 from cluster.client import Consumer, Producer, TopicPartition
-from cluster.errors import CoordinatorNotAvailableError, InvalidGroupIdError
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.errors import CoordinatorNotAvailableError, InvalidGroupIdError
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from replica.group import partition_for_group
 from replica.group_service import OFFSETS_TOPIC
 from tests.integration.nodes import wait_until
@@ -121,6 +121,7 @@ while True:
 """
 
 
+# Over 70 lines: a test that walks one scenario in order: crash, replace, join.
 def test_a_crashed_member_is_replaced_and_a_new_one_joins_without_stopping_the_others(
     grouped: QuorumCluster, tmp_path: Path
 ) -> None:

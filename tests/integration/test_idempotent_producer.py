@@ -20,8 +20,8 @@ import grpc
 import pytest
 
 from cluster.client import AdminClient, NewTopic, Producer
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.batch_header import BatchHeader, iter_headers
+from lograft.protocol.batch_header import BatchHeader, iter_headers
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from tests.integration.nodes import NodeProcess
 from tests.integration.wire_helpers import fetch_all, fetch_once, list_offset
 

@@ -16,8 +16,8 @@ import grpc
 import pytest
 
 from cluster.halt import HALT_EXIT_CODE
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.records import encode_batch
+from lograft.protocol.records import encode_batch
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from tests.integration.nodes import wait_until
 from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
 from tests.integration.wire_helpers import produce

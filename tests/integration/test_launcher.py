@@ -67,6 +67,7 @@ def cluster_dir(tmp_path: Path) -> Iterator[Path]:
                 pytest.fail(f"teardown could not stop the cluster: {exc} (pids {pids})")
 
 
+# Over 70 lines: a test that walks the launcher's commands in order on one cluster.
 def test_up_status_kill_restart_down(cluster_dir: Path) -> None:
     base_port = free_consecutive_ports(3)
     dir_flag = ("--data-dir", str(cluster_dir))

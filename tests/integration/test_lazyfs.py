@@ -24,12 +24,12 @@ import pytest
 
 from chaos.lazyfs import LazyFS, LazyStore, fuse_available
 from chaos.lazyfs.store import PAGE_SIZE, RENAME_EXCHANGE, RENAME_NOREPLACE, Unsynced
-from cluster.errors import KafkaStorageError
 from cluster.halt import LOG_DIR_FAILURE_EXIT_CODE
-from cluster.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.errors import KafkaStorageError
+from lograft.protocol.records import encode_batch
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from replica.log.partition_log import PartitionLog
-from replica.records import encode_batch
-from replica.topic_config import LogConfig
 from tests.integration.nodes import NodeProcess, wait_until
 from tests.integration.wire_helpers import create_topic, fetch_all, produce
 from tests.unit.log_fixtures import append_values, headers_of

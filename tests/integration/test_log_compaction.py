@@ -11,12 +11,12 @@ import grpc
 import pytest
 
 from cluster.client import Consumer, Producer, TopicPartition
-from cluster.errors import InvalidRecordError
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.errors import InvalidRecordError
+from lograft.protocol.records import encode_batch
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from replica.group import partition_for_group
 from replica.group_service import OFFSETS_TOPIC
-from replica.records import encode_batch
 from tests.integration.nodes import NodeProcess, wait_until
 from tests.integration.quorum import CLUSTER_TIMEOUT_S, OFFSETS_PARTITIONS, QuorumCluster
 from tests.integration.wire_helpers import TIMEOUT_S, create_topic, produce

@@ -24,9 +24,9 @@ import pytest
 
 from chaos.network import CLIENTS, NetFault, NetnsNetwork, free_subnet, netns_unavailable
 from cluster.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition
-from cluster.errors import LograftError
 from cluster.launcher import LauncherError, LocalCluster
 from cluster.launcher.spec import NETNS_EXEC
+from lograft.protocol.errors import LograftError
 from replica.group import partition_for_group
 from replica.group_service import OFFSETS_TOPIC
 from tests.integration.nodes import wait_until

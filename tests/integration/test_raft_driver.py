@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import grpc
 import pytest
 
-from cluster.errors import NotControllerError
-from cluster.wire import raft_pb2 as pb
-from cluster.wire import raft_pb2_grpc as pb_grpc
 from controller.quorum.driver import RaftDriver, RaftTransport
 from controller.raft import Entry, EntryKind, MemoryStorage, RaftConfig, Ready, Role, Snapshot
+from lograft.protocol.errors import NotControllerError
+from lograft.protocol.wire import raft_pb2 as pb
+from lograft.protocol.wire import raft_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.integration
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from cluster.errors import NotLeaderOrFollowerError, UnknownLeaderEpochError
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.records import encode_batch, iter_records
+from lograft.protocol.errors import NotLeaderOrFollowerError, UnknownLeaderEpochError
+from lograft.protocol.records import encode_batch, iter_records
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from tests.integration.nodes import wait_until
 from tests.integration.quorum import QuorumCluster
 from tests.integration.wire_helpers import TIMEOUT_S, fetch_once, produce

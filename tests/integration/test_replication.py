@@ -18,13 +18,13 @@ import grpc
 import pytest
 
 from cluster.client import Producer
-from cluster.errors import NotEnoughReplicasError
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.batch_header import iter_headers
+from lograft.protocol.batch_header import iter_headers
+from lograft.protocol.errors import NotEnoughReplicasError
+from lograft.protocol.records import encode_batch
+from lograft.protocol.topic_config import LogConfig
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from replica.log.partition_log import PartitionLog
-from replica.records import encode_batch
-from replica.topic_config import LogConfig
 from tests.integration.nodes import NodeProcess, wait_until
 from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
 from tests.integration.wire_helpers import fetch_all, fetch_once, produce
@@ -116,6 +116,7 @@ def _kill_leader_and_restart(
     )
 
 
+# Over 70 lines: a test that walks one scenario in order: each leader killed in turn.
 def test_acknowledged_writes_survive_killing_each_leader_in_turn(cluster: QuorumCluster) -> None:
     topic, partitions = "orders", 3
     assert cluster.create_topic(cluster.nodes[1], topic, partitions, 3, GUARDED) == 0

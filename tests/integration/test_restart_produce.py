@@ -20,11 +20,15 @@ import pytest
 
 from cluster.client import Producer
 from cluster.client.producer import RecordMetadata
-from cluster.errors import NotLeaderOrFollowerError, UnknownTopicOrPartitionError, error_for_code
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from cluster.wire import node_pb2 as npb
-from cluster.wire import node_pb2_grpc as npb_grpc
-from replica.records import encode_batch
+from lograft.protocol.errors import (
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from lograft.protocol.records import encode_batch
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.wire import node_pb2 as npb
+from lograft.protocol.wire import node_pb2_grpc as npb_grpc
 from tests.integration.nodes import NodeProcess, wait_until
 from tests.integration.quorum import QuorumCluster
 from tests.integration.wire_helpers import produce

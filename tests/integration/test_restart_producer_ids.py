@@ -14,9 +14,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cluster.errors import error_for_code
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
+from lograft.protocol.errors import error_for_code
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from tests.integration.nodes import wait_until
 from tests.integration.quorum import QuorumCluster
 

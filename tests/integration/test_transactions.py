@@ -32,7 +32,7 @@ from cluster.client import (
     Producer,
     TopicPartition,
 )
-from cluster.errors import ProducerFencedError
+from lograft.protocol.errors import ProducerFencedError
 from replica.txn import partition_for_transactional_id
 from replica.txn_service import TRANSACTION_STATE_TOPIC
 from tests.integration.nodes import wait_until

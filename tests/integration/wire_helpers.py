@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.records import Record, iter_records
+from lograft.protocol.records import Record, iter_records
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 
 TIMEOUT_S = 30.0
 

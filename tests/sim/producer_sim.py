@@ -14,28 +14,40 @@ each batch goes in a request of its own to the broker the client believes leads;
 answer is a timeout; a retriable error sends the batch again after a back-off, until
 ``delivery.timeout.ms``.
 
-Besides the replication invariants, a run checks, once the producer has nothing left:
-every acknowledged batch is in the converged log once, at the offset it was acknowledged
-with; no batch is in the log twice; batches are in the log in the order they were sent; and
-no batch failed with a sequencing error (``OUT_OF_ORDER_SEQUENCE_NUMBER`` and the like): an
-idempotent producer sends such a batch again, after its predecessor or re-sequenced under a
-new epoch (KIP-360); only ``delivery.timeout.ms`` ends it.
+Besides the replication invariants, a run checks the cores' own after every event: every
+replica's producer state (``producer_state_invariants``,
+:meth:`~replica.producer_state.ProducerStateManager.check_invariants`) and the client's
+sequencer (``sequencer_invariants``,
+:meth:`~cluster.client._sequencing.Sequencer.check_invariants`). Once the producer has
+nothing left it checks that every acknowledged batch is in the converged log once, at the
+offset it was acknowledged with; no batch is in the log twice; batches are in the log in the
+order they were sent; and no batch failed with a sequencing error
+(``OUT_OF_ORDER_SEQUENCE_NUMBER`` and the like): an idempotent producer sends such a batch
+again, after its predecessor or re-sequenced under a new epoch (KIP-360); only
+``delivery.timeout.ms`` ends it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.client._sequencing import SEQUENCE_MODULUS, Sequencer
-from cluster.errors import LograftError, NotLeaderOrFollowerError, RequestTimedOutError
-from replica.batch_header import BatchHeader
+from lograft.protocol.batch_header import BatchHeader
+from lograft.protocol.errors import (
+    InvariantError,
+    LograftError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+)
+from lograft.protocol.topic_partition import TopicPartition
 from replica.producer_state import Duplicate, ProducerStateManager
 from replica.replication import LeaderState
-from replica.topic_partition import TopicPartition
 from tests.sim.replication_sim import (
     _DELIVER,
     _RESTART,
@@ -46,6 +58,9 @@ from tests.sim.replication_sim import (
     ReplicationSimulator,
     ReplRunResult,
 )
+
+# The cores' logger in these tests (their shells pass the real ones).
+CORE_LOG = logging.getLogger(__name__)
 
 __all__ = [
     "CLIENT",
@@ -167,7 +182,7 @@ class ProducerReplication(ReplicationSimulator):
         self.stamps: dict[int, Stamp] = {}
         """Record id -> the producer batch it is (records of other writers have none)."""
         self.waiters: dict[int, list[Waiter]] = {r: [] for r in REPLICAS}
-        self.sequencer = Sequencer()
+        self.sequencer = Sequencer(logger=CORE_LOG)
         self.sequencer.set_producer_id(PRODUCER_ID, 0)
         self.batches: list[SimBatch] = []
         self.queue: deque[SimBatch] = deque()
@@ -431,6 +446,22 @@ class ProducerReplication(ReplicationSimulator):
         )
 
     # --- running and checking -------------------------------------------------------------
+
+    def _check(self) -> None:
+        """The replication invariants, then the producer state of every replica (alive or
+        not: a crashed one holds what it replayed) and the client's sequencer."""
+        super()._check()
+        for rid, state in self.states.items():
+            self._check_own(f"replica {rid} producer state", state.check_invariants)
+            self.checks["producer_state_invariants"] += 1
+        self._check_own("sequencer", self.sequencer.check_invariants)
+        self.checks["sequencer_invariants"] += 1
+
+    def _check_own(self, what: str, check: Callable[[], None]) -> None:
+        try:
+            check()
+        except InvariantError as exc:
+            self.fail(f"{what} invariant: {exc}")
 
     def producer_idle(self) -> bool:
         return not self.queue and not self.outstanding

@@ -24,16 +24,20 @@ logs, HW at the log end; then every acknowledged ``acks=all`` record must be in 
 in-sync replica's log exactly once, at the offset it was acknowledged with.
 """
 
+# Over 600 lines on purpose: the model (logs, controller, network, faults) is one world.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
+import logging
 import random
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.errors import (
+from lograft.protocol.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidRequestError,
@@ -51,6 +55,7 @@ from replica.replication import (
     IsrProposal,
     LeaderEpochCache,
     LeaderState,
+    ReplicationInvariantError,
 )
 
 __all__ = [
@@ -66,6 +71,8 @@ Entry = tuple[int, int]
 """``(leader epoch, record id)``; the offset is the index in the log."""
 REPLICAS = (1, 2, 3)
 CONTROLLER = 0
+REPLICATION_LOG = logging.getLogger("replica.replication")
+"""The logger the broker hands its replication cores; the simulation hands them the same."""
 
 (
     _DELIVER,
@@ -546,8 +553,9 @@ class ReplicationSimulator:
             if meta.partition_epoch > replica.partition_epoch:
                 replica.partition_epoch = meta.partition_epoch
                 if isinstance(replica.role, LeaderState):
-                    replica.role.on_isr_committed(meta.isr, meta.partition_epoch)
-                    self._complete_acks(replica)
+                    update = replica.role.on_isr_committed(meta.isr, meta.partition_epoch)
+                    if update.recheck_acks:
+                        self._complete_acks(replica)
             return
         rid = replica.replica_id
         self._drop_pending_acks(replica)
@@ -570,6 +578,7 @@ class ReplicationSimulator:
                 durable_end_offset=replica.synced,
                 high_watermark=replica.high_watermark,
                 now_ms=self.now_ms,
+                logger=REPLICATION_LOG,
             )
             replica.last_leader_hw = replica.role.high_watermark
             self.schedule(10, _LEADER_TICK, rid, (replica.generation, meta.leader_epoch))
@@ -581,6 +590,7 @@ class ReplicationSimulator:
                 leader_id=meta.leader,
                 leader_epoch=meta.leader_epoch,
                 high_watermark=min(replica.high_watermark, len(replica.log)),
+                logger=REPLICATION_LOG,
             )
             self._send_fetch(replica)
 
@@ -609,7 +619,7 @@ class ReplicationSimulator:
             proposal = role.pending_proposal
             if proposal is not None:
                 role.on_alter_partition_failed(RequestTimedOutError("AlterPartition timed out"))
-        proposal = role.maybe_shrink_isr(self.now_ms, self.cfg.replica_lag_time_max_ms)
+        proposal = role.maybe_shrink_isr(self.now_ms, self.cfg.replica_lag_time_max_ms).isr_proposal
         if proposal is None:
             proposal = role.pending_proposal  # resend: the answer may have been lost
         if proposal is not None:
@@ -639,7 +649,8 @@ class ReplicationSimulator:
         """The leader's produce path: append (the log learns the epoch), then group commit."""
         replica.cache.assign(role.leader_epoch, len(replica.log))
         replica.log.append((role.leader_epoch, record_id))
-        role.on_local_append(len(replica.log), durable_end_offset=replica.synced)
+        if role.on_local_append(len(replica.log), durable_end_offset=replica.synced).recheck_acks:
+            self._complete_acks(replica)
         self._schedule_fsync(replica)
 
     def _schedule_fsync(self, replica: Replica) -> None:
@@ -653,8 +664,8 @@ class ReplicationSimulator:
         replica.synced = len(replica.log)
         role = replica.role
         if isinstance(role, LeaderState):
-            role.on_local_flush(replica.synced)
-            self._complete_acks(replica)
+            if role.on_local_flush(replica.synced).recheck_acks:
+                self._complete_acks(replica)
         elif isinstance(role, FollowerState):
             replica.high_watermark = role.high_watermark  # published once flushed
             self._send_fetch(replica)  # the fetch offset acknowledges durable data only
@@ -705,7 +716,7 @@ class ReplicationSimulator:
             self.send(Message(reply.kind, reply.src, reply.dst, response, reply.seq))
             return
         try:
-            decision = role.on_follower_fetch(
+            outcome = role.on_follower_fetch(
                 request.replica_id,
                 request.fetch_offset,
                 request.last_fetched_epoch,
@@ -718,6 +729,7 @@ class ReplicationSimulator:
             )
             self.send(Message(reply.kind, reply.src, reply.dst, response, reply.seq))
             return
+        decision = outcome.decision
         if isinstance(decision, DivergingEpoch):
             self.checks["diverging_epoch_answers"] += 1
             response = FetchResponse(
@@ -735,10 +747,12 @@ class ReplicationSimulator:
                 role.leader_epoch, start, decision.high_watermark, records, start + len(records)
             )
         self.send(Message(reply.kind, reply.src, reply.dst, response, reply.seq))
-        self._complete_acks(leader)
-        proposal = role.maybe_expand_isr(request.replica_id)
-        if proposal is not None:
-            self._send_alter(leader, proposal)
+        # What the broker's Partition does with the update: propose, then settle the acks.
+        update = outcome.update
+        if update.isr_proposal is not None:
+            self._send_alter(leader, update.isr_proposal)
+        if update.recheck_acks:
+            self._complete_acks(leader)
 
     def _send_alter(self, replica: Replica, proposal: IsrProposal) -> None:
         """One AlterPartition call at a time per partition, as the broker makes them.
@@ -893,6 +907,8 @@ class ReplicationSimulator:
             if not replica.alive or role is None:
                 continue
             if isinstance(role, LeaderState):
+                self._check_core(role.check_invariants)
+                self.checks["leader_core_invariants"] += 1
                 hw = role.high_watermark
                 if role.leader_epoch == replica.leader_epoch and hw < replica.last_leader_hw:
                     self.fail(
@@ -917,6 +933,8 @@ class ReplicationSimulator:
                 self.checks["isr_agree_below_hw"] += 1
                 self._extend_committed(replica.replica_id, prefix)
             else:
+                self._check_core(functools.partial(role.check_invariants, len(replica.log)))
+                self.checks["follower_core_invariants"] += 1
                 hw = role.high_watermark
                 if hw > len(replica.log):
                     self.fail(f"follower {replica.replica_id} HW {hw} beyond its log end")
@@ -925,6 +943,13 @@ class ReplicationSimulator:
                         f"follower {replica.replica_id} log below its HW {hw} is not committed"
                     )
                 self.checks["follower_hw_committed"] += 1
+
+    def _check_core(self, check: Callable[[], None]) -> None:
+        """A core's own ``check_invariants``; a broken one fails the run with its seed."""
+        try:
+            check()
+        except ReplicationInvariantError as exc:
+            self.fail(f"core invariant: {exc}")
 
     def _extend_committed(self, rid: int, prefix: list[Entry]) -> None:
         n = len(self.committed)

@@ -14,8 +14,11 @@ Time is an integer ``now_ms``; work is a heap of ``(due_ms, seq, event)``. Nothi
   when the seed says so, keeps a random prefix of it -- a disk may flush some of it).
 * :class:`SimNode`: the shell around a :class:`RaftNode`: it obeys the Ready contract
   (write, fsync, then send, then apply, then advance) and crashes and restarts from disk.
-* :class:`InvariantChecker`: runs after *every* event and raises :class:`SimulationFailure`
-  with the seed and the exact replay command.
+* :class:`InvariantChecker` (in ``raft_checker``): runs after *every* event, with each
+  core's ``check_invariants`` after every step, and raises :class:`SimulationFailure` with
+  the seed and the exact replay command.
+
+``sim_parts`` holds the values and standalone parts (swarm, result, disk, partitions).
 
 A run has a faulty phase (safety only), then every fault heals and a liveness phase demands a
 leader and a new entry committed and applied on every replica within a time bound.
@@ -26,15 +29,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import heapq
+import logging
 import random
-from collections import Counter, deque
-from dataclasses import dataclass
+from collections import deque
 from typing import Any
 
 from controller.raft import (
     EntryKind,
     InvalidSnapshotError,
-    MemoryStorage,
     NotLeaderError,
     RaftConfig,
     RaftMessage,
@@ -43,6 +45,10 @@ from controller.raft import (
     Role,
     Snapshot,
 )
+from controller.raft._fetcher import fetch_due
+from controller.raft._leader import held_fetch_due
+from tests.sim.raft_checker import InvariantChecker
+from tests.sim.sim_parts import RunResult, SimDisk, SwarmConfig, cut_between
 
 __all__ = [
     "InvariantChecker",
@@ -72,111 +78,6 @@ def replay_command(seed: int) -> str:
 
 class SimulationFailure(AssertionError):
     """An invariant broke (or liveness failed); the message says how to replay the seed."""
-
-
-@dataclass(frozen=True, slots=True)
-class SwarmConfig:
-    """Everything a seed randomises about the cluster and its faults."""
-
-    voters: int
-    observers: int
-    tick_ms: int
-    election_timeout_ticks: int
-    max_fetch_entries: int
-    fetch_max_wait_ticks: int
-    drop: float
-    duplicate: float
-    delay_max_ms: int
-    disk_delay_max_ms: int
-    partial_disk_loss: bool
-    nemesis_interval_ms: int
-    crash_weight: int
-    partition_weight: int
-    link_weight: int
-    propose_interval_ms: int
-    snapshot_probability: float
-    faulty_ms: int
-    liveness_ms: int
-
-    @classmethod
-    def draw(cls, rng: random.Random, faulty_ms: int) -> SwarmConfig:
-        """Pick one swarm configuration."""
-        election_timeout_ticks = rng.randint(5, 10)
-        tick_ms = 10
-        return cls(
-            voters=rng.choice((3, 3, 5)),
-            observers=rng.randint(0, 2),
-            tick_ms=tick_ms,
-            election_timeout_ticks=election_timeout_ticks,
-            max_fetch_entries=rng.choice((2, 8, 64)),
-            drop=rng.choice((0.0, 0.02, 0.1, 0.3)),
-            duplicate=rng.choice((0.0, 0.02, 0.1)),
-            delay_max_ms=rng.choice((1, 5, 20, 60)),
-            disk_delay_max_ms=rng.choice((0, 2, 10)),
-            partial_disk_loss=rng.random() < 0.5,
-            nemesis_interval_ms=rng.choice((40, 120, 300)),
-            crash_weight=rng.choice((0, 1, 2, 4)),
-            partition_weight=rng.choice((0, 1, 3)),
-            link_weight=rng.choice((0, 1, 2)),
-            propose_interval_ms=rng.choice((8, 25, 80)),
-            snapshot_probability=rng.choice((0.0, 0.05, 0.3)),
-            # Drawn last, so the draws above stay what they were for every seed. Fetching
-            # every tick, a short long poll, or the node's default (half the election timeout).
-            fetch_max_wait_ticks=rng.choice((0, 1, election_timeout_ticks // 2)),
-            faulty_ms=faulty_ms,
-            # Generous: many election timeouts (each up to 2x the base) with no faults left.
-            liveness_ms=30 * election_timeout_ticks * tick_ms,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    """What one schedule did, for the pytest summary."""
-
-    seed: int
-    voters: int
-    observers: int
-    events: int
-    checks: Counter[str]
-    max_epoch: int
-    committed: int
-    crashes: int
-    partitions: int
-
-
-class SimDisk:
-    """One node's disk: ``written`` is what reads see, ``synced`` what survives a crash."""
-
-    def __init__(self, rng: random.Random, partial_loss: bool) -> None:
-        self._rng = rng
-        self._partial_loss = partial_loss
-        self.written = MemoryStorage()
-        self._synced = MemoryStorage()
-        self._unsynced: list[Ready] = []
-
-    def write(self, ready: Ready) -> None:
-        """Write (not yet durable) what ``ready`` asks to persist."""
-        if ready.must_sync:
-            self.written.write(ready)
-            self._unsynced.append(ready)
-
-    def fsync(self) -> None:
-        """Make everything written durable."""
-        for ready in self._unsynced:
-            self._synced.write(ready)
-        self._unsynced.clear()
-
-    def crash(self) -> int:
-        """Lose what was not fsynced (maybe keeping a prefix); returns the writes lost."""
-        keep = 0
-        if self._partial_loss and self._unsynced:
-            keep = self._rng.randrange(len(self._unsynced) + 1)
-        for ready in self._unsynced[:keep]:
-            self._synced.write(ready)
-        lost = len(self._unsynced) - keep
-        self._unsynced.clear()
-        self.written = self._synced.copy()
-        return lost
 
 
 class SimNetwork:
@@ -226,21 +127,6 @@ class SimNetwork:
         self.duplicate = 0.0
 
 
-def cut_between(groups: list[set[int]]) -> set[tuple[int, int]]:
-    """Links to block so that traffic flows only inside each group (both directions).
-
-    A node in no group keeps all its links (the bridge of a bridge partition).
-    """
-    blocked: set[tuple[int, int]] = set()
-    for i, group in enumerate(groups):
-        for other in groups[i + 1 :]:
-            for a in group:
-                for b in other:
-                    blocked.add((a, b))
-                    blocked.add((b, a))
-    return blocked
-
-
 class SimNode:
     """The application around one RaftNode: disk, state machine, crash and restart."""
 
@@ -281,7 +167,8 @@ class SimNode:
             self.applied_end, self.digest = 0, b""
         else:
             self.restore(snapshot)
-        self.raft = RaftNode(self.config, storage, random.Random(self.rng.getrandbits(64)))
+        rng = random.Random(self.rng.getrandbits(64))
+        self.raft = RaftNode(self.config, storage, rng, logging.getLogger("controller.raft"))
         self.busy = None
         self.sim.checker.on_start(self)
         phase = self.rng.randrange(self.sim.cfg.tick_ms)
@@ -366,200 +253,6 @@ def _chain(digest: bytes, offset: int, epoch: int, kind: EntryKind, data: bytes)
     hasher.update(f"{offset}/{epoch}/{int(kind)}/".encode())
     hasher.update(data)
     return hasher.digest()
-
-
-class InvariantChecker:
-    """Raft's safety properties, checked incrementally after every event.
-
-    ``checks`` counts every check that passed, by property.
-    """
-
-    def __init__(self, sim: Simulator) -> None:
-        self.sim = sim
-        self.checks: Counter[str] = Counter()
-        self.leader_of_epoch: dict[int, int] = {}
-        # Globally committed entries by offset, and the epoch in which each was first known
-        # committed (leaders of later epochs must hold it: leader completeness).
-        self.committed: list[tuple[int, EntryKind, bytes]] = []
-        self.committed_in_epoch: list[int] = []
-        self.log_entries: dict[tuple[int, int], tuple[EntryKind, bytes, int]] = {}
-        self.applied: dict[int, tuple[int, EntryKind, bytes]] = {}
-        self.digest_at: dict[int, bytes] = {0: b""}
-        self.votes: dict[tuple[int, int], int] = {}
-        self._checked_end: dict[int, int] = {}
-        self._checked_tail_epoch: dict[int, int | None] = {}
-        self._last_hw: dict[int, int] = {}
-        self._seen_leader: set[tuple[int, int]] = set()
-
-    def fail(self, what: str, detail: str) -> None:
-        """Raise with the seed and how to replay it."""
-        self.sim.fail(f"{what}: {detail}")
-
-    def on_start(self, node: SimNode) -> None:
-        """A node (re)started: its high watermark may reset, never its applied entries."""
-        self._checked_end[node.node_id] = 0
-        self._checked_tail_epoch[node.node_id] = None
-        raft = node.raft
-        assert raft is not None
-        self._last_hw[node.node_id] = raft.high_watermark
-        self.on_applied_state(node)
-
-    def on_persisted(self, node: SimNode, ready: Ready) -> None:
-        """A voter's durable vote never changes within an epoch, even across restarts."""
-        hard_state = ready.hard_state
-        if hard_state is not None and hard_state.voted_for is not None:
-            key = (node.node_id, hard_state.epoch)
-            previous = self.votes.setdefault(key, hard_state.voted_for)
-            if previous != hard_state.voted_for:
-                self.fail(
-                    "one vote per epoch",
-                    f"node {node.node_id} voted for {previous} and {hard_state.voted_for} "
-                    f"in epoch {hard_state.epoch}",
-                )
-            self.checks["one_vote_per_epoch"] += 1
-
-    def on_apply(
-        self, node: SimNode, offset: int, epoch: int, kind: EntryKind, data: bytes
-    ) -> None:
-        """State machine safety: every replica applies the same entry at each offset."""
-        applied = self.applied.setdefault(offset, (epoch, kind, data))
-        if applied != (epoch, kind, data):
-            self.fail(
-                "state machine safety",
-                f"node {node.node_id} applies {(epoch, kind, data)!r} at {offset}, "
-                f"another replica applied {applied!r}",
-            )
-        self.checks["state_machine_safety"] += 1
-
-    def on_applied_state(self, node: SimNode) -> None:
-        """The state machine at an offset is the same everywhere (covers snapshots too)."""
-        known = self.digest_at.setdefault(node.applied_end, node.digest)
-        if known != node.digest:
-            self.fail(
-                "state machine safety",
-                f"node {node.node_id} state at {node.applied_end} differs from another replica's",
-            )
-        self.checks["state_machine_safety"] += 1
-
-    def on_restore(self, node: SimNode) -> None:
-        """A snapshot install must land on a state some replica really had."""
-        self.on_applied_state(node)
-
-    def check_node(self, node: SimNode) -> None:
-        """Everything about one node after an event touched it."""
-        raft = node.raft
-        if raft is None:
-            return
-        nid = node.node_id
-        epoch = raft.epoch
-        # Election safety: at most one leader per epoch, ever.
-        if raft.role is Role.LEADER:
-            leader = self.leader_of_epoch.setdefault(epoch, nid)
-            if leader != nid:
-                self.fail("election safety", f"nodes {leader} and {nid} both led epoch {epoch}")
-            if (epoch, nid) not in self._seen_leader:
-                self._seen_leader.add((epoch, nid))
-                self._check_leader_completeness(node, raft)
-        self.checks["election_safety"] += 1
-        self._check_log_matching(node, raft)
-        self._check_high_watermark(node, raft)
-
-    def _check_leader_completeness(self, node: SimNode, raft: RaftNode) -> None:
-        """Section 5.4: a leader of epoch e holds every entry committed before e."""
-        start = raft.log_start_offset
-        end = raft.log_end_offset
-        for offset, (committed_epoch, kind, data) in enumerate(self.committed):
-            if self.committed_in_epoch[offset] >= raft.epoch or offset < start:
-                continue  # committed by a later leader, or inside our snapshot
-            if offset >= end:
-                self.fail(
-                    "leader completeness",
-                    f"leader {node.node_id} of epoch {raft.epoch} lacks committed offset {offset}",
-                )
-            entry = raft.entries(offset, offset + 1)[0]
-            if (entry.epoch, entry.kind, entry.data) != (committed_epoch, kind, data):
-                self.fail(
-                    "leader completeness",
-                    f"leader {node.node_id} of epoch {raft.epoch} has {entry!r} at committed "
-                    f"offset {offset}",
-                )
-        self.checks["leader_completeness"] += 1
-
-    def _check_log_matching(self, node: SimNode, raft: RaftNode) -> None:
-        """Section 5.3: same offset and epoch means same entry and same history before it.
-
-        Each (offset, epoch) is bound to its data and to the epoch before it; by induction
-        two logs that share an (offset, epoch) then share the whole prefix.
-        """
-        nid = node.node_id
-        start, end = raft.log_start_offset, raft.log_end_offset
-        checked = self._checked_end[nid]
-        if (
-            checked > end
-            or checked < start
-            or (checked > start and raft.epoch_at(checked - 1) != self._checked_tail_epoch[nid])
-        ):
-            checked = start  # truncated, replaced or compacted: look again from the start
-        if checked < end:
-            previous_epoch = raft.epoch_at(checked - 1)
-            for entry in raft.entries(checked, end):
-                assert previous_epoch is not None
-                bound = self.log_entries.setdefault(
-                    (entry.offset, entry.epoch), (entry.kind, entry.data, previous_epoch)
-                )
-                if bound != (entry.kind, entry.data, previous_epoch):
-                    self.fail(
-                        "log matching",
-                        f"node {nid} has {entry!r} after epoch {previous_epoch}; another log "
-                        f"has {bound!r} at the same offset and epoch",
-                    )
-                previous_epoch = entry.epoch
-                self.checks["log_matching"] += 1
-        self._checked_end[nid] = end
-        self._checked_tail_epoch[nid] = raft.epoch_at(end - 1) if end > start else None
-
-    def _check_high_watermark(self, node: SimNode, raft: RaftNode) -> None:
-        """Committed entries agree everywhere, never roll back, and the HW only grows."""
-        nid = node.node_id
-        hw = raft.high_watermark
-        last = self._last_hw[nid]
-        if hw < last:
-            self.fail("high watermark monotonic", f"node {nid} went from {last} to {hw}")
-        self.checks["high_watermark_monotonic"] += 1
-        if hw > raft.log_end_offset:
-            self.fail("high watermark", f"node {nid} hw {hw} beyond log end {raft.log_end_offset}")
-        if hw > last:
-            first = max(last, raft.log_start_offset)
-            for entry in raft.entries(first, hw):
-                self._agree_committed(
-                    nid, entry.offset, entry.epoch, entry.kind, entry.data, raft.epoch
-                )
-            if hw > len(self.committed):
-                self.fail("committed entries", f"node {nid} committed {hw} but offsets are unknown")
-        self._last_hw[nid] = hw
-        # Committed never rolls back: the last committed entry this node holds is intact.
-        if hw > raft.log_start_offset:
-            tail = raft.entries(hw - 1, hw)[0]
-            self._agree_committed(nid, tail.offset, tail.epoch, tail.kind, tail.data, raft.epoch)
-            self.checks["committed_never_rolled_back"] += 1
-
-    def _agree_committed(
-        self, nid: int, offset: int, epoch: int, kind: EntryKind, data: bytes, known_in: int
-    ) -> None:
-        if offset < len(self.committed):
-            if self.committed[offset] != (epoch, kind, data):
-                self.fail(
-                    "committed entries",
-                    f"node {nid} committed {(epoch, kind, data)!r} at {offset}; "
-                    f"{self.committed[offset]!r} was committed there before",
-                )
-            self.committed_in_epoch[offset] = min(self.committed_in_epoch[offset], known_in)
-        elif offset == len(self.committed):
-            self.committed.append((epoch, kind, data))
-            self.committed_in_epoch.append(known_in)
-        else:
-            self.fail("committed entries", f"node {nid} committed {offset} past a gap")
-        self.checks["committed_agreement"] += 1
 
 
 class Simulator:
@@ -657,12 +350,14 @@ class Simulator:
             if node.raft is None or payload != node.generation:
                 return  # a timer of a process that has died since
             self._tick_checking_quiet(node.raft)
+            self.checker.check_core(node.raft)
             self.schedule(self.cfg.tick_ms, _TICK, nid, node.generation)
         elif kind == _DELIVER:
             assert node is not None
             if node.raft is None or not self.network.deliverable(payload):
                 return
             node.raft.step(payload)
+            self.checker.check_core(node.raft)
         elif kind == _FSYNC:
             assert node is not None
             if node.raft is None or payload != node.generation or node.busy is None:
@@ -854,9 +549,9 @@ def _observable(raft: RaftNode) -> tuple[Any, ...]:
         raft.epoch,
         raft.leader_id,
         raft.voted_for,
-        len(raft._messages),
-        raft._fetch_due(),
-        raft._held_fetch_due(),
+        len(raft._core.out.messages),
+        fetch_due(raft._core),
+        held_fetch_due(raft._core),
         raft.has_ready(),
     )
 

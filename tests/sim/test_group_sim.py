@@ -48,9 +48,11 @@ and fault; names as in the summary):
     LOGRAFT_GROUP_SIM_SEED=<seed> .venv/bin/pytest tests/sim/test_group_sim.py -k replay
 """
 
+# Over 600 lines: the simulator, its checker and the tests that break it, read together.
 from __future__ import annotations
 
 import heapq
+import logging
 import os
 import random
 import time
@@ -62,11 +64,13 @@ from typing import Any
 import pytest
 
 from cluster.client._membership import GroupMembership, MemberState, Reconciliation
-from cluster.errors import CoordinatorNotAvailableError, LograftError
+from lograft.protocol.errors import CoordinatorNotAvailableError, LograftError
+from lograft.protocol.topic_partition import TopicPartition
 from replica.group import (
     GroupCoordinator,
     GroupCoordinatorConfig,
     GroupDescription,
+    GroupLoggers,
     GroupRecord,
     OffsetAndMetadata,
     OffsetCommitKey,
@@ -77,7 +81,10 @@ from replica.group import (
     encode,
 )
 from replica.group import coordinator as coordinator_module
-from replica.topic_partition import TopicPartition
+
+# The cores' logger in these tests (their shells pass the real ones).
+CORE_LOG = logging.getLogger(__name__)
+GROUP_LOGGERS = GroupLoggers(CORE_LOG, CORE_LOG, CORE_LOG)
 
 DEFAULT_SCHEDULES = 80
 CHUNKS = 4
@@ -277,7 +284,9 @@ class GroupSimulator:
     # --- plumbing -----------------------------------------------------------------------------
 
     def _new_coordinator(self) -> GroupCoordinator:
-        return GroupCoordinator(random.Random(self.ids.getrandbits(64)), self.config, partition=0)
+        return GroupCoordinator(
+            random.Random(self.ids.getrandbits(64)), self.config, partition=0, loggers=GROUP_LOGGERS
+        )
 
     def _push(self, due: int, kind: int, payload: Any) -> None:
         self._seq += 1

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from controller.raft import _election, _step
 from controller.raft import node as raft_node
+from controller.raft._core import Core
+from controller.raft._fetcher import on_fetch_response
 from controller.raft.messages import ErrorCode, FetchResponse
 from controller.raft.node import Rejection
 from tests.sim.simulator import SimulationFailure, run_seed
@@ -28,7 +31,7 @@ def _first_failure() -> str:
 
 def test_votes_for_stale_logs_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Break section 5.4.1 (election restriction): leader completeness must fail."""
-    monkeypatch.setattr(raft_node.RaftNode, "_log_is_up_to_date", lambda self, epoch, end: True)
+    monkeypatch.setattr(_election, "log_is_up_to_date", lambda core, epoch, end: True)
     assert "replay: LOGRAFT_SIM_SEED=" in _first_failure()
 
 
@@ -36,19 +39,19 @@ def test_trusting_the_leaders_high_watermark_blindly_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Break the follower's ``min(leader HW, matched end)``: a replica applies wrong entries."""
-    original = raft_node.RaftNode._on_fetch_response
 
-    def trusting(self: raft_node.RaftNode, m: FetchResponse) -> Rejection | None:
-        result = original(self, m)
+    def trusting(core: Core, m: FetchResponse) -> Rejection | None:
+        result = on_fetch_response(core, m)
         if (
             m.error is ErrorCode.NONE
-            and m.epoch == self.epoch
-            and self._high_watermark < m.high_watermark <= self.log_end_offset
+            and m.epoch == core.epoch
+            and core.high_watermark < m.high_watermark <= core.log.log_end_offset
         ):
-            self._high_watermark = m.high_watermark
+            core.high_watermark = m.high_watermark
         return result
 
-    monkeypatch.setattr(raft_node.RaftNode, "_on_fetch_response", trusting)
+    for handlers in _step.HANDLERS.values():
+        monkeypatch.setitem(handlers, FetchResponse, trusting)
     message = _first_failure()
     assert "safety" in message or "committed" in message or "completeness" in message
 

@@ -31,6 +31,11 @@ Invariants (counted in the summary):
 * ``complete_after_markers`` -- a transaction completes only once every one of its
   partitions holds its marker;
 * ``zombie_refused`` -- nothing a fenced process asks for is granted;
+* ``core_invariants`` -- the live coordinator's own ``check_invariants`` (legal states,
+  partitions and start times, epochs never going back), after every step; and the
+  replaying one's, after each replay;
+* ``prepare_has_marker_job`` -- every transaction the coordinator holds deciding
+  (``PREPARE_*``) has a marker job out that will report it, after every step;
 * after the faults stop, ``settled`` -- no transaction is left deciding, and every committed
   transaction's data sits before a commit marker on every partition it added.
 
@@ -43,6 +48,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import os
 import random
 from collections import Counter
@@ -52,17 +58,21 @@ from typing import Any
 
 import pytest
 
-from cluster.errors import LograftError
-from replica.topic_partition import TopicPartition
+from lograft.protocol.errors import LograftError
+from lograft.protocol.topic_partition import TopicPartition
 from replica.txn import (
     MarkerJob,
     Outcome,
     TransactionCoordinator,
+    TxnInvariantError,
     TxnState,
     decode_record,
     encode_record,
 )
 from replica.txn import coordinator as coordinator_module
+
+# The cores' logger in these tests (their shells pass the real ones).
+CORE_LOG = logging.getLogger(__name__)
 
 DEFAULT_SCHEDULES = 200
 ENV_SCHEDULES = "LOGRAFT_TXN_SIM_SCHEDULES"
@@ -151,11 +161,13 @@ class TxnSimulator:
         self.stats: Counter[str] = Counter()
         self.identity: dict[str, tuple[int, int]] = {}
         self.owner: dict[str, int] = {}
-        self.replayed = TransactionCoordinator(0, 0)
+        self.replayed = TransactionCoordinator(0, 0, logger=CORE_LOG)
         self.replayed_upto = 0
         self.decided: dict[tuple[int, int], bool] = {}
         self.job_partitions: dict[tuple[int, int], frozenset[TopicPartition]] = {}
         self.committed_data: list[tuple[TopicPartition, int, int]] = []
+        self.jobs_out: Counter[tuple[str, int, int]] = Counter()
+        """Marker jobs started and not yet reported, by (id, producer id, epoch)."""
 
     # ---- plumbing -----------------------------------------------------------------------
 
@@ -170,7 +182,9 @@ class TxnSimulator:
 
     def _load(self) -> TransactionCoordinator:
         self.coordinator_epoch += 1
-        loaded = TransactionCoordinator(0, self.coordinator_epoch, two_phase_enabled=True)
+        loaded = TransactionCoordinator(
+            0, self.coordinator_epoch, two_phase_enabled=True, logger=CORE_LOG
+        )
         for key, value in self.log:
             loaded.replay(decode_record(key, value))
         self._pending_jobs = loaded.complete_load()
@@ -218,6 +232,8 @@ class TxnSimulator:
     def start_job(self, job: MarkerJob) -> None:
         self.stats["marker_jobs"] += 1
         left = set(job.partitions)
+        key = (job.transactional_id, job.producer_id, job.producer_epoch)
+        self.jobs_out[key] += 1
 
         def deliver(tp: TopicPartition) -> None:
             if self.partitions[tp].mark(job):
@@ -232,6 +248,7 @@ class TxnSimulator:
             done = self.coordinator.markers_written(
                 job.transactional_id, job.producer_id, job.producer_epoch, self.now
             )
+            self.jobs_out[key] -= 1
             self.persist(done)
 
         if not left:
@@ -280,6 +297,7 @@ class TxnSimulator:
         an end whose answer the process lost)."""
         return self.identity.get(process.tid) != (process.producer_id, process.epoch)
 
+    # Over 70 lines: one branch per step of the client's loop, which share its bookkeeping.
     def do(self, process: Process, c: TransactionCoordinator, stale: bool) -> bool:
         """One step of the client loop; returns whether a step that needs the current
         epoch was granted (zombies must never be)."""
@@ -387,11 +405,12 @@ class TxnSimulator:
 
     def check_replay(self, full: bool = False) -> None:
         if full:
-            self.replayed, self.replayed_upto = TransactionCoordinator(0, 0), 0
+            self.replayed, self.replayed_upto = TransactionCoordinator(0, 0, logger=CORE_LOG), 0
         replayed = self.replayed
         for key, value in self.log[self.replayed_upto :]:
             replayed.replay(decode_record(key, value))
         self.replayed_upto = len(self.log)
+        self.check_core(replayed)
         live = self.coordinator
         if replayed.transactional_ids() != live.transactional_ids() or any(
             replayed.metadata(t) != live.metadata(t) for t in live.transactional_ids()
@@ -407,6 +426,7 @@ class TxnSimulator:
             due, _, event = heapq.heappop(self.heap)
             self.now = due
             event()
+            self.check_step()
         for tid in self.coordinator.transactional_ids():
             meta = self.coordinator.metadata(tid)
             if meta is not None and meta.state.is_preparing:
@@ -415,6 +435,26 @@ class TxnSimulator:
         self.check_committed_data()
         self.checks["settled"] += 1
         return RunResult(self.seed, self.checks, self.stats)
+
+    def check_step(self) -> None:
+        """After every step: the live coordinator's own invariants, and a marker job out
+        for each transaction it holds deciding (else it would never complete)."""
+        live = self.coordinator
+        self.check_core(live)
+        for tid in live.transactional_ids():
+            meta = live.metadata(tid)
+            if meta is None or not meta.state.is_preparing:
+                continue
+            if self.jobs_out[(tid, meta.producer_id, meta.producer_epoch)] <= 0:
+                self.fail(f"{tid} is deciding with no marker job out: {meta}")
+            self.checks["prepare_has_marker_job"] += 1
+
+    def check_core(self, coordinator: TransactionCoordinator) -> None:
+        try:
+            coordinator.check_invariants()
+        except TxnInvariantError as exc:
+            self.fail(f"core invariant: {exc}")
+        self.checks["core_invariants"] += 1
 
     def check_committed_data(self) -> None:
         """Every data batch is followed, on its partition, by a marker of its producer: the

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cluster.client.consumer import Consumer, ConsumerRecord
-from replica.topic_partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 from tests.integration.nodes import wait_until
 from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
 

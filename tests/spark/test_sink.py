@@ -14,7 +14,7 @@ from pyspark.errors import PySparkException
 
 from cluster.client.admin import AdminClient
 from cluster.client.consumer import Consumer
-from replica.topic_partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 from spark.sink_transactions import DEFAULT_PREFIX, PROGRESS_PARTITION
 from tests.integration.quorum import QuorumCluster
 from tests.spark.helpers import input_rows, make_topic, read_topic, write_input_files

@@ -21,7 +21,7 @@ import pytest
 
 from cluster.client.admin import AdminClient
 from cluster.client.consumer import Consumer
-from replica.topic_partition import TopicPartition
+from lograft.protocol.topic_partition import TopicPartition
 from spark.sink_transactions import DEFAULT_PREFIX, PROGRESS_PARTITION, transactional_id
 from tests.integration.nodes import wait_until
 from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster

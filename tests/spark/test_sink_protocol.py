@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cluster.errors import BatchNotCommittedError, InvalidRecordError
+from lograft.protocol.errors import BatchNotCommittedError, InvalidRecordError
 from tests.integration.quorum import QuorumCluster
 from tests.spark.conftest import require_spark
 from tests.spark.helpers import make_topic, read_topic
@@ -82,7 +82,7 @@ def test_a_task_that_fails_halfway_aborts_its_transaction_at_once(
 
     from cluster.client.admin import AdminClient
     from cluster.client.consumer import Consumer
-    from replica.topic_partition import TopicPartition
+    from lograft.protocol.topic_partition import TopicPartition
     from spark.sink_transactions import SinkSettings, write_partition
 
     topic = "protocol-failed"

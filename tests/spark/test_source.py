@@ -182,6 +182,7 @@ def _last_stable_offset(cluster: QuorumCluster, tp: TopicPartition) -> int:
         return c.end_offsets([tp])[tp]
 
 
+# Over 70 lines: a test that walks one scenario in order: commit, abort, leave open.
 def test_aborted_and_open_transactions_are_never_read(
     spark_session: SparkSession,
     spark_cluster: QuorumCluster,

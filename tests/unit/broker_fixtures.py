@@ -8,9 +8,9 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from controller.metadata import MetadataRecord, encode_batch
 from controller.quorum.metadata_machine import MetadataStateMachine
 from controller.raft import Entry
+from lograft.metadata import MetadataRecord, encode_batch
 
 WAIT_S = 10.0
 """Real seconds a test waits for something the broker's tasks do at once."""

@@ -22,7 +22,7 @@ from controller.logic import (
     create_topics,
     register_broker,
 )
-from controller.metadata import (
+from lograft.metadata import (
     Listener,
     MetadataImage,
     PartitionRegistration,

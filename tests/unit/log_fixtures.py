@@ -1,6 +1,6 @@
 """Test helpers for the storage layer: build valid RecordBatch v2 bytes without the codec.
 
-Kept independent of ``replica.records`` on purpose: the storage tests must not break when
+Kept independent of ``lograft.protocol.records`` on purpose: the storage tests must not break when
 the codec changes, and a second, tiny encoder cross-checks the header code.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import crc32c
 
-from replica.batch_header import BatchHeader, iter_headers, validate_batches
+from lograft.protocol.batch_header import BatchHeader, iter_headers, validate_batches
 from replica.log.partition_log import AppendResult, PartitionLog
 
 _AFTER_CRC = struct.Struct(">hiqqqhii")

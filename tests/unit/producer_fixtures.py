@@ -21,17 +21,17 @@ from typing import Any
 
 import grpc
 
-from cluster.errors import LograftError, UnknownTopicOrPartitionError
-from cluster.wire import broker_pb2 as pb
-from cluster.wire import broker_pb2_grpc as pb_grpc
-from replica.batch_header import (
+from lograft.protocol.batch_header import (
     BatchHeader,
     assign_offsets,
     iter_headers,
     validate_batches,
 )
+from lograft.protocol.errors import LograftError, UnknownTopicOrPartitionError
+from lograft.protocol.records import iter_records
+from lograft.protocol.wire import broker_pb2 as pb
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from replica.producer_state import Duplicate, ProducerStateManager
-from replica.records import iter_records
 
 TIMEOUT_S = 30.0
 """Real seconds a test waits for something that should happen at once."""

@@ -1,4 +1,5 @@
-"""The checked-in stubs in cluster/wire must be exactly what `make proto` generates."""
+"""The checked-in stubs in proto/lograft/protocol/wire must be exactly what `make proto`
+generates."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ def test_generated_stubs_match_proto_files(tmp_path: Path) -> None:
     generator = _load_generator()
     written = generator.generate(tmp_path)  # type: ignore[attr-defined]
     assert written, "no .proto files were compiled"
-    checked_in = {p.name for p in (ROOT / "cluster" / "wire").glob("*_pb2*.py*")}
+    checked_in = {
+        p.name for p in (ROOT / "proto" / "lograft" / "protocol" / "wire").glob("*_pb2*.py*")
+    }
     assert checked_in == {p.name for p in written}, "run `make proto`: stub files differ"
     for fresh in written:
-        current = (ROOT / "cluster" / "wire" / fresh.name).read_text()
+        current = (ROOT / "proto" / "lograft" / "protocol" / "wire" / fresh.name).read_text()
         assert current == fresh.read_text(), f"{fresh.name} drifted: run `make proto`"
