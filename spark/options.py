@@ -12,7 +12,7 @@ instead of being dropped. Anything else is the data source's own option (``topic
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 from cluster.client._client_config import ConfigDef, resolve_config
 from lograft.protocol.errors import InvalidConfigError, LograftError
@@ -36,7 +36,7 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
 
 def client_config(
     options: Mapping[str, str],
-    defs: tuple[ConfigDef, ...],
+    defs: tuple[ConfigDef[Any], ...],
     kind: str,
     *,
     fixed: Mapping[str, object] | None = None,
@@ -71,7 +71,7 @@ def client_config(
     return chosen
 
 
-def settings_for(config: Mapping[str, object], defs: Sequence[ConfigDef]) -> dict[str, object]:
+def settings_for(config: Mapping[str, object], defs: Sequence[ConfigDef[Any]]) -> dict[str, object]:
     """The settings of ``config`` (one client's) that a client of ``defs`` takes too: how
     the sink's progress reader and the source's admin client get the user's servers,
     timeouts and client id."""
@@ -79,7 +79,7 @@ def settings_for(config: Mapping[str, object], defs: Sequence[ConfigDef]) -> dic
     return {name: value for name, value in config.items() if name in names}
 
 
-def _parsed(definition: ConfigDef, value: object) -> object:
+def _parsed(definition: ConfigDef[Any], value: object) -> object:
     try:
         return definition.parse(value)
     except (ValueError, LograftError):

@@ -136,7 +136,7 @@ class SinkSettings:
         """The producer config of one sink partition's transactional id."""
         return {**self.producer_config, "transactional.id": transactional_id}
 
-    def client_config(self, defs: Sequence[ConfigDef]) -> dict[str, object]:
+    def client_config(self, defs: Sequence[ConfigDef[Any]]) -> dict[str, object]:
         """The user's settings another client (``defs``) takes: servers, timeouts, id
         (the progress reader and ``abort``'s admin client take the common ones)."""
         return settings_for(self.producer_config, defs)

@@ -43,6 +43,7 @@ from ._group_admin import MemberDescription
 from ._rpc_errors import NoBrokersAvailableError
 from .admin import (
     AdminClient,
+    AdminConfig,
     ConsumerGroupDescription,
     ConsumerGroupListing,
     GroupPartitionLag,
@@ -58,6 +59,7 @@ from .aio import AsyncConsumer, AsyncConsumerRebalanceListener, AsyncProducer
 from .consumer import (
     Consumer,
     ConsumerBatch,
+    ConsumerConfig,
     ConsumerGroupMetadata,
     ConsumerRebalanceListener,
     ConsumerRecord,
@@ -68,6 +70,7 @@ from .producer import (
     BulkResult,
     PreparedTxnState,
     Producer,
+    ProducerConfig,
     RecordFuture,
     RecordMetadata,
 )
@@ -75,6 +78,7 @@ from .producer import (
 __all__ = [
     "DEFAULT_BOOTSTRAP_SERVERS",
     "AdminClient",
+    "AdminConfig",
     "AlterConfigOp",
     "AlterConfigOpType",
     "AsyncConsumer",
@@ -91,6 +95,7 @@ __all__ = [
     "ConfigSynonym",
     "Consumer",
     "ConsumerBatch",
+    "ConsumerConfig",
     "ConsumerGroupDescription",
     "ConsumerGroupListing",
     "ConsumerGroupMetadata",
@@ -108,6 +113,7 @@ __all__ = [
     "PartitionInfo",
     "PreparedTxnState",
     "Producer",
+    "ProducerConfig",
     "RecordFuture",
     "RecordMetadata",
     "StickyPartitioner",

@@ -40,7 +40,7 @@ class ConsumerDriver:
 
     def __init__(self, consumer: Consumer) -> None:
         self._consumer = consumer
-        self._worker = Worker(f"lograft-aio-consumer-{consumer.config['client.id']}")
+        self._worker = Worker(f"lograft-aio-consumer-{consumer.config.client_id}")
         self._buffer = RecordBuffer()
         """Records the sync consumer returned and this one has not handed out."""
         self._poll_lock = asyncio.Lock()

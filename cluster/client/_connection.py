@@ -23,10 +23,9 @@ retriable ``NetworkError`` naming the broker, its address and why. gRPC reconnec
 failed address after 0.1 s, backing off to 1 s (Kafka's ``reconnect.backoff.max.ms``; gRPC's
 own default is 120 s), so a restarted broker is found again within a second.
 
-:class:`Connections` is thread-safe. The configuration checking the clients share
-(:func:`resolve_config`, ``COMMON_CONFIGS``, ``DEFAULT_BOOTSTRAP_SERVERS``) lives in
-:mod:`cluster.client._client_config` and is re-exported here, as are the metadata types and
-:func:`map_rpc_error`, for the modules that import them from here.
+:class:`Connections` is thread-safe. The configuration the clients share lives in
+:mod:`cluster.client._client_config`; the metadata types and :func:`map_rpc_error` are
+re-exported here, for the modules that import them from here.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -54,42 +53,24 @@ from lograft.protocol.wire import broker_pb2 as pb
 from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 
 from ._client_config import (
-    COMMON_CONFIGS,
     DEFAULT_BOOTSTRAP_SERVERS,
     DEFAULT_CONNECTION_SETUP_TIMEOUT_MS,
-    ConfigDef,
-    a_string,
-    boolean,
-    bootstrap_servers,
-    int_at_least,
-    one_of,
-    optional_string,
+    ClientConfig,
     parse_bootstrap_servers,
-    resolve_config,
 )
 from ._metadata import BrokerInfo, ClusterMetadata, PartitionInfo, TopicInfo, topic_info
 from ._rpc_errors import NoBrokersAvailableError, map_rpc_error, unreachable_reason
 
 __all__ = [
-    "COMMON_CONFIGS",
     "DEFAULT_BOOTSTRAP_SERVERS",
     "BrokerInfo",
     "ClusterMetadata",
-    "ConfigDef",
     "Connections",
     "NoBrokersAvailableError",
     "PartitionInfo",
     "TopicInfo",
     "TopicPartition",
-    "a_string",
-    "boolean",
-    "bootstrap_servers",
-    "int_at_least",
     "map_rpc_error",
-    "one_of",
-    "optional_string",
-    "parse_bootstrap_servers",
-    "resolve_config",
 ]
 
 logger = logging.getLogger(__name__)
@@ -208,23 +189,17 @@ class Connections:
 
     @classmethod
     def from_config(
-        cls, config: Mapping[str, object], *, max_send_bytes: int = _GRPC_MAX_MESSAGE
+        cls, config: ClientConfig, *, max_send_bytes: int = _GRPC_MAX_MESSAGE
     ) -> Connections:
-        """Connections for a resolved client config (the names of ``COMMON_CONFIGS``)."""
-
-        def number(name: str) -> int:
-            value = config[name]
-            assert isinstance(value, int)
-            return value
-
+        """Connections for a client's resolved configuration."""
         return cls(
-            str(config["bootstrap.servers"]),
-            client_id=str(config["client.id"]),
-            request_timeout_ms=number("request.timeout.ms"),
-            retry_backoff_ms=number("retry.backoff.ms"),
-            metadata_max_age_ms=number("metadata.max.age.ms"),
+            config.bootstrap_servers,
+            client_id=config.client_id,
+            request_timeout_ms=config.request_timeout_ms,
+            retry_backoff_ms=config.retry_backoff_ms,
+            metadata_max_age_ms=config.metadata_max_age_ms,
             max_send_bytes=max_send_bytes,
-            connection_setup_timeout_ms=number("socket.connection.setup.timeout.ms"),
+            connection_setup_timeout_ms=config.socket_connection_setup_timeout_ms,
         )
 
     # -- channels

@@ -38,7 +38,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from lograft.protocol.errors import (
     BrokerNotAvailableError,
@@ -51,6 +51,7 @@ from lograft.protocol.errors import (
 from lograft.protocol.wire import broker_pb2 as pb
 
 from ._admin_calls import AdminCalls, done, topic_futures
+from ._client_config import ClientConfig, ConfigDef, int_at_least, setting
 from ._config_admin import (
     AlterConfigOp,
     AlterConfigOpType,
@@ -70,15 +71,7 @@ from ._config_admin import (
     create_partitions_request,
     describe_configs_request,
 )
-from ._connection import (
-    COMMON_CONFIGS,
-    ConfigDef,
-    Connections,
-    PartitionInfo,
-    TopicPartition,
-    int_at_least,
-    resolve_config,
-)
+from ._connection import Connections, PartitionInfo, TopicPartition
 from ._group_admin import (
     ConsumerGroupDescription,
     ConsumerGroupListing,
@@ -93,6 +86,7 @@ from ._txn_admin import TransactionAdminCalls, TransactionDescription, Transacti
 __all__ = [
     "ADMIN_CONFIGS",
     "AdminClient",
+    "AdminConfig",
     "AlterConfigOp",
     "AlterConfigOpType",
     "ClusterDescription",
@@ -118,16 +112,23 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ADMIN_CONFIGS: tuple[ConfigDef, ...] = (
-    *COMMON_CONFIGS,
-    ConfigDef(
+
+@dataclass(frozen=True, slots=True)
+class AdminConfig(ClientConfig):
+    """Every config ``AdminClient`` accepts, parsed, with its default."""
+
+    KIND: ClassVar[str] = "admin"
+
+    default_api_timeout_ms: int = setting(
         "default.api.timeout.ms",
         60000,
         int_at_least(1),
         "how long one admin call may take, retries included",
-    ),
-)
-"""Every config ``AdminClient`` accepts, with its default."""
+    )
+
+
+ADMIN_CONFIGS: tuple[ConfigDef[Any], ...] = AdminConfig.definitions()
+"""Every config ``AdminClient`` accepts, with its default (the table of ``AdminConfig``)."""
 
 OffsetSpec = Literal["earliest", "latest", "max_timestamp"] | int
 """What ``list_offsets`` looks up: the first offset, the end offset, the offset of the record
@@ -195,23 +196,18 @@ class AdminClient:
     """
 
     def __init__(self, config: Mapping[str, object] | None = None, **overrides: object) -> None:
-        self.config = resolve_config("admin", ADMIN_CONFIGS, config, overrides)
-        self._api_timeout_ms = int(self._int("default.api.timeout.ms"))
-        self._conn = Connections.from_config(self.config)
+        self.config = settings = AdminConfig.resolve(config, overrides)
+        self._api_timeout_ms = settings.default_api_timeout_ms
+        self._conn = Connections.from_config(settings)
         self._calls = AdminCalls(
             self._conn,
             api_timeout_ms=self._api_timeout_ms,
-            retry_backoff_ms=self._int("retry.backoff.ms"),
+            retry_backoff_ms=settings.retry_backoff_ms,
         )
-        self._groups = GroupAdminCalls(self._calls, retry_backoff_ms=self._int("retry.backoff.ms"))
+        self._groups = GroupAdminCalls(self._calls, retry_backoff_ms=settings.retry_backoff_ms)
         self._transactions = TransactionAdminCalls(
-            self._calls, retry_backoff_ms=self._int("retry.backoff.ms")
+            self._calls, retry_backoff_ms=settings.retry_backoff_ms
         )
-
-    def _int(self, name: str) -> int:
-        value = self.config[name]
-        assert isinstance(value, int)
-        return value
 
     # -- lifecycle
 

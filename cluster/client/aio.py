@@ -120,7 +120,7 @@ class AsyncProducer:
         self._producer = Producer(config, **overrides)
         self.config = self._producer.config
         """The resolved configuration (Kafka names)."""
-        self._worker = Worker(f"lograft-aio-producer-{self.config['client.id']}")
+        self._worker = Worker(f"lograft-aio-producer-{self.config.client_id}")
         self._closed = False
         self._close_future: asyncio.Future[None] | None = None
 
@@ -325,10 +325,8 @@ class AsyncConsumer(ConsumerDriver):
     def __init__(self, config: Mapping[str, object] | None = None, **overrides: object) -> None:
         consumer = Consumer(config, **overrides)
         self.config = consumer.config
-        """The resolved configuration (Kafka names)."""
-        max_records = self.config["max.poll.records"]
-        assert isinstance(max_records, int)
-        self._max_records = max_records
+        """The resolved configuration, typed (``config.group_id``; ``config["group.id"]``)."""
+        self._max_records = self.config.max_poll_records
         super().__init__(consumer)
         self._close_future: asyncio.Future[None] | None = None
 

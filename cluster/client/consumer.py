@@ -66,8 +66,8 @@ from lograft.protocol.topic_partition import validate_topic_name
 
 from ._clock import SYSTEM_CLOCK, Clock, ClockQueue
 from ._commits import Committer
-from ._connection import Connections, TopicPartition, resolve_config
-from ._consumer_config import CONSUMER_CONFIGS
+from ._connection import Connections, TopicPartition
+from ._consumer_config import CONSUMER_CONFIGS, ConsumerConfig
 from ._consumer_values import (
     ConsumerBatch,
     ConsumerGroupMetadata,
@@ -85,6 +85,7 @@ __all__ = [
     "CONSUMER_CONFIGS",
     "Consumer",
     "ConsumerBatch",
+    "ConsumerConfig",
     "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
@@ -138,26 +139,25 @@ class Consumer:
     def _setup(
         self, config: Mapping[str, object] | None, overrides: dict[str, object], clock: Clock
     ) -> None:
-        self.config = resolve_config("consumer", CONSUMER_CONFIGS, config, overrides)
+        self.config = settings = ConsumerConfig.resolve(config, overrides)
         self._clock = clock
-        self._max_poll_records = self._int("max.poll.records")
-        self._backoff_s = self._int("retry.backoff.ms") / 1000.0
-        self._request_timeout_ms = self._int("request.timeout.ms")
-        self._conn = Connections.from_config(self.config)
+        self._max_poll_records = settings.max_poll_records
+        self._backoff_s = settings.retry_backoff_ms / 1000.0
+        self._request_timeout_ms = settings.request_timeout_ms
+        self._conn = Connections.from_config(settings)
         self._responses: ClockQueue[_Response] = ClockQueue(clock)
         self._iter_buffer: deque[ConsumerRecord] = deque()
         self._closed = False
         # Groups and commits.
-        group_id = self.config["group.id"]
-        self._group_id = group_id if isinstance(group_id, str) else None
-        read_committed = self.config["isolation.level"] == "read_committed"
+        self._group_id = settings.group_id
+        read_committed = settings.isolation_level == "read_committed"
         self._isolation_level = 1 if read_committed else 0
         self._coordinator = (
             CoordinatorClient(
                 self._conn,
                 self._group_id,
                 request_timeout_ms=self._request_timeout_ms,
-                retry_backoff_ms=self._int("retry.backoff.ms"),
+                retry_backoff_ms=settings.retry_backoff_ms,
                 clock=clock,
                 require_stable=read_committed,
             )
@@ -165,7 +165,7 @@ class Consumer:
             else None
         )
         self._subscriptions = SubscriptionState(
-            str(self.config["auto.offset.reset"]),
+            settings.auto_offset_reset,
             committed_first=self._coordinator is not None,
             discard=self._discard_iterated,
         )
@@ -187,10 +187,10 @@ class Consumer:
             want_metadata=self._lookups.want_metadata,
             record_type=ConsumerRecord,
             batch_type=ConsumerBatch,
-            fetch_min_bytes=self._int("fetch.min.bytes"),
-            fetch_max_wait_ms=self._int("fetch.max.wait.ms"),
-            fetch_max_bytes=self._int("fetch.max.bytes"),
-            partition_max_bytes=self._int("max.partition.fetch.bytes"),
+            fetch_min_bytes=settings.fetch_min_bytes,
+            fetch_max_wait_ms=settings.fetch_max_wait_ms,
+            fetch_max_bytes=settings.fetch_max_bytes,
+            partition_max_bytes=settings.max_partition_fetch_bytes,
             request_timeout_ms=self._request_timeout_ms,
             backoff_s=self._backoff_s,
             clock=clock,
@@ -199,8 +199,8 @@ class Consumer:
         self._commits = Committer(
             self._coordinator,
             self._subscriptions,
-            auto_commit=bool(self.config["enable.auto.commit"]) and self._group_id is not None,
-            auto_commit_interval_s=self._int("auto.commit.interval.ms") / 1000.0,
+            auto_commit=settings.enable_auto_commit and self._group_id is not None,
+            auto_commit_interval_s=settings.auto_commit_interval_ms / 1000.0,
             request_timeout_ms=self._request_timeout_ms,
             group_id=self._group_id,
             clock=clock,
@@ -214,11 +214,6 @@ class Consumer:
             group_id=self._group_id,
             clock=clock,
         )
-
-    def _int(self, name: str) -> int:
-        value = self.config[name]
-        assert isinstance(value, int)
-        return value
 
     # ---- subscription and assignment -----------------------------------------------------
 
@@ -265,10 +260,10 @@ class Consumer:
         if member is None:
             member = self._rebalance.member = self._commits.member = GroupMember(
                 self._coordinator,
-                assignor=str(self.config["group.remote.assignor"]),
-                session_timeout_ms=self._int("session.timeout.ms"),
-                max_poll_interval_ms=self._int("max.poll.interval.ms"),
-                client_id=str(self.config["client.id"]),
+                assignor=self.config.group_remote_assignor,
+                session_timeout_ms=self.config.session_timeout_ms,
+                max_poll_interval_ms=self.config.max_poll_interval_ms,
+                client_id=self.config.client_id,
                 wakeup=self._wakeup,
             )
         member.subscribe(self._subscriptions.topics)
@@ -650,7 +645,7 @@ class Consumer:
             # Closing the channels ends the calls still in flight (heartbeat, commit,
             # lookups): the threads waiting on them finish soon after.
             self._conn.close()
-            logger.debug("consumer closed client_id=%s", self.config["client.id"])
+            logger.debug("consumer closed client_id=%s", self.config.client_id)
 
     def __enter__(self) -> Consumer:
         return self

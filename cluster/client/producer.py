@@ -55,6 +55,7 @@ thread, where the answer arrived (as Kafka's producer runs them); they must not 
 # Over 600 lines: the public Producer, its configs and results; the machinery is in _ modules.
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -63,7 +64,6 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 
-from lograft.protocol.compression import CompressionType
 from lograft.protocol.errors import (
     IllegalStateError,
     InvalidConfigError,
@@ -85,24 +85,16 @@ from ._accumulator import (
     RecordAccumulator,
 )
 from ._bulk import BulkBatch, BulkCall, BulkResult
-from ._client_config import optional_string
 from ._clock import SYSTEM_CLOCK, Clock
-from ._connection import (
-    COMMON_CONFIGS,
-    ConfigDef,
-    Connections,
-    TopicPartition,
-    boolean,
-    int_at_least,
-    resolve_config,
-)
+from ._connection import Connections, TopicPartition
 from ._consumer_values import ConsumerGroupMetadata
 from ._coordinator import TRANSACTION_KEY, CoordinatorCalls
 from ._metadata import ClusterMetadata
+from ._producer_config import PRODUCER_CONFIGS, ProducerConfig, resolve_idempotence
 from ._producer_metadata import ProducerMetadata
 from ._record_future import RecordFuture, RecordMetadata
 from ._sender import Sender
-from ._sequencing import MAX_IN_FLIGHT, Sequencer
+from ._sequencing import Sequencer
 from ._transactions import PreparedTxnState, TransactionManager
 from .partitioner import Partitioner, partition_for_key
 
@@ -112,6 +104,7 @@ __all__ = [
     "BulkResult",
     "PreparedTxnState",
     "Producer",
+    "ProducerConfig",
     "RecordFuture",
     "RecordMetadata",
 ]
@@ -127,79 +120,6 @@ _SEQUENCER_LOGGER = logging.getLogger("cluster.client._sequencing")
 # sequences), ``_producer_metadata`` the topics' metadata and ``_clock`` the injectable time.
 # This module keeps the public API, the configs and the result types and futures.
 
-
-def _acks(value: object) -> object:
-    if isinstance(value, bool):
-        raise ValueError("acks must be 0, 1, -1 or 'all'")
-    text = str(value).strip().lower()
-    mapping = {"all": -1, "-1": -1, "1": 1, "0": 0}
-    if text not in mapping:
-        raise ValueError("acks must be 0, 1, -1 or 'all'")
-    return mapping[text]
-
-
-def _compression(value: object) -> object:
-    if not isinstance(value, str):
-        raise ValueError("compression.type must be none, gzip, snappy, lz4 or zstd")
-    return int(CompressionType.from_name(value))
-
-
-PRODUCER_CONFIGS: tuple[ConfigDef, ...] = (
-    *COMMON_CONFIGS,
-    ConfigDef("acks", -1, _acks, "0: no acknowledgement, 1: leader, all (-1): every ISR"),
-    ConfigDef("linger.ms", 5, int_at_least(0), "wait this long for a batch to fill"),
-    # Kafka's default is 16 KiB. A partition has at most five batches in flight
-    # (idempotence), so batch.size bounds what one partition moves per round trip; batches
-    # are not preallocated here, so a large value costs no memory until records fill it.
-    # Half of a consumer's max.partition.fetch.bytes (1 MiB): a fetch still carries two
-    # batches, where 1 MB batches left one per fetch and cut a consumer's rate by a fifth
-    # (docs/for-kafka-users.md, issue 15).
-    ConfigDef("batch.size", 524_288, int_at_least(0), "bytes per partition batch"),
-    ConfigDef("compression.type", 0, _compression, "none, gzip, snappy, lz4 or zstd"),
-    ConfigDef("max.request.size", 1048576, int_at_least(1), "largest request (record bytes)"),
-    ConfigDef(
-        "delivery.timeout.ms", 120000, int_at_least(1), "give up on a record after this long"
-    ),
-    ConfigDef("retries", 2147483647, int_at_least(0), "resend a failed batch this often"),
-    ConfigDef(
-        "max.in.flight.requests.per.connection",
-        5,
-        int_at_least(1),
-        "unanswered requests per broker",
-    ),
-    ConfigDef("max.block.ms", 60000, int_at_least(0), "longest a send blocks"),
-    ConfigDef("buffer.memory", 33554432, int_at_least(1), "bytes waiting to be sent"),
-    ConfigDef(
-        "enable.idempotence",
-        True,
-        boolean,
-        "write each record once and in order despite retries (producer id and batch "
-        "sequences); needs acks=all, retries > 0 and at most 5 requests in flight. Left "
-        "unset, an incompatible setting turns it off; set to true, it is an error",
-    ),
-    ConfigDef(
-        "transactional.id",
-        None,
-        optional_string,
-        "makes the producer transactional (init_transactions, begin/commit/abort_transaction); "
-        "a newer producer with the same id fences this one. Needs idempotence",
-    ),
-    ConfigDef(
-        "transaction.timeout.ms",
-        60000,
-        int_at_least(1),
-        "the coordinator aborts a transaction left open longer than this",
-    ),
-    ConfigDef(
-        "transaction.two.phase.commit.enable",
-        False,
-        boolean,
-        "KIP-939: take part in two-phase commit (prepare_transaction, complete_transaction); "
-        "the transaction is never timed out",
-    ),
-)
-"""Every config ``Producer`` accepts, with its default. ``compression.type`` resolves to
-the codec id; ``enable.idempotence`` to whether the producer really is idempotent."""
 
 _BYTES = (bytes, bytearray, memoryview)
 
@@ -262,36 +182,6 @@ def _failed(
     return future
 
 
-def _resolve_idempotence(config: dict[str, object], explicit: bool) -> bool:
-    """Whether the producer is idempotent, as Kafka 3.2+ decides it.
-
-    Idempotence needs ``acks=all``, ``retries`` > 0 and at most five requests in flight.
-    Left at its default it is quietly turned off by an incompatible setting; set to true
-    explicitly, the conflict raises ``InvalidConfigError``.
-    """
-    if not config["enable.idempotence"]:
-        return False
-    conflicts: list[str] = []
-    if config["acks"] != -1:
-        conflicts.append(f"acks=all (not {config['acks']})")
-    if config["retries"] == 0:
-        conflicts.append("retries > 0")
-    max_in_flight = config["max.in.flight.requests.per.connection"]
-    assert isinstance(max_in_flight, int)
-    if max_in_flight > MAX_IN_FLIGHT:
-        conflicts.append(
-            f"max.in.flight.requests.per.connection <= {MAX_IN_FLIGHT} (not {max_in_flight})"
-        )
-    if not conflicts:
-        return True
-    if explicit:
-        raise InvalidConfigError(
-            "producer config enable.idempotence=true needs " + ", ".join(conflicts)
-        )
-    logger.debug("idempotence turned off conflicts=%s", ";".join(conflicts))
-    return False
-
-
 class Producer:
     """Sends records to a lograft cluster; see the module docstring for the behaviour.
 
@@ -323,21 +213,20 @@ class Producer:
     def _setup(
         self, config: Mapping[str, object] | None, overrides: dict[str, object], clock: Clock
     ) -> None:
-        self.config = resolve_config("producer", PRODUCER_CONFIGS, config, overrides)
-        cfg = self.config
+        cfg = ProducerConfig.resolve(config, overrides)
         given = {str(name) for name in (config or {})}
         given.update(name.replace("_", ".") for name in overrides)
-        transactional_id = cfg["transactional.id"]
-        idempotent = _resolve_idempotence(
+        transactional_id = cfg.transactional_id
+        idempotent = resolve_idempotence(
             cfg, explicit="enable.idempotence" in given or transactional_id is not None
         )
         if transactional_id is not None and not idempotent:
             raise InvalidConfigError("transactional.id needs enable.idempotence=true")
-        cfg["enable.idempotence"] = idempotent
+        self.config = cfg = dataclasses.replace(cfg, enable_idempotence=idempotent)
         self._clock = clock
-        self._max_request_size = self._int("max.request.size")
-        self._request_timeout_ms = self._int("request.timeout.ms")
-        backoff_ms = self._int("retry.backoff.ms")
+        self._max_request_size = cfg.max_request_size
+        self._request_timeout_ms = cfg.request_timeout_ms
+        backoff_ms = cfg.retry_backoff_ms
         self._conn = Connections.from_config(
             cfg, max_send_bytes=self._max_request_size + 1024 * 1024
         )
@@ -349,20 +238,20 @@ class Producer:
         self._wall_clock = time.time if clock is SYSTEM_CLOCK else clock.time
         self._accumulator = RecordAccumulator(
             clock=clock,
-            linger_s=self._int("linger.ms") / 1000.0,
-            batch_size=max(self._int("batch.size"), 1),
-            compression=self._int("compression.type"),
+            linger_s=cfg.linger_ms / 1000.0,
+            batch_size=max(cfg.batch_size, 1),
+            compression=cfg.compression_type,
             max_request_size=self._max_request_size,
-            delivery_timeout_s=self._int("delivery.timeout.ms") / 1000.0,
-            buffer_memory=self._int("buffer.memory"),
-            max_block_s=self._int("max.block.ms") / 1000.0,
+            delivery_timeout_s=cfg.delivery_timeout_ms / 1000.0,
+            buffer_memory=cfg.buffer_memory,
+            max_block_s=cfg.max_block_ms / 1000.0,
         )
         self._lock = self._accumulator.lock
         self._metadata = ProducerMetadata(
             self._conn,
             self._lock,
             clock,
-            max_block_s=self._int("max.block.ms") / 1000.0,
+            max_block_s=cfg.max_block_ms / 1000.0,
             backoff_s=backoff_ms / 1000.0,
         )
         sequencer = (
@@ -372,11 +261,11 @@ class Producer:
         )
         self._transactions: TransactionManager | None = None
         if transactional_id is not None:
-            assert isinstance(transactional_id, str) and sequencer is not None
+            assert sequencer is not None
             self._transactions = TransactionManager(
                 transactional_id,
-                timeout_ms=self._int("transaction.timeout.ms"),
-                two_phase=bool(cfg["transaction.two.phase.commit.enable"]),
+                timeout_ms=cfg.transaction_timeout_ms,
+                two_phase=cfg.transaction_two_phase_commit_enable,
                 calls=CoordinatorCalls(
                     self._conn,
                     retry_backoff_ms=backoff_ms,
@@ -388,7 +277,7 @@ class Producer:
                 wake=self._accumulator.wake,
                 backoff_s=backoff_ms / 1000.0,
                 request_timeout_ms=self._request_timeout_ms,
-                max_block_ms=self._int("max.block.ms"),
+                max_block_ms=cfg.max_block_ms,
             )
         self._sender = Sender(
             accumulator=self._accumulator,
@@ -399,19 +288,14 @@ class Producer:
             transactions=self._transactions,
             delivery=_FutureDelivery(self._lock),
             clock=clock,
-            acks=self._int("acks"),
-            retries=self._int("retries"),
+            acks=cfg.acks,
+            retries=cfg.retries,
             backoff_s=backoff_ms / 1000.0,
-            max_in_flight=self._int("max.in.flight.requests.per.connection"),
+            max_in_flight=cfg.max_in_flight_requests_per_connection,
             request_timeout_ms=self._request_timeout_ms,
-            client_id=str(cfg["client.id"]),
+            client_id=cfg.client_id,
         )
         self._sender.thread.start()
-
-    def _int(self, name: str) -> int:
-        value = self.config[name]
-        assert isinstance(value, int)
-        return value
 
     # ---- public API ---------------------------------------------------------------------
 
@@ -660,7 +544,7 @@ class Producer:
             group_metadata.member_id,
             group_metadata.member_epoch,
             CoordinatorCalls(
-                self._conn, retry_backoff_ms=self._int("retry.backoff.ms"), wait_for_brokers=True
+                self._conn, retry_backoff_ms=self.config.retry_backoff_ms, wait_for_brokers=True
             ),
         )
 
@@ -737,7 +621,7 @@ class Producer:
         self._sender.thread.join(timeout=max(self._request_timeout_ms / 1000.0, 1.0))
         self._sender.fail_all(IllegalStateError("producer closed before the record was sent"))
         self._conn.close()
-        logger.debug("producer closed client_id=%s", self.config["client.id"])
+        logger.debug("producer closed client_id=%s", self.config.client_id)
 
     def __enter__(self) -> Producer:
         return self

@@ -12,8 +12,9 @@ import inspect
 import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-from cluster.client import _connection, admin, consumer, producer
+from cluster.client import _client_config, admin, consumer, producer
 from lograft.protocol.compression import CompressionType
 from lograft.protocol.node_config import BROKER_TO_TOPIC_CONFIG, NODE_CONFIGS
 from lograft.protocol.topic_config import TOPIC_CONFIGS, LogConfig
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 _CLIENT_PARSERS: dict[str, str] = {
     "a_string": "string",
     "optional_string": "string, or unset (`None`)",
-    "bootstrap_servers": "`host:port[,host:port...]` (or a list)",
+    "bootstrap_server_list": "`host:port[,host:port...]` (or a list)",
     "_acks": "`0`, `1`, `all` (same as `-1`)",
     "boolean": "`true` or `false`",
     "_compression": "one of " + ", ".join(f"`{c.kafka_name}`" for c in CompressionType),
@@ -67,7 +68,7 @@ def _client_rule(parse: Callable[[object], object]) -> str:
     return summary(parse.__doc__) or _probe_rule(parse) or qualname
 
 
-def _client_default(definition: _connection.ConfigDef) -> str:
+def _client_default(definition: _client_config.ConfigDef[Any]) -> str:
     qualname = getattr(definition.parse, "__qualname__", "")
     if qualname == "_compression" and isinstance(definition.default, int):
         return f"`{CompressionType(definition.default).kafka_name}`"
@@ -76,7 +77,7 @@ def _client_default(definition: _connection.ConfigDef) -> str:
     return show_default(definition.name, definition.default)
 
 
-def _client_table(defs: Iterable[_connection.ConfigDef]) -> list[str]:
+def _client_table(defs: Iterable[_client_config.ConfigDef[Any]]) -> list[str]:
     return table(
         ("name", "default", "valid values", "description"),
         (
@@ -92,15 +93,15 @@ def _client_table(defs: Iterable[_connection.ConfigDef]) -> list[str]:
 
 
 def _own_configs(
-    defs: Sequence[_connection.ConfigDef], common: Sequence[_connection.ConfigDef]
-) -> list[_connection.ConfigDef]:
+    defs: Sequence[_client_config.ConfigDef[Any]], common: Sequence[_client_config.ConfigDef[Any]]
+) -> list[_client_config.ConfigDef[Any]]:
     """The entries of ``defs`` that are not a plain copy of a common one."""
     shared = {(d.name, repr(d.default), d.doc) for d in common}
     return [d for d in defs if (d.name, repr(d.default), d.doc) not in shared]
 
 
 def _client_configs() -> list[str]:
-    common = _connection.COMMON_CONFIGS
+    common = _client_config.COMMON_CONFIGS
     lines = [
         "## Client configs",
         "",

@@ -9,6 +9,7 @@ failure paths, which a healthy real node never takes.
 # Over 600 lines: the in-process FakeBroker and the client tests that drive it, together.
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterator
 from concurrent import futures
@@ -25,9 +26,15 @@ from cluster.client import (
     TopicPartition,
     partition_for_key,
 )
-from cluster.client._connection import map_rpc_error, parse_bootstrap_servers, resolve_config
-from cluster.client.consumer import CONSUMER_CONFIGS
-from cluster.client.producer import PRODUCER_CONFIGS
+from cluster.client._client_config import (
+    COMMON_CONFIGS,
+    parse_bootstrap_servers,
+    resolve_config,
+)
+from cluster.client._connection import map_rpc_error
+from cluster.client.admin import ADMIN_CONFIGS, AdminConfig
+from cluster.client.consumer import CONSUMER_CONFIGS, ConsumerConfig
+from cluster.client.producer import PRODUCER_CONFIGS, ProducerConfig
 from lograft.protocol.errors import (
     IllegalStateError,
     InvalidConfigError,
@@ -120,6 +127,35 @@ def test_keyword_overrides_use_underscores_and_win() -> None:
         assert producer.config["compression.type"] == 3
     finally:
         producer.close()
+
+
+def test_resolved_configs_are_typed_values_readable_by_kafka_name() -> None:
+    producer = Producer(bootstrap_servers="127.0.0.1:1", linger_ms="7", acks="all")
+    consumer = Consumer(bootstrap_servers="127.0.0.1:1", group_id="g1", max_poll_records="9")
+    admin = AdminClient(bootstrap_servers="127.0.0.1:1", default_api_timeout_ms="1500")
+    try:
+        assert isinstance(producer.config, ProducerConfig)
+        assert (producer.config.linger_ms, producer.config.acks) == (7, -1)
+        assert isinstance(consumer.config, ConsumerConfig)
+        assert (consumer.config.group_id, consumer.config.max_poll_records) == ("g1", 9)
+        assert isinstance(admin.config, AdminConfig)
+        assert admin.config.default_api_timeout_ms == 1500
+        assert consumer.config.as_dict()["max.poll.records"] == 9
+        with pytest.raises(KeyError):
+            consumer.config["linger.ms"]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            producer.config.linger_ms = 8  # type: ignore[misc]
+    finally:
+        producer.close()
+        consumer.close()
+        admin.close()
+
+
+def test_each_table_is_its_config_class_in_field_order() -> None:
+    assert [d.name for d in PRODUCER_CONFIGS] == list(ProducerConfig().as_dict())
+    assert [d.name for d in CONSUMER_CONFIGS] == list(ConsumerConfig().as_dict())
+    assert [d.name for d in ADMIN_CONFIGS] == list(AdminConfig().as_dict())
+    assert [d.name for d in COMMON_CONFIGS] == [d.name for d in ADMIN_CONFIGS][:-1]
 
 
 @pytest.mark.parametrize(
