@@ -52,7 +52,7 @@ How it works, as in Kafka's Java producer:
 thread, where the answer arrived (as Kafka's producer runs them); they must not block.
 """
 
-# Over 600 lines: the public Producer, its configs and results; the machinery is in _ modules.
+# Over 600 lines: the public Producer and its results; its configs and machinery are in _ modules.
 from __future__ import annotations
 
 import dataclasses
@@ -117,8 +117,8 @@ _SEQUENCER_LOGGER = logging.getLogger("cluster.client._sequencing")
 # Where the machinery lives (Kafka's seams): ``_accumulator`` holds the batches per partition
 # (``RecordAccumulator``), ``_sender`` is the background thread that sends them and handles
 # the answers (``Sender``), ``_sequencing`` is the pure idempotence core (producer id, epoch,
-# sequences), ``_producer_metadata`` the topics' metadata and ``_clock`` the injectable time.
-# This module keeps the public API, the configs and the result types and futures.
+# sequences), ``_producer_metadata`` the topics' metadata, ``_producer_config`` the configs
+# and ``_clock`` the injectable time. This module keeps the public API and the results.
 
 
 _BYTES = (bytes, bytearray, memoryview)
