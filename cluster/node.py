@@ -29,12 +29,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from cluster import halt
 from cluster.allocator import keep_freed_memory
 from cluster.kraft_broker import ControllerClient, KRaftBroker
 from cluster.loop_monitor import LoopLagMonitor
-from cluster.node_health import NodeHealthService, health_main
+from cluster.node_health import NodeHealthService, StandardHealthService, health_main
 from controller.logic.decision import ControllerConfig
 from controller.quorum.controller import ControllerOnListener, QuorumController
 from controller.quorum.driver import RaftDriver, RaftTransport
@@ -52,10 +54,12 @@ from lograft.protocol.framed.server import FramedListener, Handler
 from lograft.protocol.node_config import NodeConfig, NodeListener
 from lograft.protocol.topic_config import FlushPolicy
 from lograft.protocol.topic_partition import TopicPartition
+from lograft.protocol.wire import broker_pb2 as pb
 from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
-from lograft.protocol.wire import controller_pb2_grpc
+from lograft.protocol.wire import controller_pb2, controller_pb2_grpc
 from lograft.protocol.wire import node_pb2 as npb
 from lograft.protocol.wire import node_pb2_grpc as npb_grpc
+from lograft.protocol.wire import raft_pb2 as raft_pb
 from lograft.protocol.wire import raft_pb2_grpc as raft_pb_grpc
 from replica.broker_service import BrokerEndpoint, BrokerService
 from replica.log.partition_log import delete_files
@@ -257,13 +261,16 @@ class Node:
         # A standalone node's producer-id blocks: one allocator for every listener.
         producer_ids = ProducerIdAllocator(LocalProducerIdBlocks(config.data_dir))
         for name, server in servers.items():
+            services = [npb.DESCRIPTOR.services_by_name["Node"].full_name]
             if self._driver is not None:
                 raft_pb_grpc.add_RaftServicer_to_server(self._driver, server)
                 handlers[name]["Step"] = self._driver.Step
+                services.append(raft_pb.DESCRIPTOR.services_by_name["Raft"].full_name)
             if self._controller is not None:
                 on_listener = ControllerOnListener(self._controller, name)
                 controller_pb2_grpc.add_ControllerServicer_to_server(on_listener, server)
                 handlers[name]["BrokerHeartbeat"] = on_listener.BrokerHeartbeat
+                services.append(controller_pb2.DESCRIPTOR.services_by_name["Controller"].full_name)
             if "broker" in config.process_roles:
                 service = BrokerService(
                     self.logs,
@@ -277,7 +284,17 @@ class Node:
                 )
                 pb_grpc.add_BrokerServicer_to_server(service, server)
                 handlers[name].update(Produce=service.Produce, Fetch=service.Fetch)
+                services.append(pb.DESCRIPTOR.services_by_name["Broker"].full_name)
             npb_grpc.add_NodeServicer_to_server(NodeHealthService(self.health, name), server)
+            # What any gRPC tool needs without our protos: the standard health check, and
+            # reflection naming every service this listener serves.
+            health_pb2_grpc.add_HealthServicer_to_server(
+                StandardHealthService(self.health, frozenset(services)), server
+            )
+            health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+            reflection.enable_server_reflection(
+                (*services, health_name, reflection.SERVICE_NAME), server
+            )
         for server in servers.values():
             await server.start()
             self._servers.append(server)

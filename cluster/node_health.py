@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lograft.protocol.wire import node_pb2 as npb
 from lograft.protocol.wire import node_pb2_grpc as npb_grpc
@@ -43,6 +44,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "HealthVerdict",
     "NodeHealthService",
+    "StandardHealthService",
     "assess",
     "check_health",
     "health_main",
@@ -81,6 +83,35 @@ class NodeHealthService(npb_grpc.NodeServicer):  # type: ignore[misc]
         response = self._facts()
         response.listener = self._listener
         return response
+
+
+class StandardHealthService(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
+    """gRPC's standard ``grpc.health.v1.Health/Check`` for tools that know no lograft proto.
+
+    ``SERVING`` when :func:`assess` finds the node healthy, else ``NOT_SERVING``; the service
+    name is ``""`` (the node) or one of ``services``, those this listener serves, and any other
+    is ``NOT_FOUND`` (as gRPC's health protocol says). ``Watch`` is not served.
+    """
+
+    def __init__(
+        self, facts: Callable[[], npb.NodeHealthResponse], services: frozenset[str]
+    ) -> None:
+        self._facts = facts
+        self._services = services
+
+    async def Check(
+        self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
+    ) -> health_pb2.HealthCheckResponse:
+        """Whether the node (or one of its services) serves now."""
+        if request.service and request.service not in self._services:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+        healthy = assess(self._facts()).healthy
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if healthy
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        return health_pb2.HealthCheckResponse(status=status)
 
 
 def assess(facts: npb.NodeHealthResponse) -> HealthVerdict:
