@@ -35,6 +35,7 @@ __all__ = [
     "a_string",
     "boolean",
     "bootstrap_server_list",
+    "given_config",
     "int_at_least",
     "one_of",
     "optional_string",
@@ -221,6 +222,16 @@ COMMON_CONFIGS: tuple[ConfigDef[Any], ...] = ClientConfig.definitions()
 """The configs every client takes (producer, consumer, admin); each client's table adds more."""
 
 
+def given_config(
+    config: Mapping[str, object] | None, overrides: Mapping[str, object]
+) -> dict[str, object]:
+    """The configs the caller set, by Kafka name: ``config``, then ``overrides`` (keyword
+    arguments, underscores for dots), which win."""
+    given = {str(name): value for name, value in (config or {}).items()}
+    given.update((name.replace("_", "."), value) for name, value in overrides.items())
+    return given
+
+
 def resolve_config(
     kind: str,
     defs: Sequence[ConfigDef[Any]],
@@ -234,13 +245,8 @@ def resolve_config(
     Raises ``InvalidConfigError`` naming the client ``kind`` for an unknown name or a bad value.
     """
     by_name = {d.name: d for d in defs}
-    given: dict[str, object] = {}
-    for name, value in (config or {}).items():
-        given[str(name)] = value
-    for name, value in overrides.items():
-        given[name.replace("_", ".")] = value
     resolved: dict[str, object] = {}
-    for name, value in given.items():
+    for name, value in given_config(config, overrides).items():
         definition = by_name.get(name)
         if definition is None:
             raise InvalidConfigError(f"unknown {kind} config {name!r}")

@@ -85,6 +85,7 @@ from ._accumulator import (
     RecordAccumulator,
 )
 from ._bulk import BulkBatch, BulkCall, BulkResult
+from ._client_config import given_config
 from ._clock import SYSTEM_CLOCK, Clock
 from ._connection import Connections, TopicPartition
 from ._consumer_values import ConsumerGroupMetadata
@@ -214,8 +215,7 @@ class Producer:
         self, config: Mapping[str, object] | None, overrides: dict[str, object], clock: Clock
     ) -> None:
         cfg = ProducerConfig.resolve(config, overrides)
-        given = {str(name) for name in (config or {})}
-        given.update(name.replace("_", ".") for name in overrides)
+        given = given_config(config, overrides)
         transactional_id = cfg.transactional_id
         idempotent = resolve_idempotence(
             cfg, explicit="enable.idempotence" in given or transactional_id is not None
