@@ -1075,3 +1075,127 @@ class DescribeTransactionsResponse(_message.Message):
     TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     transactions: _containers.RepeatedCompositeFieldContainer[TransactionDescription]
     def __init__(self, transactions: _Optional[_Iterable[_Union[TransactionDescription, _Mapping]]] = ...) -> None: ...
+
+class RecordHeader(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: bytes
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class ProducedRecord(_message.Message):
+    __slots__ = ("key", "value", "headers", "timestamp_ms")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    value: bytes
+    headers: _containers.RepeatedCompositeFieldContainer[RecordHeader]
+    timestamp_ms: int
+    def __init__(self, key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[RecordHeader, _Mapping]]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class ProducerSequence(_message.Message):
+    __slots__ = ("producer_id", "producer_epoch", "base_sequence")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BASE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., base_sequence: _Optional[int] = ...) -> None: ...
+
+class ProduceRecordsRequest(_message.Message):
+    __slots__ = ("topic", "partition", "acks", "timeout_ms", "records", "producer", "compression")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    acks: int
+    timeout_ms: int
+    records: _containers.RepeatedCompositeFieldContainer[ProducedRecord]
+    producer: ProducerSequence
+    compression: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., acks: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., records: _Optional[_Iterable[_Union[ProducedRecord, _Mapping]]] = ..., producer: _Optional[_Union[ProducerSequence, _Mapping]] = ..., compression: _Optional[int] = ...) -> None: ...
+
+class ProduceRecordsResponse(_message.Message):
+    __slots__ = ("error_code", "error_name", "retriable", "error_message", "base_offset", "log_append_time_ms", "log_start_offset")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_NAME_FIELD_NUMBER: _ClassVar[int]
+    RETRIABLE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOG_APPEND_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_name: str
+    retriable: bool
+    error_message: str
+    base_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    def __init__(self, error_code: _Optional[int] = ..., error_name: _Optional[str] = ..., retriable: _Optional[bool] = ..., error_message: _Optional[str] = ..., base_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
+
+class FetchRecordsRequest(_message.Message):
+    __slots__ = ("topic", "partition", "offset", "max_wait_ms", "max_bytes", "max_records", "isolation_level", "current_leader_epoch")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    max_wait_ms: int
+    max_bytes: int
+    max_records: int
+    isolation_level: int
+    current_leader_epoch: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_records: _Optional[int] = ..., isolation_level: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ...) -> None: ...
+
+class ConsumedRecord(_message.Message):
+    __slots__ = ("offset", "timestamp_ms", "key", "value", "headers", "timestamp_type")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_TYPE_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    timestamp_ms: int
+    key: bytes
+    value: bytes
+    headers: _containers.RepeatedCompositeFieldContainer[RecordHeader]
+    timestamp_type: int
+    def __init__(self, offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., headers: _Optional[_Iterable[_Union[RecordHeader, _Mapping]]] = ..., timestamp_type: _Optional[int] = ...) -> None: ...
+
+class FetchRecordsResponse(_message.Message):
+    __slots__ = ("error_code", "error_name", "retriable", "error_message", "records", "next_offset", "high_watermark", "last_stable_offset", "log_start_offset")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_NAME_FIELD_NUMBER: _ClassVar[int]
+    RETRIABLE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    LAST_STABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_name: str
+    retriable: bool
+    error_message: str
+    records: _containers.RepeatedCompositeFieldContainer[ConsumedRecord]
+    next_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    def __init__(self, error_code: _Optional[int] = ..., error_name: _Optional[str] = ..., retriable: _Optional[bool] = ..., error_message: _Optional[str] = ..., records: _Optional[_Iterable[_Union[ConsumedRecord, _Mapping]]] = ..., next_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., last_stable_offset: _Optional[int] = ..., log_start_offset: _Optional[int] = ...) -> None: ...

@@ -164,6 +164,16 @@ class BrokerStub:
                 request_serializer=broker__pb2.DescribeTransactionsRequest.SerializeToString,
                 response_deserializer=broker__pb2.DescribeTransactionsResponse.FromString,
                 _registered_method=True)
+        self.ProduceRecords = channel.unary_unary(
+                '/lograft.v1.Broker/ProduceRecords',
+                request_serializer=broker__pb2.ProduceRecordsRequest.SerializeToString,
+                response_deserializer=broker__pb2.ProduceRecordsResponse.FromString,
+                _registered_method=True)
+        self.FetchRecords = channel.unary_unary(
+                '/lograft.v1.Broker/FetchRecords',
+                request_serializer=broker__pb2.FetchRecordsRequest.SerializeToString,
+                response_deserializer=broker__pb2.FetchRecordsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -347,6 +357,23 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ProduceRecords(self, request, context):
+        """For clients without a RecordBatch codec: records as messages. The broker builds the
+        RecordBatch v2 (and checks it as it checks a Produce's), so the rules of Produce hold:
+        acks, min.insync.replicas, idempotent sequencing. Produce and Fetch stay the fast path.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchRecords(self, request, context):
+        """Reads one partition's records as messages, with Fetch's rules (high watermark, last
+        stable offset and aborted transactions for READ_COMMITTED, long-polling).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -479,6 +506,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DescribeTransactions,
                     request_deserializer=broker__pb2.DescribeTransactionsRequest.FromString,
                     response_serializer=broker__pb2.DescribeTransactionsResponse.SerializeToString,
+            ),
+            'ProduceRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProduceRecords,
+                    request_deserializer=broker__pb2.ProduceRecordsRequest.FromString,
+                    response_serializer=broker__pb2.ProduceRecordsResponse.SerializeToString,
+            ),
+            'FetchRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchRecords,
+                    request_deserializer=broker__pb2.FetchRecordsRequest.FromString,
+                    response_serializer=broker__pb2.FetchRecordsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1183,6 +1220,60 @@ class Broker:
             '/lograft.v1.Broker/DescribeTransactions',
             broker__pb2.DescribeTransactionsRequest.SerializeToString,
             broker__pb2.DescribeTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProduceRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.v1.Broker/ProduceRecords',
+            broker__pb2.ProduceRecordsRequest.SerializeToString,
+            broker__pb2.ProduceRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lograft.v1.Broker/FetchRecords',
+            broker__pb2.FetchRecordsRequest.SerializeToString,
+            broker__pb2.FetchRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,
