@@ -94,6 +94,7 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("replica/outcomes.py", Layer.SHELL),  # awaiting several things, keeping each failure
     ("replica/flush_worker.py", Layer.SHELL),  # the C fsync thread's jobs, on the event loop
     ("replica/data_plane_rpcs.py", Layer.SHELL),  # Produce, Fetch, ListOffsets
+    ("replica/record_rpcs.py", Layer.SHELL),  # ProduceRecords, FetchRecords (over the above)
     ("replica/admin_rpcs.py", Layer.SHELL),  # metadata, topics, producer ids, configs
     ("replica/group_rpcs.py", Layer.SHELL),  # the consumer-group RPCs
     ("replica/group_service.py", Layer.SHELL),
