@@ -26,10 +26,11 @@ timeout; a container's health check runs it against its own node::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -42,6 +43,7 @@ from lograft.protocol.wire import node_pb2_grpc as npb_grpc
 __all__ = [
     "DEFAULT_ADDRESS",
     "DEFAULT_TIMEOUT_S",
+    "WATCH_INTERVAL_S",
     "HealthVerdict",
     "NodeHealthService",
     "StandardHealthService",
@@ -55,6 +57,8 @@ log = logging.getLogger(__name__)
 DEFAULT_ADDRESS = "127.0.0.1:9092"
 """The node asked without ``--bootstrap``: port 9092 on the loopback, a local cluster's node 1."""
 DEFAULT_TIMEOUT_S = 5.0
+WATCH_INTERVAL_S = 0.5
+"""How often (s) a ``Health/Watch`` stream looks at the node's facts for a change."""
 """How long (s) to wait for the node's answer (``--timeout-s``) before calling it unreachable."""
 
 
@@ -90,7 +94,10 @@ class StandardHealthService(health_pb2_grpc.HealthServicer):  # type: ignore[mis
 
     ``SERVING`` when :func:`assess` finds the node healthy, else ``NOT_SERVING``; the service
     name is ``""`` (the node) or one of ``services``, those this listener serves, and any other
-    is ``NOT_FOUND`` (as gRPC's health protocol says). ``Watch`` is not served.
+    is ``NOT_FOUND`` (as gRPC's health protocol says). ``Watch`` streams the status at once and
+    again each time it changes, ``SERVICE_UNKNOWN`` for a service not served (the protocol's
+    answer there, the stream kept open); the node's facts are looked at every
+    :data:`WATCH_INTERVAL_S`, since health is derived from them rather than set by events.
     """
 
     def __init__(
@@ -105,13 +112,25 @@ class StandardHealthService(health_pb2_grpc.HealthServicer):  # type: ignore[mis
         """Whether the node (or one of its services) serves now."""
         if request.service and request.service not in self._services:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
-        healthy = assess(self._facts()).healthy
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if healthy
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        return health_pb2.HealthCheckResponse(status=status)
+        return health_pb2.HealthCheckResponse(status=self._status())
+
+    async def Watch(
+        self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[health_pb2.HealthCheckResponse]:
+        """The status now, then each change, until the client goes away."""
+        served = not request.service or request.service in self._services
+        last: int | None = None
+        while True:
+            status = self._status() if served else health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+            if status != last:
+                yield health_pb2.HealthCheckResponse(status=status)
+                last = status
+            await asyncio.sleep(WATCH_INTERVAL_S)
+
+    def _status(self) -> int:
+        if assess(self._facts()).healthy:
+            return int(health_pb2.HealthCheckResponse.SERVING)
+        return int(health_pb2.HealthCheckResponse.NOT_SERVING)
 
 
 def assess(facts: npb.NodeHealthResponse) -> HealthVerdict:
