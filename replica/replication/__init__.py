@@ -41,6 +41,7 @@ from replica.replication.leader_state import (
     FollowerProgress,
     IsrState,
     LeaderState,
+    check_current_leader_epoch,
 )
 from replica.replication.messages import FetchRequest, FetchResponse, IsrProposal
 
@@ -74,4 +75,5 @@ __all__ = [
     "ReplicationInvariantError",
     "ServeFrom",
     "TruncateTo",
+    "check_current_leader_epoch",
 ]

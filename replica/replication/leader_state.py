@@ -74,10 +74,33 @@ from replica.replication.leader_outputs import (
 )
 from replica.replication.messages import IsrProposal
 
-__all__ = ["ISR_TRANSITIONS", "FollowerProgress", "IsrState", "LeaderState"]
+__all__ = [
+    "ISR_TRANSITIONS",
+    "FollowerProgress",
+    "IsrState",
+    "LeaderState",
+    "check_current_leader_epoch",
+]
 
 # Answers that prove an AlterPartition was not applied at the current partition epoch.
 _NOT_APPLIED = (IneligibleReplicaError, UnknownTopicIdError, UnknownTopicOrPartitionError)
+
+
+def check_current_leader_epoch(
+    current_leader_epoch: int | None, leader_epoch: int, who: str
+) -> None:
+    """KIP-320: a reader that names the leader epoch it follows is served by that leader only.
+
+    Raises ``FENCED_LEADER_EPOCH`` when ``current_leader_epoch`` is older than this leader's
+    ``leader_epoch`` (the reader follows a deposed leader) and ``UNKNOWN_LEADER_EPOCH`` when
+    it is newer (this leader has not learned of its successor yet); ``None``: not checked.
+    ``who`` names the reader in the message.
+    """
+    if current_leader_epoch is None or current_leader_epoch == leader_epoch:
+        return
+    if current_leader_epoch < leader_epoch:
+        raise FencedLeaderEpochError(f"{who} at epoch {current_leader_epoch} < {leader_epoch}")
+    raise UnknownLeaderEpochError(f"{who} at epoch {current_leader_epoch} > {leader_epoch}")
 
 
 class IsrState(enum.Enum):
@@ -342,16 +365,9 @@ class LeaderState:
                 f"replica {replica_id} is not a follower of this partition (replicas "
                 f"{self.replicas}, leader {self.replica_id})"
             )
-        if current_leader_epoch is not None and current_leader_epoch < self.leader_epoch:
-            raise FencedLeaderEpochError(
-                f"fetch from replica {replica_id} at epoch {current_leader_epoch} < "
-                f"{self.leader_epoch}"
-            )
-        if current_leader_epoch is not None and current_leader_epoch > self.leader_epoch:
-            raise UnknownLeaderEpochError(
-                f"fetch from replica {replica_id} at epoch {current_leader_epoch} > "
-                f"{self.leader_epoch}"
-            )
+        check_current_leader_epoch(
+            current_leader_epoch, self.leader_epoch, f"fetch from replica {replica_id}"
+        )
         if last_fetched_epoch != UNDEFINED_EPOCH:
             end = self.epoch_cache.end_offset_for(last_fetched_epoch, self._log_end_offset)
             if end.epoch < last_fetched_epoch or end.end_offset < fetch_offset:

@@ -158,6 +158,10 @@ def test_errors_are_named_with_their_retriability(stub: pb_grpc.BrokerStub) -> N
     assert bad_codec.error_name == "UNSUPPORTED_COMPRESSION_TYPE"
     past_end = _fetch_records(stub, "errors", 7)
     assert (past_end.error_name, past_end.retriable) == ("OFFSET_OUT_OF_RANGE", False)
+    # KIP-320: a reader following an epoch this leader has not reached is told so.
+    ahead = _fetch_records(stub, "errors", 0, current_leader_epoch=5)
+    assert (ahead.error_name, ahead.retriable) == ("UNKNOWN_LEADER_EPOCH", True)
+    assert _fetch_records(stub, "errors", 0, current_leader_epoch=0).error_name == "NONE"
 
 
 def test_read_committed_leaves_out_aborted_records_and_moves_past_the_markers(
