@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 DATA ?= data/cluster
 
-.PHONY: spark-demo sim lock install run test lint format typecheck unit integration docker-test image chaos chaos-tools proto proto-check bench bench-trace bench-compare clean docs
+.PHONY: spark-demo sim lock install run test lint format typecheck unit integration docker-test image chaos chaos-tools proto proto-check api-baseline bench bench-trace bench-compare clean docs
 
 $(STAMP): pyproject.toml constraints.txt proto/lograft/protocol/_speedups.c replica/_fsync_worker.c
 	$(PYTHON) -m venv $(VENV)
@@ -64,8 +64,14 @@ image: $(STAMP)
 proto: $(STAMP)
 	$(BIN)/python proto/generate.py
 
+## The stubs match the .proto files, and lograft.v1 has no breaking change against its last
+## release (proto/api/lograft.v1.binpb; the rules: docs/reference/grpc-api.md).
 proto-check: $(STAMP)
-	$(BIN)/pytest -q tests/unit/test_proto_drift.py
+	$(BIN)/pytest -q tests/unit/test_proto_drift.py tests/unit/test_api_compat.py
+
+## On release: freeze today's lograft.v1 as the baseline the breaking-change check compares with.
+api-baseline: $(STAMP)
+	$(BIN)/python proto/api_compat.py baseline
 
 ## Long deterministic simulation of the Raft core: make sim SCHEDULES=200000 SEED_BASE=3000
 SCHEDULES ?= 100000

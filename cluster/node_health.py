@@ -57,9 +57,9 @@ log = logging.getLogger(__name__)
 DEFAULT_ADDRESS = "127.0.0.1:9092"
 """The node asked without ``--bootstrap``: port 9092 on the loopback, a local cluster's node 1."""
 DEFAULT_TIMEOUT_S = 5.0
+"""How long (s) to wait for the node's answer (``--timeout-s``) before calling it unreachable."""
 WATCH_INTERVAL_S = 0.5
 """How often (s) a ``Health/Watch`` stream looks at the node's facts for a change."""
-"""How long (s) to wait for the node's answer (``--timeout-s``) before calling it unreachable."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,8 @@ Usage: python docs/generate.py [OUTPUT_DIR]   (default: docs/reference; ``make d
   and ``lograft``.
 * ``api.md`` comes from the docstrings and signatures of ``cluster.client.__all__`` and the
   typed errors of ``lograft.protocol.errors``.
+* ``grpc-api.md`` comes from the public gRPC API's .proto files (``lograft.v1``,
+  ``proto/broker.proto``) and their comments, compiled by protoc with source info.
 
 The output is deterministic (definition order, no memory addresses), so
 ``tests/unit/test_docs_drift.py`` can fail when the checked-in files drift from the code.
@@ -30,9 +32,13 @@ ROOT = Path(__file__).resolve().parents[1]
 for _path in (ROOT, Path(__file__).resolve().parent):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
+# proto/ for api_compat (the public API's files and how protoc compiles them), last.
+if str(ROOT / "proto") not in sys.path:
+    sys.path.append(str(ROOT / "proto"))
 
 from refgen.api import render_api  # noqa: E402
 from refgen.configuration import render_configuration  # noqa: E402
+from refgen.grpc_api import render_grpc_api  # noqa: E402
 from refgen.markdown import GENERATED_NOTE  # noqa: E402
 
 DEFAULT_OUT = ROOT / "docs" / "reference"
@@ -44,12 +50,17 @@ __all__ = [
     "render",
     "render_api",
     "render_configuration",
+    "render_grpc_api",
 ]
 
 
 def render() -> dict[str, str]:
     """File name → text of every generated reference page."""
-    return {"api.md": render_api(), "configuration.md": render_configuration()}
+    return {
+        "api.md": render_api(),
+        "configuration.md": render_configuration(),
+        "grpc-api.md": render_grpc_api(),
+    }
 
 
 def generate(out_dir: Path) -> list[Path]:

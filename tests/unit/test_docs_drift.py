@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from api_compat import compile_protos
+
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference"
 
@@ -46,3 +48,31 @@ def test_generated_reference_matches_code(tmp_path: Path) -> None:
 def test_generator_is_deterministic() -> None:
     generator = _load_generator()
     assert generator.render() == generator.render()
+
+
+def test_the_grpc_reference_follows_the_protos_comments(tmp_path: Path) -> None:
+    """A comment changed in broker.proto changes grpc-api.md, so the drift test above fails
+    until `make docs` is run."""
+    generator = _load_generator()
+    proto = (ROOT / "proto" / "broker.proto").read_text()
+    comment = "// Appends record batches to partitions this broker leads."
+    assert proto.count(comment) == 1
+    (tmp_path / "broker.proto").write_text(proto.replace(comment, "// Appends XYZZY batches."))
+    page = generator.render_grpc_api(tmp_path)
+    assert "Appends XYZZY batches." in page
+    assert page != (REFERENCE / "grpc-api.md").read_text(encoding="utf-8")
+
+
+def test_the_grpc_reference_lists_every_method_message_and_field() -> None:
+    generator = _load_generator()
+    page = (REFERENCE / "grpc-api.md").read_text(encoding="utf-8")
+    (file,) = compile_protos().file
+    assert file.package == "lograft.v1" and page.startswith("# gRPC API reference (`lograft.v1`)")
+    for method in file.service[0].method:
+        assert f"| `{method.name}` | [`{method.input_type.rsplit('.', 1)[-1]}`]" in page
+    for message in file.message_type:
+        assert f"\n#### {message.name}\n" in page, message.name
+        for field in message.field:
+            assert f"| {field.number} | `{field.name}` |" in page, f"{message.name}.{field.name}"
+    assert "`WriteTxnMarkers` |" in page and "brokers only" in page
+    assert generator.render_grpc_api() == page

@@ -180,7 +180,8 @@ class BrokerServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Produce(self, request, context):
-        """Appends record batches to partitions this broker leads.
+        """---- records, offsets, metadata and topics ----
+        Appends record batches to partitions this broker leads.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -208,13 +209,15 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CreateTopics(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Creates topics (forwarded to the active controller); per topic, its result.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteTopics(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Deletes topics and their data (forwarded to the active controller).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -273,31 +276,36 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def OffsetCommit(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Stores a member's consumed positions, to the group coordinator.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def OffsetFetch(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The group's committed offsets, from the group coordinator.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListGroups(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The groups this broker coordinates, with their states.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DescribeGroups(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Groups' states, epochs and members with their assignments (to their coordinator).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteGroups(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Deletes groups without members and their committed offsets (GROUP_NOT_EMPTY otherwise).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -313,19 +321,24 @@ class BrokerServicer:
         """---- transactions (Kafka's KIP-98 with transactions version 2, KIP-890, and KIP-939) ----
         InitProducerId with a transactional_id goes to the transaction coordinator (found with
         FindCoordinator, key_type 1): the leader of the id's __transaction_state partition.
+
+        Adds partitions to the producer's open transaction (starting it), before it produces
+        there; with verify_only, a partition leader's check that they are in it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def AddOffsetsToTxn(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Adds a group's offsets to the open transaction, before TxnOffsetCommit.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def EndTxn(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Commits or aborts the open transaction: the coordinator writes the markers.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -352,13 +365,15 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DescribeTransactions(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The state of each transactional id asked for (to its coordinator).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ProduceRecords(self, request, context):
-        """For clients without a RecordBatch codec: records as messages. The broker builds the
+        """---- records as messages ----
+        For clients without a RecordBatch codec: records as messages. The broker builds the
         RecordBatch v2 (and checks it as it checks a Produce's), so the rules of Produce hold:
         acks, min.insync.replicas, idempotent sequencing. Produce and Fetch stay the fast path.
         """
