@@ -95,13 +95,11 @@ Every listener of every node serves gRPC server reflection
 (`grpc.health.v1.Health`). Reflection lists the services that listener serves
 (`lograft.v1.Broker` where the node is a broker, `lograft.node.v1.Node` everywhere,
 `lograft.raft.v1.Raft` and `lograft.controller.v1.Controller` where it is a controller)
-with their full descriptors, so a tool with none of lograft's protos can call them:
-
-```
-grpcurl -plaintext 127.0.0.1:9092 list
-grpcurl -plaintext 127.0.0.1:9092 describe lograft.v1.ProduceRecordsRequest
-grpcurl -plaintext -d '{}' 127.0.0.1:9092 lograft.v1.Broker/Metadata
-```
+with their full descriptors, so a tool with none of lograft's protos (grpcurl, Postman,
+the `grpcio-reflection` package's Python client) can list and call them; [Writing a
+client](../writing-a-client.md#what-you-need) has a Python example that lists the services
+and calls `Metadata` from the reflected descriptors, and
+`tests/integration/test_grpc_reflection.py` runs it against a real node.
 
 `grpc.health.v1.Health/Check` answers `SERVING` when the node is healthy by the rules of
 `lograft node health` (for the service `""` and for each service the listener serves),
@@ -109,8 +107,9 @@ grpcurl -plaintext -d '{}' 127.0.0.1:9092 lograft.v1.Broker/Metadata
 `Watch` streams the status at once and again on each change (`SERVICE_UNKNOWN`, the
 stream kept open, for a service the listener does not serve).
 
-In JSON (grpcurl, gRPC-gateway) field names are the lowerCamelCase forms of the names
-below (`max_wait_ms` is `maxWaitMs`), and 64-bit integers are strings.
+In protobuf's JSON mapping (what JSON-speaking gRPC tools use) field names are the
+lowerCamelCase forms of the names below (`max_wait_ms` is `maxWaitMs`), and 64-bit
+integers are strings.
 """
 
 
