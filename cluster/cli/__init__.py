@@ -19,6 +19,7 @@ Flags follow Kafka's tools (``kafka-topics``, ``kafka-console-producer``,
     lograft perf produce --topic T --num-records N --record-size B [--bulk] [--json]
     lograft perf consume --topic T --messages N [--json]
     lograft perf e2e --topic T --num-records N [--acks all|1|0] [--json]
+    lograft rest-proxy [--listen HOST:PORT] [--max-body-bytes N]
     lograft cluster up | down | status [--json] | logs N | kill N | restart N
     lograft node --node-id 1 --data-dir DIR --listen 127.0.0.1:9092
 
@@ -44,7 +45,7 @@ from cluster.client import DEFAULT_BOOTSTRAP_SERVERS, NoBrokersAvailableError
 from cluster.launcher import add_cluster_commands, run_cluster_command
 from lograft.protocol.errors import LograftError
 
-from . import configs, consume, groups, perf, produce, topics, transactions
+from . import configs, consume, groups, perf, produce, rest_proxy, topics, transactions
 from ._args import (
     BOOTSTRAP_ENV,
     CONFIG_ENV,
@@ -159,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
             description="(`lograft COMMAND --help` for details)",
         ),
     )
-    for module in (topics, configs, produce, consume, groups, transactions, perf):
+    for module in (topics, configs, produce, consume, groups, transactions, perf, rest_proxy):
         module.register(commands)
     add_cluster_commands(commands)
     commands.choices["cluster"].set_defaults(handler=_run_cluster)

@@ -119,6 +119,7 @@ LAYERS: tuple[tuple[str, Layer], ...] = (
     ("cluster/launcher*", Layer.NODE),
     ("cluster/client/*", Layer.NODE),
     ("cluster/cli/*", Layer.NODE),
+    ("cluster/rest_proxy/*", Layer.NODE),  # lograft rest-proxy: HTTP/JSON over the client
     ("cluster/demo.py", Layer.NODE),
     ("cluster/status.py", Layer.NODE),
     ("chaos/*", Layer.NODE),
@@ -208,7 +209,18 @@ PACKAGE_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "cluster/cli/*",
         "the CLI",
-        ("cluster.cli", "lograft.protocol", "cluster.client", "cluster.launcher"),
+        (
+            "cluster.cli",
+            "lograft.protocol",
+            "cluster.client",
+            "cluster.launcher",
+            "cluster.rest_proxy",
+        ),
+    ),
+    (
+        "cluster/rest_proxy/*",
+        "the REST proxy",
+        ("cluster.rest_proxy", "lograft.protocol", "cluster.client"),
     ),
     (
         "cluster/launcher/*",
