@@ -31,8 +31,15 @@ spark-demo: $(STAMP)
 	$(BIN)/python -m spark.examples.windowed_counts --seed --checkpoint data/spark-demo/checkpoint
 
 ## Everything CI checks; the log ends with the 25 slowest tests (the suite is kept under 45 min).
-test: $(STAMP) chaos-tools lint typecheck proto-check
+test: $(STAMP) chaos-tools lint typecheck proto-check rust-client
 	$(BIN)/pytest -q --durations=25 tests
+
+## The Rust client (clients/rust): a debug build (its binary serves tests/integration/test_rust_client.py;
+## cold, about 40 s on 2 cores; release takes twice that) and its unit tests, crates from crates.io.
+.PHONY: rust-client
+rust-client:
+	cargo build --locked --manifest-path clients/rust/Cargo.toml
+	cargo test --locked --manifest-path clients/rust/Cargo.toml
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
