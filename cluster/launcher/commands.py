@@ -40,6 +40,7 @@ from cluster.launcher.spec import (
     ClusterSpec,
     LauncherError,
 )
+from cluster.node_health import check_health
 from cluster.status import describe_cluster, readiness_problems, render_status
 from lograft.protocol.errors import LograftError
 
@@ -565,11 +566,19 @@ def _wait_ready(args: argparse.Namespace, local: LocalCluster | None) -> list[st
         else:
             bootstrap = getattr(args, "bootstrap", None) or DEFAULT_BOOTSTRAP_SERVERS
             problems = []
+        addresses = [b.strip() for b in bootstrap.split(",") if b.strip()]
         try:
-            described = describe_cluster([b.strip() for b in bootstrap.split(",") if b.strip()])
-            problems += readiness_problems(described)
+            problems += readiness_problems(describe_cluster(addresses))
         except LograftError as exc:
             problems.append(str(exc))
+        if not problems and local is None:
+            # The metadata a node replays after a restart still shows the brokers of before
+            # unfenced until they register again; each node's own verdict does not.
+            problems += [
+                verdict.reason
+                for verdict in (check_health(address) for address in addresses)
+                if not verdict.healthy
+            ]
         if not problems or time.monotonic() >= deadline:
             return problems
         time.sleep(min(HEALTH_POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
