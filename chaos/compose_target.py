@@ -122,13 +122,16 @@ class ComposeTarget(AdminLookups):
         self._mounted = False
         self._compose_file = compose_file
         self.project = project or f"lograft-chaos-{os.getpid()}"
-        base = free_base_port(3)
+        base = free_base_port(4)
         self.ports = [base, base + 1, base + 2]
         """The host ports the nodes are published on (``LOGRAFT_PORT_1..3``)."""
+        self.rest_proxy_port = base + 3
+        """The host port of the compose file's REST proxy (``LOGRAFT_REST_PROXY_PORT``)."""
         self.env = {
             **os.environ,
             "LOGRAFT_IMAGE": image,
             **{f"LOGRAFT_PORT_{n}": str(p) for n, p in zip(self.node_ids, self.ports, strict=True)},
+            "LOGRAFT_REST_PROXY_PORT": str(self.rest_proxy_port),
         }
         """The environment of every compose and docker command (image, host ports)."""
         self._containers: dict[int, str] = {}

@@ -28,11 +28,12 @@ def lograft_image() -> str:
     return build_image(sys.executable)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def compose_cluster(
     lograft_image: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ComposeCluster]:
-    """The repository's docker-compose.yml, up and healthy, under a project of its own."""
+    """The repository's docker-compose.yml, up and healthy, under a project of its own; one
+    for the session, since bringing it up is the slow part (every test leaves it healthy)."""
     cluster = ComposeCluster(f"lograft-test-{os.getpid()}", tmp_path_factory.mktemp("compose"))
     try:
         cluster.up()

@@ -10,6 +10,8 @@ lost" means every value whose send completed is found when the topic is read bac
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 
@@ -109,6 +111,38 @@ def test_host_producer_and_network_consumer(
         "consume", "from-host", "--from-beginning", "--max-messages", "200"
     )
     assert printed.splitlines() == [v.decode() for v in values]
+
+
+def test_the_rest_proxy_service_produces_with_curl(
+    compose_cluster: ComposeCluster, admin: AdminClient
+) -> None:
+    """The compose file's rest-proxy service: records POSTed with curl reach the topic."""
+    create_topic(admin, "via-proxy")
+    base = f"http://127.0.0.1:{compose_cluster.rest_proxy_port}/v3/clusters"
+
+    def curl(*args: str) -> tuple[int, str]:
+        done = subprocess.run(
+            ["curl", "-sS", "--max-time", "10", "-w", "\n%{http_code}", *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        body, _, status = done.stdout.rpartition("\n")
+        return int(status or 0), body
+
+    wait_until(lambda: curl(base)[0] == 200, FAULT_TIMEOUT_S, "the rest proxy to answer")
+    cluster_id = json.loads(curl(base)[1])["data"][0]["cluster_id"]
+    for i in range(3):
+        status, report = curl(
+            "-H",
+            "Content-Type: application/json",
+            "--data",
+            json.dumps({"value": {"type": "STRING", "data": f"posted-{i}"}}),
+            f"{base}/{cluster_id}/topics/via-proxy/records",
+        )
+        assert (status, json.loads(report)["error_code"]) == (200, 200), report
+    assert read_all(compose_cluster, "via-proxy") == [b"posted-0", b"posted-1", b"posted-2"]
 
 
 def test_killed_leader_loses_no_acknowledged_write(

@@ -1,7 +1,8 @@
 """The README's docker steps, run line by line as a new user would on a fresh clone.
 
-Only where the cluster lives differs from the README: a compose project of the test's own
-(``COMPOSE_PROJECT_NAME``) on free host ports (``LOGRAFT_PORT_1..3``, which the compose file
+Only where the cluster lives differs from the README: the docker tests' compose project
+(``COMPOSE_PROJECT_NAME``, already up: the steps' ``docker-compose up -d`` finds it running)
+on free host ports (``LOGRAFT_PORT_1..3``, which the compose file
 reads), and ``LOGRAFT_BOOTSTRAP`` naming those ports, so a user's own cluster on 9092-9094 is
 left alone. The virtualenv's ``bin`` is on ``PATH`` (what ``source .venv/bin/activate`` does
 for the lines after it).
@@ -34,8 +35,11 @@ def docker_steps() -> list[str]:
     raise AssertionError("the README has no shell block starting with `make image`")
 
 
-def test_the_readme_compose_steps_work_verbatim(lograft_image: str, tmp_path: Path) -> None:
-    cluster = ComposeCluster(f"lograft-readme-{os.getpid()}", tmp_path / "compose")
+def test_the_readme_compose_steps_work_verbatim(compose_cluster: ComposeCluster) -> None:
+    # The session's compose project: its `docker-compose up -d` finds the cluster the
+    # fixture started from the same file (bringing up a second one would double the cost),
+    # and the steps after it run as on a fresh clone.
+    cluster = compose_cluster
     env = {
         **cluster.env,
         "COMPOSE_PROJECT_NAME": cluster.project,
@@ -45,20 +49,17 @@ def test_the_readme_compose_steps_work_verbatim(lograft_image: str, tmp_path: Pa
     steps = docker_steps()
     assert "docker-compose up -d" in "\n".join(steps)
     outputs: list[str] = []
-    try:
-        for step in steps:
-            done = subprocess.run(
-                ["bash", "-euo", "pipefail", "-c", step],
-                cwd=REPO,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=STEP_TIMEOUT_S,
-                check=False,
-            )
-            assert done.returncode == 0, f"README step failed: {step}\n{done.stdout}{done.stderr}"
-            outputs.append(done.stdout)
-    finally:
-        cluster.down()
+    for step in steps:
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", step],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=STEP_TIMEOUT_S,
+            check=False,
+        )
+        assert done.returncode == 0, f"README step failed: {step}\n{done.stdout}{done.stderr}"
+        outputs.append(done.stdout)
     # The last step reads back what the steps before it produced.
     assert sorted(outputs[-1].splitlines()) == ["one", "three", "two"]
