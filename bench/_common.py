@@ -17,9 +17,16 @@ ROOT = Path(__file__).resolve().parent.parent
 LOGRAFT = [sys.executable, "-m", "cluster.cli"]
 
 
-def run_json(args: list[str]) -> dict[str, Any]:
-    """Run ``args`` in the repository root; its last stdout line is one JSON object."""
-    done = subprocess.run(args, check=True, capture_output=True, text=True, cwd=ROOT)
+RUN_TIMEOUT_S = 900
+"""The longest one measured run may take before the benchmark gives up on it."""
+
+
+def run_json(args: list[str], timeout_s: float = RUN_TIMEOUT_S) -> dict[str, Any]:
+    """Run ``args`` in the repository root (at most ``timeout_s``); its last stdout line is
+    one JSON object."""
+    done = subprocess.run(
+        args, check=True, capture_output=True, text=True, cwd=ROOT, timeout=timeout_s
+    )
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 

@@ -61,7 +61,7 @@ with Producer(bootstrap_servers=boot, acks="all", enable_idempotence=True) as pr
     send = producer.send
     for _ in range(count):
         send(topic, payload, callback=done)
-    producer.flush()
+    producer.flush(300)
     seconds = time.perf_counter() - start
 assert not failed, failed[:3]
 print(json.dumps({"records": count, "seconds": round(seconds, 4),
@@ -93,6 +93,7 @@ def build_rust_cli() -> float:
         ["cargo", "build", "--release", "--locked", "--bin", "lograft-rs"],
         cwd=CRATE,
         check=True,
+        timeout=1800,
     )
     return round(time.monotonic() - started, 1)
 

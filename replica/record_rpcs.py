@@ -32,6 +32,7 @@ from replica.data_plane_rpcs import DataPlaneRpcs
 __all__ = ["RecordRpcs", "build_batch"]
 
 READ_COMMITTED = 1
+MAX_PRODUCER_EPOCH = 32767
 
 
 def _error_fields(code: int, message: str) -> dict[str, Any]:
@@ -57,6 +58,17 @@ def build_batch(request: pb.ProduceRecordsRequest, now_ms: int) -> bytes:
     if not request.records:
         raise InvalidRecordError("a ProduceRecords request needs at least one record")
     producer = request.producer if request.HasField("producer") else None
+    if producer is not None and not (
+        producer.producer_id >= 0
+        and 0 <= producer.producer_epoch <= MAX_PRODUCER_EPOCH
+        and producer.base_sequence >= 0
+    ):
+        # The batch header holds the epoch in 16 bits; InitProducerId never hands out more.
+        raise InvalidRecordError(
+            f"producer id {producer.producer_id}, epoch {producer.producer_epoch}, base "
+            f"sequence {producer.base_sequence}: the id and sequence must not be negative "
+            f"and the epoch must be 0..{MAX_PRODUCER_EPOCH}"
+        )
     try:
         builder = RecordBatchBuilder(
             request.compression,
@@ -156,8 +168,14 @@ class RecordRpcs(DataPlaneRpcs):
         self, request: pb.FetchRecordsRequest, context: grpc.aio.ServicerContext
     ) -> pb.FetchRecordsResponse:
         """Read one partition's records from ``offset``, as Fetch would for a consumer."""
-        if request.max_records < 0 or request.max_bytes < 0:
-            error = InvalidRequestError("max_records and max_bytes must not be negative")
+        if (
+            request.max_records < 0
+            or request.max_bytes < 0
+            or request.isolation_level not in (0, 1)
+        ):
+            error = InvalidRequestError(
+                "max_records and max_bytes must not be negative, isolation_level is 0 or 1"
+            )
             return pb.FetchRecordsResponse(
                 next_offset=request.offset, **_error_fields(error.code, error.message)
             )

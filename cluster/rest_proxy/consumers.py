@@ -66,6 +66,9 @@ V2_JSON = "application/vnd.kafka.v2+json"
 _ACCEPT_FORMAT = re.compile(r"application/vnd\.kafka\.(\w+)\.v2\+json")
 _MAX_OFFSET = 2**63 - 1
 
+_DIGITS = re.compile(r"[0-9]{1,18}")
+"""A query parameter's integer: ASCII digits only, short enough for an int64."""
+
 
 def _options(document: dict[str, Any]) -> InstanceOptions:
     name = document.get("name")
@@ -206,7 +209,7 @@ def _query_int(request: web.Request, name: str, default: int, maximum: int) -> i
     text = request.query.get(name)
     if text is None:
         return default
-    if not text.isdigit():
+    if not _DIGITS.fullmatch(text):
         raise RestError(400, BAD_REQUEST, f"{name} must be a non-negative integer")
     return min(int(text), maximum)
 

@@ -57,6 +57,10 @@ class ConsumerInstance:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
+INSTANCE_FETCH_MAX_BYTES = 4 * 1024 * 1024
+"""The most record bytes one consumer instance fetches at once (``fetch.max.bytes``)."""
+
+
 class InstanceRegistry:
     """The instances of this proxy, by ``(group, instance_id)``, and their expiry."""
 
@@ -95,6 +99,11 @@ class InstanceRegistry:
                     "client.id": instance_id,
                     "auto.offset.reset": options.auto_offset_reset,
                     "enable.auto.commit": options.auto_commit,
+                    # What one instance may hold from the cluster at a time, so that the
+                    # proxy's memory is bounded by its instance limit (Kafka's consumer
+                    # default is 50 MiB a fetch).
+                    "fetch.max.bytes": INSTANCE_FETCH_MAX_BYTES,
+                    "max.partition.fetch.bytes": INSTANCE_FETCH_MAX_BYTES,
                 }
             )
         except LograftError as exc:

@@ -31,7 +31,7 @@ from .bodies import (
     require_list,
 )
 from .context import CONTEXT, ProxyContext
-from .errors import BAD_REQUEST, RestError, from_lograft
+from .errors import BAD_REQUEST, INVALID_RECORD, KAFKA_RETRIABLE_ERROR, RestError, from_lograft
 from .records import (
     ProduceRecord,
     TypedData,
@@ -47,6 +47,8 @@ __all__ = ["produce_v2", "produce_v3", "v3_record"]
 logger = logging.getLogger(__name__)
 
 _MAX_PARTITION = 2**31 - 1
+MAX_STREAMED_RECORDS = 10_000
+"""Records one v3 produce body may hold (v2's limit on ``records`` too)."""
 _V2_FORMAT = re.compile(r"^application/vnd\.kafka\.(json|binary)\.v2\+json$")
 
 
@@ -80,6 +82,8 @@ async def _send(
         return exc
     except LograftError as exc:
         return from_lograft(exc)
+    except ValueError as exc:  # a record the client refuses to build (a field out of range)
+        return RestError(422, INVALID_RECORD, str(exc))
 
 
 async def _outcome(sent: asyncio.Future[RecordMetadata] | RestError) -> RecordMetadata | RestError:
@@ -118,6 +122,11 @@ async def produce_v3(request: web.Request) -> web.Response:
     body = await read_body(request, context.settings.max_body_bytes)
     parsed: list[ProduceRecord | RestError] = []
     for document in json_documents(body):
+        if len(parsed) == MAX_STREAMED_RECORDS:
+            # Refused before anything is queued: nothing of the body is written.
+            raise RestError(
+                400, BAD_REQUEST, f"A body holds at most {MAX_STREAMED_RECORDS} records"
+            )
         try:
             parsed.append(v3_record(document))
         except RestError as exc:
@@ -183,9 +192,11 @@ async def produce_v2(request: web.Request) -> web.Response:
     for record, future in zip(records, sent, strict=True):
         outcome = await _outcome(future)
         if isinstance(outcome, RestError):
+            # Confluent's v2 report: 1 for an error not worth retrying, 2 for one that is.
+            retriable = outcome.code in (KAFKA_RETRIABLE_ERROR,)
             offsets.append(
                 {"partition": record.partition, "offset": None}
-                | {"error_code": outcome.code, "error": outcome.message}
+                | {"error_code": 2 if retriable else 1, "error": outcome.message}
             )
         else:
             offsets.append(

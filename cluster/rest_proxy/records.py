@@ -112,6 +112,10 @@ def parse_headers(value: object) -> tuple[tuple[str, bytes | None], ...]:
     return tuple(headers)
 
 
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+"""The last millisecond of year 9999: a later timestamp has no ISO 8601 form to report."""
+
+
 def parse_timestamp(value: object) -> int | None:
     """ISO 8601 (``2024-05-01T12:00:00Z``) or epoch milliseconds, as epoch ms."""
     if value is None:
@@ -123,8 +127,9 @@ def parse_timestamp(value: object) -> int | None:
             raise RestError(400, BAD_REQUEST, f"timestamp {value!r} is not ISO 8601") from None
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=UTC)
-        return int(moment.timestamp() * 1000)
-    return optional_int(value, "timestamp")
+        value = int(moment.timestamp() * 1000)
+    # What a producer may send (Kafka refuses negative timestamps) and a report can show.
+    return optional_int(value, "timestamp", 0, MAX_TIMESTAMP_MS)
 
 
 def iso_timestamp(ms: int) -> str:

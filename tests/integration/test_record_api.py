@@ -149,6 +149,10 @@ def test_errors_are_named_with_their_retriability(stub: pb_grpc.BrokerStub) -> N
     )
     create_topic(stub, "errors")
     assert _produce_records(stub, "errors", []).error_name == "INVALID_RECORD"
+    too_new = pb.ProducerSequence(producer_id=1, producer_epoch=40_000, base_sequence=0)
+    wide_epoch = _produce_records(stub, "errors", [pb.ProducedRecord(value=b"x")], too_new)
+    assert wide_epoch.error_name == "INVALID_RECORD"
+    assert _fetch_records(stub, "errors", 0, isolation_level=5).error_name == "INVALID_REQUEST"
     bad_codec = stub.ProduceRecords(
         pb.ProduceRecordsRequest(
             topic="errors", acks=1, compression=9, records=[pb.ProducedRecord(value=b"x")]
@@ -184,7 +188,13 @@ def test_read_committed_leaves_out_aborted_records_and_moves_past_the_markers(
     leader = grouped.nodes[grouped.leaders(grouped.nodes[1], "txn")[0]]
     with grpc.insecure_channel(leader.address) as channel:
         stub = pb_grpc.BrokerStub(channel)
-        # committed(0) commit-marker(1) aborted(2) abort-marker(3)
+        # committed(0) commit-marker(1) aborted(2) abort-marker(3); EndTxn answers before
+        # the coordinator's markers are written, so wait for the abort marker.
+        wait_until(
+            lambda: _fetch_records(stub, "txn", 0, isolation_level=1).last_stable_offset == 4,
+            CLUSTER_TIMEOUT_S,
+            "the abort marker",
+        )
         committed = _fetch_records(stub, "txn", 0, isolation_level=1)
         assert [r.value for r in committed.records] == [b"committed"]
         assert (committed.next_offset, committed.last_stable_offset) == (4, 4)

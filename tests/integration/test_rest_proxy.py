@@ -295,6 +295,17 @@ def test_errors_have_confluents_shapes(proxy: Proxy, cluster_id: str) -> None:
     status, error = curl_json(f"{proxy.url}/v3/clusters/not-this-one/topics")
     assert (status, error["error_code"]) == (404, 404), error
 
+    create_topic(proxy, cluster_id, "shapes", 1)
+    records = f"{proxy.url}/v3/clusters/{cluster_id}/topics/shapes/records"
+    before_1970 = '{"value": {"data": 1}, "timestamp": "1969-12-31T23:59:59Z"}'
+    status, error = curl_json("-X", "POST", "-H", JSON, records, data=before_1970)
+    assert (status, error["error_code"]) == (400, 400), error
+
+    # Past the limit on records in one body: refused before any of them is written.
+    status, error = curl_json("-X", "POST", "-H", JSON, records, data="{}" * 10_001)
+    assert (status, error["error_code"]) == (400, 400), error
+    assert "10000" in error["message"]
+
 
 def test_an_idle_consumer_instance_expires(quorum: QuorumCluster, tmp_path: Path) -> None:
     short = start_proxy(
