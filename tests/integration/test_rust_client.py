@@ -229,6 +229,28 @@ def create_topic(cli: Path, cluster: QuorumCluster, topic: str, partitions: int)
     assert lines == [f"CREATED {topic} {partitions}"]
 
 
+def leaders_seen_by(
+    cluster: QuorumCluster, node: NodeProcess, topic: str, partitions: int
+) -> dict[int, int]:
+    """Each partition's leader as ``node`` reports it, once it does for every partition: a
+    topic just created may not be applied on ``node`` yet (no topic, or no leader)."""
+    seen: dict[int, int] = {}
+
+    def every_partition_led() -> bool:
+        seen.clear()
+        seen.update(cluster.leaders(node, topic))
+        return sorted(seen) == list(range(partitions)) and all(
+            leader >= 0 for leader in seen.values()
+        )
+
+    wait_until(
+        every_partition_led,
+        CLUSTER_TIMEOUT_S,
+        f"node {node.node_id} to report a leader for every partition of {topic}",
+    )
+    return dict(seen)
+
+
 def any_alive(cluster: QuorumCluster) -> NodeProcess:
     return cluster.alive_brokers()[0]
 
@@ -239,7 +261,7 @@ def test_admin_creates_and_describes_a_topic(rust_cli: Path, quorum: QuorumClust
         rust_cli, "describe", "--bootstrap", quorum.bootstrap, "--topic", "rs-admin"
     )
     assert described[0] == "TOPIC rs-admin PARTITIONS 3"
-    leaders = quorum.leaders(quorum.nodes[1], "rs-admin")
+    leaders = leaders_seen_by(quorum, quorum.nodes[1], "rs-admin", 3)
     for line in described[1:]:
         fields = line.split()
         partition, leader, replicas = int(fields[1]), int(fields[3]), fields[7].split(",")
@@ -395,10 +417,9 @@ def test_leader_kill_during_idempotent_produce_writes_each_record_once(
 ) -> None:
     topic, partitions, count = "rs-kill", 3, 3000
     create_topic(rust_cli, cluster, topic, partitions)
-    victim_id = cluster.leaders(cluster.nodes[1], topic)[0]
-    victim_partitions = {
-        p for p, leader in cluster.leaders(cluster.nodes[1], topic).items() if leader == victim_id
-    }
+    leaders = leaders_seen_by(cluster, cluster.nodes[1], topic, partitions)
+    victim_id = leaders[0]
+    victim_partitions = {p for p, leader in leaders.items() if leader == victim_id}
     producer = LiveProcess(
         rust_cli,
         "produce",

@@ -254,8 +254,9 @@ impl Cluster {
         Ok(info)
     }
 
-    /// The leader of a partition: its node id, address and epoch. No leader, or a leader
-    /// the metadata names no address for, is `LEADER_NOT_AVAILABLE` (retriable).
+    /// The leader of a partition: its node id, address and epoch (the node id and epoch from
+    /// the same metadata answer). No leader, or a leader the metadata names no address for,
+    /// is `LEADER_NOT_AVAILABLE` (retriable).
     pub async fn leader(&self, topic: &str, partition: i32) -> Result<(BrokerInfo, i32)> {
         let info = self.topic(topic).await?;
         let Some(p) = info.partitions.iter().find(|p| p.partition == partition) else {

@@ -4,9 +4,11 @@
 //!
 //! In a group, a background task sends `ConsumerGroupHeartbeat`: member epoch 0 joins, the
 //! answers give the member id, its epoch, the heartbeat interval and, when it changed, the
-//! partitions the member owns from now on. Partitions taken away are dropped at once (their
-//! positions committed first, when `commit_on_revoke`), and the next heartbeat reports what
-//! the member owns, which lets the coordinator hand them to another member. A new partition
+//! partitions the member owns from now on. Partitions taken away are no longer fetched at
+//! once (a fetch under way for one is dropped, so their positions stop moving); then, when
+//! `commit_on_revoke`, their positions are committed (a failed commit is a warning on stderr
+//! and the partitions are released all the same); then the next heartbeat reports what the
+//! member owns, which lets the coordinator hand them to another member. A new partition
 //! starts at the group's committed offset (`OffsetFetch`), else at the earliest or latest
 //! offset (`auto_offset_reset`). `FENCED_MEMBER_EPOCH` or `UNKNOWN_MEMBER_ID` loses every
 //! partition and joins again; [`Consumer::close`] leaves (epoch -1).
@@ -21,7 +23,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::cluster::{Backoff, Cluster};
 use crate::error::{codes, Error, Result};
 use crate::pb;
-use crate::{debug, Header};
+use crate::{debug, warning, Header};
 
 /// A topic and partition.
 pub type TopicPartition = (String, i32);
@@ -603,14 +605,25 @@ impl Consumer {
     }
 
     /// Leave the group (epoch -1) and stop the heartbeat task; waits up to the request
-    /// timeout for the coordinator's answer.
+    /// timeout for the coordinator's answer. When none came by then (the coordinator is
+    /// unreachable), the heartbeat task is aborted: nothing of the consumer outlives `close`,
+    /// and the coordinator drops the member when its session times out.
     pub async fn close(mut self) -> Result<()> {
-        let (Some(group), Some(task)) = (self.group.take(), self.heartbeat.take()) else {
+        let (Some(group), Some(mut task)) = (self.group.take(), self.heartbeat.take()) else {
             return Ok(());
         };
         group.state.lock().unwrap().leaving = true;
         group.wake_heartbeat.notify_one();
-        let _ = tokio::time::timeout(self.config.request_timeout, task).await;
+        if tokio::time::timeout(self.config.request_timeout, &mut task)
+            .await
+            .is_err()
+        {
+            debug!(
+                "leaving group {} got no answer in {:?}: heartbeat task aborted",
+                group.group_id, self.config.request_timeout
+            );
+            task.abort();
+        }
         Ok(())
     }
 }
@@ -625,13 +638,20 @@ impl Drop for Consumer {
 
 /// One `FetchRecords` to the partition's leader (no retry: `poll` is the loop). A failure
 /// marks the metadata stale so the next poll asks for the leader again.
+///
+/// The request carries, as `current_leader_epoch`, the leader epoch of the metadata that
+/// named the leader (unset when that metadata has none). A leader of another epoch answers
+/// `FENCED_LEADER_EPOCH` (the metadata is older than the broker's) or `UNKNOWN_LEADER_EPOCH`
+/// (newer: the broker has not caught up): both retriable, so the metadata is refreshed and
+/// the next poll fetches again.
 async fn fetch_one(
     cluster: &Cluster,
     config: &ConsumerConfig,
     target: &FetchTarget,
 ) -> Result<pb::FetchRecordsResponse> {
     let (topic, partition) = &target.tp;
-    let (leader, _epoch) = cluster.leader(topic, *partition).await?;
+    // The leader and its epoch come from one metadata entry (one cached answer).
+    let (leader, epoch) = cluster.leader(topic, *partition).await?;
     let mut client = cluster.client(&leader.address)?;
     let request = pb::FetchRecordsRequest {
         topic: topic.clone(),
@@ -641,7 +661,7 @@ async fn fetch_one(
         max_bytes: config.max_bytes_per_fetch,
         max_records: config.max_records_per_fetch,
         isolation_level: config.isolation_level,
-        current_leader_epoch: None,
+        current_leader_epoch: (epoch >= 0).then_some(epoch),
     };
     match client.fetch_records(cluster.request(request)).await {
         Ok(answer) => {
@@ -1023,9 +1043,20 @@ async fn heartbeat_task(group: Arc<Group>) {
             Ok(answer) => {
                 let (to_commit, wait) = group.on_answer(answer, leaving);
                 if !to_commit.is_empty() && group.config.commit_on_revoke {
-                    // Before the next heartbeat reports the partitions released.
+                    // The revoked partitions are no longer fetched and their positions no
+                    // longer move (on_answer took them out of `owned`); their positions are
+                    // committed now, before the next heartbeat reports them released, so
+                    // their next owner starts where this member stopped. A commit that fails
+                    // (after its retries, up to the request timeout) is a warning: the
+                    // partitions are released all the same, and their next owner starts at
+                    // the offset committed before, reading again what this member read since.
                     if let Err(e) = group.offset_commit(&to_commit).await {
-                        debug!("commit of revoked partitions failed: {e}");
+                        warning!(
+                            "group {}: commit of revoked partitions {:?} failed, released \
+                             uncommitted: {e}",
+                            group.group_id,
+                            to_commit
+                        );
                     }
                 }
                 wait

@@ -118,7 +118,8 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
-    /// A gRPC status the client does not retry (a malformed request, say).
+    /// A gRPC status the client does not retry: a malformed request, a message over the
+    /// size limit (`RESOURCE_EXHAUSTED`), an exception in the server (`UNKNOWN`).
     Rpc {
         /// gRPC status code.
         code: tonic::Code,
@@ -152,22 +153,33 @@ impl Error {
     }
 
     /// From a gRPC status returned by a call to `address`.
+    ///
+    /// Retriable ([`Error::Transport`]): `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `CANCELLED`,
+    /// `ABORTED`, and an `UNKNOWN` that tonic made up from a local transport failure (a
+    /// connection reset by a node that died mid-call: such a status has a `source`). Not
+    /// retriable ([`Error::Rpc`]): every other status, among them `RESOURCE_EXHAUSTED` (a
+    /// message over the size limit: the same request fails again) and an `UNKNOWN` the
+    /// server sent (an exception in its handler).
     pub fn from_status(address: &str, status: &tonic::Status) -> Self {
-        match status.code() {
+        let transport = match status.code() {
             tonic::Code::Unavailable
             | tonic::Code::DeadlineExceeded
             | tonic::Code::Cancelled
-            | tonic::Code::Unknown
-            | tonic::Code::Aborted
-            | tonic::Code::ResourceExhausted => Error::Transport {
+            | tonic::Code::Aborted => true,
+            tonic::Code::Unknown => std::error::Error::source(status).is_some(),
+            _ => false,
+        };
+        if transport {
+            Error::Transport {
                 address: address.to_string(),
                 code: status.code(),
                 message: status.message().to_string(),
-            },
-            code => Error::Rpc {
-                code,
+            }
+        } else {
+            Error::Rpc {
+                code: status.code(),
                 message: status.message().to_string(),
-            },
+            }
         }
     }
 
@@ -217,3 +229,38 @@ impl std::error::Error for Error {}
 
 /// This crate's result type.
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retriable(status: tonic::Status) -> bool {
+        Error::from_status("node:9092", &status).is_retriable()
+    }
+
+    #[test]
+    fn transport_statuses_are_retriable() {
+        assert!(retriable(tonic::Status::unavailable("node down")));
+        assert!(retriable(tonic::Status::deadline_exceeded("slow")));
+        assert!(retriable(tonic::Status::cancelled("reset")));
+        assert!(retriable(tonic::Status::aborted("aborted")));
+        // What tonic makes of a connection that broke under a call: UNKNOWN with a source.
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let status = tonic::Status::from_error(Box::new(reset));
+        assert_eq!(status.code(), tonic::Code::Unknown);
+        assert!(retriable(status));
+    }
+
+    #[test]
+    fn a_message_too_large_or_a_server_exception_fails_at_once() {
+        assert!(!retriable(tonic::Status::resource_exhausted(
+            "Received message larger than max"
+        )));
+        // The server's UNKNOWN (an exception in its handler) carries no source.
+        assert!(!retriable(tonic::Status::unknown(
+            "Unexpected <class 'KeyError'>"
+        )));
+        assert!(!retriable(tonic::Status::invalid_argument("bad")));
+        assert!(!retriable(tonic::Status::internal("h2 protocol error")));
+    }
+}

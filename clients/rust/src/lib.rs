@@ -51,3 +51,13 @@ macro_rules! debug {
         }
     };
 }
+
+/// A warning on stderr, whether or not `LOGRAFT_RS_DEBUG` is set: something the application
+/// did not see fail but should know of (a revoked partition's commit that failed).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! warning {
+    ($($arg:tt)*) => {
+        eprintln!("lograft-rs: warning: {}", format!($($arg)*));
+    };
+}

@@ -3,11 +3,13 @@
 //! Every partition has one task that sends its requests one at a time (Kafka's
 //! `max.in.flight.requests.per.connection=1`): records handed to [`Producer::send`] while a
 //! request is out are sent together in the next one, so many concurrent `send`s make large
-//! requests. A request is retried, unchanged, after a retriable error (a leadership error
-//! refreshes the metadata first; a connection failure asks another broker) until
-//! `delivery_timeout` has passed. With idempotence every request carries the producer id and
-//! the sequence of its first record (see [`crate::sequence`]), so a retry of a request whose
-//! answer was lost is recognised by the leader (old or new) and written once.
+//! requests, up to `max_batch_records` records and `batch_size` bytes (a request always takes
+//! at least one `send` or `send_batch`, whatever its size). A request is retried, unchanged,
+//! after a retriable error (a leadership error refreshes the metadata first; a connection
+//! failure asks another broker) until `delivery_timeout` has passed. With idempotence every
+//! request carries the producer id and the sequence of its first record (see
+//! [`crate::sequence`]), so a retry of a request whose answer was lost is recognised by the
+//! leader (old or new) and written once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,6 +23,17 @@ use crate::partitioner::partition_for_key;
 use crate::pb;
 use crate::sequence::PartitionSequence;
 use crate::{debug, Header};
+
+/// What [`Producer`] counts per record toward `batch_size`, besides the key, value and
+/// headers: roughly a record's framing in a RecordBatch (lengths, offset and timestamp deltas,
+/// attributes) and in the `ProducedRecord` message.
+pub const RECORD_OVERHEAD_BYTES: usize = 20;
+
+/// How much longer than `request_timeout` a `ProduceRecords` call's gRPC deadline is: the
+/// broker waits up to `timeout_ms` (= `request_timeout`) for the in-sync replicas and then
+/// answers `REQUEST_TIMED_OUT`; without the slack the call's deadline would expire first and
+/// the client would see `DEADLINE_EXCEEDED` instead of the broker's answer.
+pub const PRODUCE_DEADLINE_SLACK: Duration = Duration::from_secs(5);
 
 /// A record to send.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,6 +57,20 @@ impl Record {
             headers: Vec::new(),
             timestamp_ms: None,
         }
+    }
+
+    /// The bytes this record counts for toward `batch_size`: key, value, header keys and
+    /// values, plus [`RECORD_OVERHEAD_BYTES`].
+    pub fn estimated_size(&self) -> usize {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|(key, value)| key.len() + value.as_ref().map_or(0, Vec::len))
+            .sum();
+        self.key.as_ref().map_or(0, Vec::len)
+            + self.value.as_ref().map_or(0, Vec::len)
+            + headers
+            + RECORD_OVERHEAD_BYTES
     }
 
     fn into_pb(self) -> pb::ProducedRecord {
@@ -88,12 +115,20 @@ pub struct ProducerConfig {
     pub retry_backoff_max: Duration,
     /// At most this many records in one request (records sent meanwhile wait for the next).
     pub max_batch_records: usize,
+    /// `batch.size`: at most this many bytes of records in one request, each record counted
+    /// as [`Record::estimated_size`] (key, value, headers and [`RECORD_OVERHEAD_BYTES`]).
+    /// Kafka's default is 16 KiB per batch with many batches per request; here one request is
+    /// one batch, so the default, 512 KiB, is larger, and well under the broker's
+    /// `max.message.bytes` (1 MiB). A request still takes at least one `send` (or one whole
+    /// `send_batch`, which is never split), whatever its size.
+    pub batch_size: usize,
     /// `compression.type`: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd (the broker compresses).
     pub compression: i32,
 }
 
 impl ProducerConfig {
-    /// Kafka's defaults: acks=all, idempotence on, 120 s delivery and 30 s request timeouts.
+    /// Kafka's defaults: acks=all, idempotence on, 120 s delivery and 30 s request timeouts;
+    /// requests of at most 5000 records and 512 KiB.
     pub fn new(bootstrap: &[String]) -> Self {
         ProducerConfig {
             bootstrap: bootstrap.to_vec(),
@@ -104,6 +139,7 @@ impl ProducerConfig {
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
             max_batch_records: 5000,
+            batch_size: 512 * 1024,
             compression: 0,
         }
     }
@@ -111,6 +147,8 @@ impl ProducerConfig {
 
 struct Pending {
     records: Vec<pb::ProducedRecord>,
+    /// The records' [`Record::estimated_size`], summed.
+    bytes: usize,
     deadline: Instant,
     reply: oneshot::Sender<Result<i64>>,
 }
@@ -228,6 +266,11 @@ impl Producer {
 
     /// Send `records` to one partition in one `ProduceRecords` call (appended as one batch,
     /// all or none); returns the offset of the first (the n-th has `base + n`).
+    ///
+    /// A partition the topic does not have (checked against metadata asked afresh) fails at
+    /// once with [`Error::Invalid`], as in Kafka, rather than being retried until the
+    /// delivery timeout. The records are never split: a `send_batch` larger than the broker's
+    /// `max.message.bytes` fails (`MESSAGE_TOO_LARGE` or gRPC `RESOURCE_EXHAUSTED`), at once.
     pub async fn send_batch(
         &self,
         topic: &str,
@@ -239,13 +282,36 @@ impl Producer {
                 "send_batch needs at least one record".into(),
             ));
         }
+        let deadline = Instant::now() + self.inner.config.delivery_timeout;
+        self.check_partition(topic, partition, deadline).await?;
         self.enqueue(topic, partition, records).await
+    }
+
+    /// `Ok` when `topic` has `partition`. The cached metadata is asked first; when it says
+    /// no, the metadata is asked again from a broker (partitions may have been added since)
+    /// before the answer is no: [`Error::Invalid`].
+    async fn check_partition(&self, topic: &str, partition: i32, deadline: Instant) -> Result<()> {
+        let mut count = self.partition_count(topic, deadline).await?;
+        if partition >= count {
+            self.inner.cluster.invalidate(topic);
+            count = self.partition_count(topic, deadline).await?;
+        }
+        if (0..count).contains(&partition) {
+            return Ok(());
+        }
+        Err(Error::Invalid(format!(
+            "partition {partition} of {topic} does not exist: the topic has {count} \
+             partitions, 0 to {}",
+            count - 1
+        )))
     }
 
     async fn enqueue(&self, topic: &str, partition: i32, records: Vec<Record>) -> Result<i64> {
         let (reply, answer) = oneshot::channel();
+        let bytes = records.iter().map(Record::estimated_size).sum();
         let pending = Pending {
             records: records.into_iter().map(Record::into_pb).collect(),
+            bytes,
             deadline: Instant::now() + self.inner.config.delivery_timeout,
             reply,
         };
@@ -274,6 +340,33 @@ impl Producer {
         queues.insert(key, sender.clone());
         sender
     }
+}
+
+/// One request's worth of pending sends: `first`, then whatever waits in `queue` while the
+/// request stays within `max_records` records and `max_bytes` bytes (`first` alone may be
+/// over either). Returns the sends, their record count, and the send taken from the queue
+/// that did not fit (it starts the next request).
+fn take_batch(
+    first: Pending,
+    queue: &mut mpsc::UnboundedReceiver<Pending>,
+    max_records: usize,
+    max_bytes: usize,
+) -> (Vec<Pending>, usize, Option<Pending>) {
+    let mut count = first.records.len();
+    let mut bytes = first.bytes;
+    let mut items = vec![first];
+    while count < max_records && bytes < max_bytes {
+        let Ok(more) = queue.try_recv() else {
+            break;
+        };
+        if count + more.records.len() > max_records || bytes + more.bytes > max_bytes {
+            return (items, count, Some(more));
+        }
+        count += more.records.len();
+        bytes += more.bytes;
+        items.push(more);
+    }
+    (items, count, None)
 }
 
 /// `InitProducerId` without a transactional id (any broker answers), retried until `deadline`.
@@ -336,18 +429,23 @@ async fn partition_task(
         .map(|(id, epoch)| PartitionSequence::new(id, epoch));
     // A request failed for good: this partition starts over under a new producer id.
     let mut restart = false;
-    while let Some(first) = queue.recv().await {
-        let mut items = vec![first];
-        let mut count = items[0].records.len();
-        while count < inner.config.max_batch_records {
-            match queue.try_recv() {
-                Ok(more) => {
-                    count += more.records.len();
-                    items.push(more);
-                }
-                Err(_) => break,
-            }
-        }
+    // Taken from the queue but over the last request's caps: the next request starts with it.
+    let mut held: Option<Pending> = None;
+    loop {
+        let first = match held.take() {
+            Some(first) => first,
+            None => match queue.recv().await {
+                Some(first) => first,
+                None => break,
+            },
+        };
+        let (items, count, next) = take_batch(
+            first,
+            &mut queue,
+            inner.config.max_batch_records,
+            inner.config.batch_size,
+        );
+        held = next;
         let deadline = items.iter().map(|p| p.deadline).min().expect("one item");
         let mut records = Vec::with_capacity(count);
         let mut replies = Vec::with_capacity(items.len());
@@ -413,10 +511,11 @@ async fn produce_with_retries(
             Ok((leader, _)) => match cluster.client(&leader.address) {
                 Err(e) => e,
                 Ok(mut client) => {
-                    match client
-                        .produce_records(cluster.request(request.clone()))
-                        .await
-                    {
+                    // The broker's own timeout (timeout_ms) ends first, so its answer
+                    // (REQUEST_TIMED_OUT) comes back rather than DEADLINE_EXCEEDED.
+                    let mut call = tonic::Request::new(request.clone());
+                    call.set_timeout(config.request_timeout + PRODUCE_DEADLINE_SLACK);
+                    match client.produce_records(call).await {
                         Ok(answer) => {
                             let answer = answer.into_inner();
                             if answer.error_code == 0 {
@@ -457,5 +556,78 @@ async fn produce_with_retries(
             request.partition
         );
         tokio::time::sleep(delay).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(records: usize, bytes_each: usize) -> Pending {
+        let record = Record::new(None, Some(&vec![b'x'; bytes_each - RECORD_OVERHEAD_BYTES]));
+        assert_eq!(record.estimated_size(), bytes_each);
+        let (reply, _answer) = oneshot::channel();
+        Pending {
+            records: vec![record.into_pb(); records],
+            bytes: records * bytes_each,
+            deadline: Instant::now(),
+            reply,
+        }
+    }
+
+    fn sizes(items: &[Pending]) -> Vec<usize> {
+        items.iter().map(|p| p.records.len()).collect()
+    }
+
+    #[test]
+    fn estimated_size_counts_key_value_headers_and_overhead() {
+        let mut record = Record::new(Some(b"key"), Some(b"value"));
+        record.headers = vec![("h".into(), Some(b"12".to_vec())), ("n".into(), None)];
+        assert_eq!(
+            record.estimated_size(),
+            3 + 5 + 3 + 1 + RECORD_OVERHEAD_BYTES
+        );
+        assert_eq!(
+            Record::new(None, None).estimated_size(),
+            RECORD_OVERHEAD_BYTES
+        );
+    }
+
+    #[test]
+    fn a_request_stops_at_the_byte_cap_and_keeps_the_rest_for_the_next() {
+        let (sender, mut queue) = mpsc::unbounded_channel();
+        for _ in 0..10 {
+            sender.send(pending(1, 100)).unwrap();
+        }
+        let first = queue.try_recv().unwrap();
+        let (items, count, held) = take_batch(first, &mut queue, 5000, 450);
+        assert_eq!((sizes(&items), count), (vec![1, 1, 1, 1], 4));
+        // The fifth was taken but did not fit: it starts the next request.
+        let (items, count, held) = take_batch(held.unwrap(), &mut queue, 5000, 450);
+        assert_eq!((items.len(), count), (4, 4));
+        let (items, count, held) = take_batch(held.unwrap(), &mut queue, 5000, 450);
+        assert_eq!((items.len(), count, held.is_none()), (2, 2, true));
+    }
+
+    #[test]
+    fn a_request_stops_at_the_record_cap() {
+        let (sender, mut queue) = mpsc::unbounded_channel();
+        for _ in 0..4 {
+            sender.send(pending(2, 30)).unwrap();
+        }
+        let first = queue.try_recv().unwrap();
+        let (items, count, held) = take_batch(first, &mut queue, 5, 1 << 20);
+        assert_eq!((sizes(&items), count), (vec![2, 2], 4));
+        assert_eq!(held.map(|p| p.records.len()), Some(2));
+    }
+
+    #[test]
+    fn a_send_over_the_caps_still_goes_alone() {
+        let (sender, mut queue) = mpsc::unbounded_channel();
+        sender.send(pending(1, 100)).unwrap();
+        let (items, count, held) = take_batch(pending(3, 1000), &mut queue, 2, 500);
+        assert_eq!((sizes(&items), count), (vec![3], 3));
+        assert!(held.is_none());
+        assert_eq!(queue.try_recv().unwrap().records.len(), 1);
     }
 }

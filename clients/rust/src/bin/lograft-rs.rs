@@ -20,7 +20,7 @@
 //!     group and prints "LEFT"
 //! lograft-rs perf-produce   --bootstrap B --topic T --count N [--size 100] [--batch B]
 //!                           [--acks all] [--idempotent] [--concurrency 1000]
-//!                           [--max-batch-records 5000]
+//!                           [--max-batch-records 5000] [--batch-size 524288]
 //! lograft-rs perf-consume   --bootstrap B --topic T --count N [--timeout-s 120]
 //!     print {"records": n, "seconds": s, "records_per_sec": r}
 //! ```
@@ -177,6 +177,7 @@ fn producer_config(args: &Args) -> Result<ProducerConfig, BoxError> {
     config.enable_idempotence = args.flag("idempotent");
     config.delivery_timeout = Duration::from_secs(args.number("delivery-timeout-s", 120)?);
     config.max_batch_records = args.number("max-batch-records", config.max_batch_records)?;
+    config.batch_size = args.number("batch-size", config.batch_size)?;
     Ok(config)
 }
 
