@@ -128,6 +128,34 @@ def _decoded(
     return consumed, next_offset
 
 
+def _as_fetch(request: pb.FetchRecordsRequest) -> pb.FetchRequest:
+    """The consumer Fetch of one partition that a FetchRecords request stands for."""
+    return pb.FetchRequest(
+        max_wait_ms=request.max_wait_ms,
+        min_bytes=1,
+        max_bytes=request.max_bytes,
+        replica_id=-1,
+        isolation_level=request.isolation_level,
+        topics=[
+            pb.FetchTopic(
+                name=request.topic,
+                partitions=[
+                    pb.FetchPartition(
+                        partition=request.partition,
+                        fetch_offset=request.offset,
+                        partition_max_bytes=request.max_bytes,
+                        current_leader_epoch=(
+                            request.current_leader_epoch
+                            if request.HasField("current_leader_epoch")
+                            else -1
+                        ),
+                    )
+                ],
+            )
+        ],
+    )
+
+
 class RecordRpcs(DataPlaneRpcs):
     """ProduceRecords and FetchRecords, over this broker's Produce and Fetch."""
 
@@ -179,33 +207,7 @@ class RecordRpcs(DataPlaneRpcs):
             return pb.FetchRecordsResponse(
                 next_offset=request.offset, **_error_fields(error.code, error.message)
             )
-        fetched = await self.Fetch(
-            pb.FetchRequest(
-                max_wait_ms=request.max_wait_ms,
-                min_bytes=1,
-                max_bytes=request.max_bytes,
-                replica_id=-1,
-                isolation_level=request.isolation_level,
-                topics=[
-                    pb.FetchTopic(
-                        name=request.topic,
-                        partitions=[
-                            pb.FetchPartition(
-                                partition=request.partition,
-                                fetch_offset=request.offset,
-                                partition_max_bytes=request.max_bytes,
-                                current_leader_epoch=(
-                                    request.current_leader_epoch
-                                    if request.HasField("current_leader_epoch")
-                                    else -1
-                                ),
-                            )
-                        ],
-                    )
-                ],
-            ),
-            context,
-        )
+        fetched = await self.Fetch(_as_fetch(request), context)
         answer = fetched.topics[0].partitions[0]
         response = pb.FetchRecordsResponse(
             next_offset=request.offset,
