@@ -154,7 +154,7 @@ class BrokerFrontend:
                     name=name, error_code=3, error_message=f"topic {name!r} does not exist"
                 )
                 continue
-            topic_metadata = response.topics.add(name=name)
+            topic_metadata = response.topics.add(name=name, topic_id=topic.topic_id.bytes)
             topic_metadata.configs.update(
                 self._logs.log_config_for(image.topic_configs(name)).to_topic_configs()
             )

@@ -83,8 +83,12 @@ def test_restarting_every_node_at_once_keeps_the_metadata(cluster: QuorumCluster
     before = cluster.metadata(node)
     assert before is not None
     expected = {
-        t.name: [(p.partition, tuple(p.replica_nodes)) for p in t.partitions] for t in before.topics
+        (t.name, t.topic_id): [(p.partition, tuple(p.replica_nodes)) for p in t.partitions]
+        for t in before.topics
     }
+    # Each topic has an id of its own (what Kafka clients name topics by), kept below.
+    assert len({topic_id for _, topic_id in expected}) == 5
+    assert all(len(topic_id) == 16 for _, topic_id in expected)
     for each in cluster.nodes.values():
         each.kill()
     cluster.start()
@@ -92,7 +96,7 @@ def test_restarting_every_node_at_once_keeps_the_metadata(cluster: QuorumCluster
         after = cluster.metadata(each)
         assert after is not None
         got = {
-            t.name: [(p.partition, tuple(p.replica_nodes)) for p in t.partitions]
+            (t.name, t.topic_id): [(p.partition, tuple(p.replica_nodes)) for p in t.partitions]
             for t in after.topics
         }
         assert got == expected

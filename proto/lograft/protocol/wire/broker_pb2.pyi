@@ -243,7 +243,7 @@ class BrokerMetadata(_message.Message):
     def __init__(self, node_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ...) -> None: ...
 
 class TopicMetadata(_message.Message):
-    __slots__ = ("name", "error_code", "error_message", "partitions", "configs")
+    __slots__ = ("name", "error_code", "error_message", "partitions", "configs", "topic_id")
     class ConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -256,12 +256,14 @@ class TopicMetadata(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     error_code: int
     error_message: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionMetadata]
     configs: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ..., configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    topic_id: bytes
+    def __init__(self, name: _Optional[str] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ..., configs: _Optional[_Mapping[str, str]] = ..., topic_id: _Optional[bytes] = ...) -> None: ...
 
 class PartitionMetadata(_message.Message):
     __slots__ = ("partition", "error_code", "leader_id", "leader_epoch", "replica_nodes", "isr_nodes", "offline_replicas")
