@@ -32,7 +32,7 @@ from lograft.protocol.wire import broker_pb2 as pb
 from replica.broker_rpcs import BrokerRpcs, error_fields
 from replica.outcomes import outcomes
 from replica.partition import LeaderAppend, Partition
-from replica.replication import DivergingEpoch, check_current_leader_epoch
+from replica.replication import DivergingEpoch
 
 __all__ = ["DataPlaneRpcs"]
 
@@ -353,11 +353,6 @@ class DataPlaneRpcs(BrokerRpcs):
                 )
                 try:
                     partition = self._leader_partition(topic.name, wanted.partition)
-                    check_current_leader_epoch(
-                        wanted.current_leader_epoch if wanted.current_leader_epoch >= 0 else None,
-                        partition.leader_epoch,
-                        "a consumer's fetch",
-                    )
                     high_watermark = partition.high_watermark
                     result.high_watermark = high_watermark
                     result.log_start_offset = partition.log.log_start_offset

@@ -28,6 +28,7 @@ from lograft.protocol.errors import (
 from lograft.protocol.record_codec import BatchSkip, decode_records, next_readable_batch
 from lograft.protocol.wire import broker_pb2 as pb
 from replica.data_plane_rpcs import DataPlaneRpcs
+from replica.replication import check_current_leader_epoch
 
 __all__ = ["RecordRpcs", "build_batch"]
 
@@ -144,11 +145,7 @@ def _as_fetch(request: pb.FetchRecordsRequest) -> pb.FetchRequest:
                         partition=request.partition,
                         fetch_offset=request.offset,
                         partition_max_bytes=request.max_bytes,
-                        current_leader_epoch=(
-                            request.current_leader_epoch
-                            if request.HasField("current_leader_epoch")
-                            else -1
-                        ),
+                        current_leader_epoch=-1,
                     )
                 ],
             )
@@ -207,6 +204,16 @@ class RecordRpcs(DataPlaneRpcs):
             return pb.FetchRecordsResponse(
                 next_offset=request.offset, **_error_fields(error.code, error.message)
             )
+        if request.HasField("current_leader_epoch"):
+            try:
+                partition = self._leader_partition(request.topic, request.partition)
+                check_current_leader_epoch(
+                    request.current_leader_epoch, partition.leader_epoch, "a FetchRecords"
+                )
+            except LograftError as exc:
+                return pb.FetchRecordsResponse(
+                    next_offset=request.offset, **_error_fields(exc.code, exc.message)
+                )
         fetched = await self.Fetch(_as_fetch(request), context)
         answer = fetched.topics[0].partitions[0]
         response = pb.FetchRecordsResponse(
