@@ -39,6 +39,7 @@ from lograft.protocol.framed.protocol import (
     error_text,
     take_frame,
 )
+from lograft.protocol.kafka.session import KafkaSession
 
 __all__ = ["FramedListener", "Handler", "call_handler"]
 
@@ -48,6 +49,8 @@ Handler = Callable[[Any, Any], Awaitable[Any]]
 """A Broker service method: ``(request, context)`` to response; the context is ``None``."""
 
 MAX_IN_FLIGHT = 256
+GRPC_PREFACE = b"PRI *"
+"""How an HTTP/2 (gRPC) connection starts; neither it nor the framed magic: Kafka's protocol."""
 
 
 async def call_handler(handler: Handler, request: Any, method: str) -> Any:
@@ -142,6 +145,13 @@ class FramedListener:
 
     # -- what connections ask of their listener
 
+    async def call_broker(self, method: str, request: Any) -> Any:
+        """The Broker service's answer to ``request`` (the Kafka protocol's calls)."""
+        handler = self._handlers.get(method)
+        if handler is None:
+            raise UnknownServerError(f"{method} is not served by this node (no broker role)")
+        return await call_handler(handler, request, method)
+
     def handler(self, method: int) -> Handler | None:
         known = METHODS.get(method)
         return self._handlers.get(known.name) if known is not None else None
@@ -168,6 +178,7 @@ class _Connection(asyncio.Protocol):
         self._framed = False
         self.relayed = False
         self._upstream: asyncio.Transport | None = None
+        self._kafka: KafkaSession | None = None
         self._in_flight = 0
         self._reading_paused = False
         self._writing_paused = False
@@ -183,12 +194,16 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._kafka is not None:
+            self._kafka.closed()
         self._listener._connections.discard(self)
         if self._upstream is not None:
             self._upstream.close()
 
     def data_received(self, data: bytes) -> None:
-        if self._framed:
+        if self._kafka is not None:
+            self._kafka.feed(data)
+        elif self._framed:
             self._buffer += data
             self._read_frames()
         elif self.relayed:
@@ -228,9 +243,33 @@ class _Connection(asyncio.Protocol):
                 self._transport.write(MAGIC)
             self._read_frames()
             return
+        if not self._buffer.startswith(GRPC_PREFACE):
+            self._start_kafka()
+            return
         self.relayed = True
         self._update_reading()  # off until the upstream is connected
         self._listener.track(asyncio.get_running_loop().create_task(self._connect_upstream()))
+
+    def _start_kafka(self) -> None:
+        """Serve the connection as Kafka's protocol (its first bytes are a frame's size)."""
+        session = KafkaSession(
+            self._listener.call_broker,
+            self._listener.max_request_bytes,
+            self._write_chunks,
+            self.close,
+            self._set_reading,
+        )
+        self._kafka = session
+        self._listener.track(asyncio.get_running_loop().create_task(session.run()))
+        pending = bytes(self._buffer)
+        self._buffer.clear()
+        session.feed(pending)
+
+    def _write_chunks(self, chunks: list[bytes | memoryview]) -> None:
+        transport = self._transport
+        if transport is None or self._closed or transport.is_closing():
+            return
+        transport.writelines(chunks)
 
     async def _connect_upstream(self) -> None:
         try:

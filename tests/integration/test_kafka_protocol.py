@@ -1,0 +1,123 @@
+"""Kafka's own clients on lograft's port (issue 43, first increment: connect and discover).
+
+kafka-python, which knows nothing of lograft, connects to a node's one port (the same that
+serves gRPC and the framed protocol), negotiates versions with ApiVersions, and reads the
+brokers, topics and partitions from Metadata. Raw frames show Kafka's answers to what a
+client may get wrong: an ApiVersions of a version not served is answered with version 0 and
+UNSUPPORTED_VERSION; an API not served, a body that does not decode and a frame over the
+size limit close the connection; the node goes on serving.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+from lograft.protocol.kafka.codec import decode
+from lograft.protocol.kafka.schema import message
+from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
+from tests.integration.nodes import NodeProcess
+from tests.integration.wire_helpers import create_topic
+
+pytestmark = pytest.mark.integration
+
+SOCKET_TIMEOUT_S = 10.0
+
+
+@pytest.fixture
+def kafka_python() -> Iterator[object]:
+    with warnings.catch_warnings():
+        # kafka-python reads its JSON with importlib.resources.read_text, deprecated in 3.11.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import kafka
+
+        yield kafka
+
+
+def _frame(api_key: int, version: int, body: bytes = b"", client_id: bytes = b"raw") -> bytes:
+    header = struct.pack(">hhih", api_key, version, 7, len(client_id)) + client_id
+    if version >= 3 and api_key == 18:
+        header += b"\x00"  # request header v2: no tagged fields
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _exchange(address: str, data: bytes) -> bytes:
+    """Send ``data``, read one answer frame; ``b""`` when the node closes the connection."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=SOCKET_TIMEOUT_S) as conn:
+        conn.sendall(data)
+        size_bytes = _read(conn, 4)
+        if not size_bytes:
+            return b""
+        return _read(conn, struct.unpack(">i", size_bytes)[0])
+
+
+def _read(conn: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = conn.recv(count - len(data))
+        if not chunk:
+            return b""
+        data += chunk
+    return data
+
+
+def test_kafka_python_lists_topics_and_partitions_on_the_shared_port(
+    node: NodeProcess, stub: pb_grpc.BrokerStub, kafka_python: object
+) -> None:
+    create_topic(stub, "kafka-visible", partitions=3)
+    consumer = kafka_python.KafkaConsumer(bootstrap_servers=node.address)  # type: ignore[attr-defined]
+    try:
+        assert "kafka-visible" in consumer.topics()
+        assert consumer.partitions_for_topic("kafka-visible") == {0, 1, 2}
+    finally:
+        consumer.close()
+    admin = kafka_python.KafkaAdminClient(bootstrap_servers=node.address)  # type: ignore[attr-defined]
+    try:
+        cluster = admin.describe_cluster()
+    finally:
+        admin.close()
+    host, port = node.address.rsplit(":", 1)
+    assert [(b["broker_id"], b["host"], b["port"]) for b in cluster["brokers"]] == [
+        (1, host, int(port))
+    ]
+
+
+def test_api_versions_lists_what_is_served_and_answers_a_newer_version_with_v0(
+    node: NodeProcess,
+) -> None:
+    answer = _exchange(node.address, _frame(18, 0))
+    (correlation_id,) = struct.unpack_from(">i", answer)
+    assert correlation_id == 7
+    body, _ = decode(message("ApiVersionsResponse"), 0, answer, 4)
+    served = {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
+    assert body["error_code"] == 0
+    assert served[18] == (0, 4) and served[3] == (0, 12)
+
+    newer = _exchange(node.address, _frame(18, 99))
+    body, _ = decode(message("ApiVersionsResponse"), 0, newer, 4)
+    assert body["error_code"] == 35  # UNSUPPORTED_VERSION, in the v0 shape every client reads
+    assert {k["api_key"] for k in body["api_keys"]} == set(served)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        _frame(999, 0),  # an API key not served
+        _frame(3, 99),  # a Metadata version not served
+        _frame(3, 4, b"\x00\x00\x00\x05\x00\x01a"),  # Metadata naming 5 topics, one cut short
+        struct.pack(">i", 2**30) + b"\x00\x12",  # a frame over socket.request.max.bytes
+    ],
+    ids=["unknown-api", "unknown-version", "truncated-body", "oversize-frame"],
+)
+def test_a_request_that_cannot_be_served_closes_the_connection_and_the_node_serves_on(
+    node: NodeProcess, data: bytes
+) -> None:
+    assert _exchange(node.address, data) == b""
+    answer = _exchange(node.address, _frame(18, 0))
+    assert struct.unpack_from(">i", answer)[0] == 7
