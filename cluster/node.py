@@ -285,7 +285,11 @@ class Node:
                 pb_grpc.add_BrokerServicer_to_server(service, server)
                 handlers[name].update(Produce=service.Produce, Fetch=service.Fetch)
                 # The Kafka protocol's calls, answered by the same handlers (kafka/apis.py).
-                handlers[name].update(Metadata=service.Metadata)
+                handlers[name].update(
+                    Metadata=service.Metadata,
+                    ListOffsets=service.ListOffsets,
+                    InitProducerId=service.InitProducerId,
+                )
                 services.append(pb.DESCRIPTOR.services_by_name["Broker"].full_name)
             npb_grpc.add_NodeServicer_to_server(NodeHealthService(self.health, name), server)
             # What any gRPC tool needs without our protos: the standard health check, and

@@ -1,11 +1,13 @@
-"""Kafka's own clients on lograft's port (issue 43, first increment: connect and discover).
+"""Kafka's own clients on lograft's port (issue 43: connect, discover, produce, consume).
 
 kafka-python, which knows nothing of lograft, connects to a node's one port (the same that
-serves gRPC and the framed protocol), negotiates versions with ApiVersions, and reads the
-brokers, topics and partitions from Metadata. Raw frames show Kafka's answers to what a
-client may get wrong: an ApiVersions of a version not served is answered with version 0 and
-UNSUPPORTED_VERSION; an API not served, a body that does not decode and a frame over the
-size limit close the connection; the node goes on serving.
+serves gRPC and the framed protocol), negotiates versions with ApiVersions, reads the
+brokers, topics and partitions from Metadata, produces keyed records idempotently with
+``acks=all`` and reads them back from offsets; lograft's own client reads the same records,
+each on the partition its own partitioner would have chosen. Raw frames show Kafka's
+answers to what a client may get wrong: an ApiVersions of a version not served is answered
+with version 0 and UNSUPPORTED_VERSION; an API not served, a body that does not decode and a
+frame over the size limit close the connection; the node goes on serving.
 """
 
 from __future__ import annotations
@@ -17,15 +19,18 @@ from collections.abc import Iterator
 
 import pytest
 
+from cluster.client import Consumer, TopicPartition
+from cluster.client.partitioner import partition_for_key
 from lograft.protocol.kafka.codec import decode
 from lograft.protocol.kafka.schema import message
 from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
-from tests.integration.nodes import NodeProcess
+from tests.integration.nodes import NodeProcess, wait_until
 from tests.integration.wire_helpers import create_topic
 
 pytestmark = pytest.mark.integration
 
 SOCKET_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 60.0
 
 
 @pytest.fixture
@@ -121,3 +126,49 @@ def test_a_request_that_cannot_be_served_closes_the_connection_and_the_node_serv
     assert _exchange(node.address, data) == b""
     answer = _exchange(node.address, _frame(18, 0))
     assert struct.unpack_from(">i", answer)[0] == 7
+
+
+def test_kafka_python_produces_idempotently_and_both_clients_read_every_record_once(
+    node: NodeProcess, stub: pb_grpc.BrokerStub, kafka_python: object
+) -> None:
+    create_topic(stub, "from-kafka", partitions=3)
+    sent = {f"key-{n}".encode(): f"value-{n}".encode() for n in range(300)}
+    producer = kafka_python.KafkaProducer(  # type: ignore[attr-defined]
+        bootstrap_servers=node.address, acks="all", enable_idempotence=True
+    )
+    try:
+        futures = [producer.send("from-kafka", key=k, value=v) for k, v in sent.items()]
+        producer.flush(30)
+        placed = {k: f.get(10).partition for k, f in zip(sent, futures, strict=True)}
+    finally:
+        producer.close()
+    assert placed == {k: partition_for_key(k, 3) for k in sent}  # murmur2, as lograft's
+
+    tps = [TopicPartition("from-kafka", p) for p in range(3)]
+    with Consumer(bootstrap_servers=node.address, auto_offset_reset="earliest") as ours:
+        ours.assign(tps)
+        read: list[tuple[bytes | None, bytes | None, int]] = []
+        wait_until(
+            lambda: (
+                bool(read.extend((r.key, r.value, r.partition) for r in ours.poll(200)))
+                or len(read) >= len(sent)
+            ),
+            READ_TIMEOUT_S,
+            "lograft's consumer to read what kafka-python wrote",
+        )
+    assert sorted(read) == sorted((k, v, placed[k]) for k, v in sent.items())
+
+    theirs = kafka_python.KafkaConsumer(  # type: ignore[attr-defined]
+        bootstrap_servers=node.address, auto_offset_reset="earliest", consumer_timeout_ms=5000
+    )
+    try:
+        theirs.assign([kafka_python.TopicPartition("from-kafka", p) for p in range(3)])  # type: ignore[attr-defined]
+        records = []
+        wait_until(
+            lambda: bool(records.extend(theirs)) or len(records) >= len(sent),
+            READ_TIMEOUT_S,
+            "kafka-python to read its records back",
+        )
+    finally:
+        theirs.close()
+    assert sorted((r.key, r.value) for r in records) == sorted(sent.items())

@@ -5,7 +5,9 @@ framed paths send, the Broker service's own handler answers it, and the answer i
 Kafka's shape. Nothing here decides anything about topics, partitions or leaders.
 
 Served so far: ApiVersions (0-4) and Metadata (0-12), what a client needs to connect and find
-the cluster's brokers, topics and leaders (``kcat -L``, ``list_topics``). The versions are
+the cluster's brokers, topics and leaders (``kcat -L``, ``list_topics``), and the data plane
+(:mod:`lograft.protocol.kafka.data_apis`): Produce, Fetch, ListOffsets, InitProducerId. The
+versions are
 Kafka 4's minimums (KIP-896) up to what librdkafka 2.x, kafka-python and aiokafka ask for;
 Metadata 13 only adds a top-level error code, and waits for the APIs that need it.
 """
@@ -16,14 +18,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lograft.protocol.kafka.frames import RequestHeader
+from lograft.protocol.kafka.data_apis import fetch, init_producer_id, list_offsets, produce
+from lograft.protocol.kafka.frames import BrokerCall, RequestHeader
 from lograft.protocol.kafka.schema import MessageSchema, message
 from lograft.protocol.wire import broker_pb2 as pb
 
 __all__ = ["SERVED", "BrokerCall", "ServedApi", "served_api"]
-
-BrokerCall = Callable[[str, Any], Awaitable[Any]]
-"""Calls the Broker service's handler of a method by name with a ``lograft.v1`` request."""
 
 UNSUPPORTED_VERSION = 35
 NO_AUTHORIZED_OPERATIONS = -(2**31)
@@ -39,7 +39,8 @@ class ServedApi:
     name: str
     min_version: int
     max_version: int
-    serve: Callable[[RequestHeader, dict[str, Any], BrokerCall], Awaitable[dict[str, Any]]]
+    serve: Callable[[RequestHeader, dict[str, Any], BrokerCall], Awaitable[dict[str, Any] | None]]
+    """Answers a decoded request (``None``: no answer, as for Produce with ``acks=0``)."""
 
     @property
     def request(self) -> MessageSchema:
@@ -127,6 +128,11 @@ SERVED: Mapping[int, ServedApi] = {
     for api in (
         ServedApi(18, "ApiVersions", 0, 4, _api_versions),
         ServedApi(3, "Metadata", 0, 12, _metadata),
+        # Topics by name: Produce 13 and Fetch 13 name them by id only.
+        ServedApi(0, "Produce", 3, 12, produce),
+        ServedApi(1, "Fetch", 4, 12, fetch),
+        ServedApi(2, "ListOffsets", 1, 7, list_offsets),
+        ServedApi(22, "InitProducerId", 0, 5, init_producer_id),
     )
 }
 """API key → what is served of it; ApiVersions answers with this table."""

@@ -10,7 +10,7 @@ header is always v0 so that a client can read it whatever version it asked for.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,11 +19,15 @@ from lograft.protocol.kafka.schema import MessageSchema, message
 
 __all__ = [
     "API_VERSIONS_KEY",
+    "BrokerCall",
     "RequestHeader",
     "read_request_header",
     "response_frame",
     "take_frame",
 ]
+
+BrokerCall = Callable[[str, Any], Awaitable[Any]]
+"""Calls the Broker service's handler of a method by name with a ``lograft.v1`` request."""
 
 API_VERSIONS_KEY = 18
 """ApiVersions' API key: its answer's header is v0 at every version."""

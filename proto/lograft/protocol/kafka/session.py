@@ -21,15 +21,11 @@ import logging
 from collections.abc import Callable
 
 from lograft.protocol.errors import LograftError
-from lograft.protocol.kafka.apis import (
-    UNSUPPORTED_VERSION,
-    BrokerCall,
-    api_versions_answer,
-    served_api,
-)
+from lograft.protocol.kafka.apis import UNSUPPORTED_VERSION, api_versions_answer, served_api
 from lograft.protocol.kafka.codec import KafkaDecodeError, decode
 from lograft.protocol.kafka.frames import (
     API_VERSIONS_KEY,
+    BrokerCall,
     RequestHeader,
     read_request_header,
     response_frame,
@@ -125,7 +121,8 @@ class KafkaSession:
         except LograftError as exc:
             self._refuse(header, f"{api.name} failed: {exc}")
             return
-        self._answer(header, header.api_version, body)
+        if body is not None:
+            self._answer(header, header.api_version, body)
 
     def _answer(self, header: RequestHeader, version: int, body: dict[str, object]) -> None:
         if self._closed:
