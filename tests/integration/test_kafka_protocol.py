@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 import warnings
 from collections.abc import Iterator
 
@@ -172,3 +173,24 @@ def test_kafka_python_produces_idempotently_and_both_clients_read_every_record_o
     finally:
         theirs.close()
     assert sorted((r.key, r.value) for r in records) == sorted(sent.items())
+
+
+def test_a_client_that_pipelines_10000_requests_gets_every_answer_in_order(
+    node: NodeProcess,
+) -> None:
+    count = 10_000
+    frames = b"".join(
+        _frame(18, 0)[:8] + struct.pack(">i", n) + _frame(18, 0)[12:] for n in range(count)
+    )
+    host, port = node.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=SOCKET_TIMEOUT_S) as conn:
+        sender = threading.Thread(target=conn.sendall, args=(frames,), daemon=True)
+        sender.start()  # the node stops reading while we read nothing: sendall then waits
+        # Meanwhile another client is served as usual.
+        assert struct.unpack_from(">i", _exchange(node.address, _frame(18, 0)))[0] == 7
+        correlation_ids = []
+        for _ in range(count):
+            size = struct.unpack(">i", _read(conn, 4))[0]
+            correlation_ids.append(struct.unpack_from(">i", _read(conn, size))[0])
+        sender.join(SOCKET_TIMEOUT_S)
+    assert correlation_ids == list(range(count))

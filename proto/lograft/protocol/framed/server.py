@@ -223,12 +223,16 @@ class _Connection(asyncio.Protocol):
         # Our client reads slower than we answer: stop reading its requests (framed) or the
         # gRPC server's answers (relayed) until it catches up.
         self._writing_paused = True
+        if self._kafka is not None:
+            self._kafka.writing_paused(True)
         if self._upstream is not None:
             self._upstream.pause_reading()
         self._update_reading()
 
     def resume_writing(self) -> None:
         self._writing_paused = False
+        if self._kafka is not None:
+            self._kafka.writing_paused(False)
         if self._upstream is not None:
             self._upstream.resume_reading()
         self._update_reading()

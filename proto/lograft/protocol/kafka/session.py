@@ -5,7 +5,8 @@ bytes are neither the framed protocol's magic nor gRPC's preface. Requests are r
 arrive and served one after another by one task, since Kafka clients pipeline requests and
 read the answers in the order they sent them. At most :data:`MAX_QUEUED` requests wait; past
 that the connection is not read until the task catches up, so a client that sends without
-reading holds a bounded amount of memory.
+reading holds a bounded amount of memory; and while the connection's send buffer is full
+(the client reads no answers) no request is served.
 
 What Kafka's broker does with a request it cannot serve, this does too: an ApiVersions of a
 version it does not know is answered with version 0 and ``UNSUPPORTED_VERSION`` (so the
@@ -62,10 +63,13 @@ class KafkaSession:
         self._buffer = bytearray()
         self._queue: asyncio.Queue[bytes] = asyncio.Queue()
         self._closed = False
+        self._writable = asyncio.Event()
+        self._writable.set()
 
     async def run(self) -> None:
         """Serve the connection's requests in order until it closes."""
         while not self._closed:
+            await self._writable.wait()  # a client that reads no answers gets no more
             frame = await self._queue.get()
             if self._queue.qsize() < MAX_QUEUED:
                 self._set_reading(True)
@@ -88,9 +92,17 @@ class KafkaSession:
             if self._queue.qsize() >= MAX_QUEUED:
                 self._set_reading(False)
 
+    def writing_paused(self, paused: bool) -> None:
+        """The connection's send buffer is full (``True``) or has drained (``False``)."""
+        if paused:
+            self._writable.clear()
+        else:
+            self._writable.set()
+
     def closed(self) -> None:
         """The connection is gone: answer nothing more."""
         self._closed = True
+        self._writable.set()
         self._queue.put_nowait(b"")  # wakes run() to end
 
     async def _serve(self, frame: bytes) -> None:
