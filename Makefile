@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 DATA ?= data/cluster
 
-.PHONY: spark-demo sim lock install run test lint format typecheck unit integration docker-test image chaos chaos-tools proto proto-check api-baseline bench bench-trace bench-compare clean docs
+.PHONY: spark-demo sim lock install run test lint format typecheck unit integration docker-test image chaos chaos-tools kafka-tools proto proto-check api-baseline bench bench-trace bench-compare clean docs
 
 $(STAMP): pyproject.toml constraints.txt proto/lograft/protocol/_speedups.c replica/_fsync_worker.c
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,7 @@ spark-demo: $(STAMP)
 	$(BIN)/python -m spark.examples.windowed_counts --seed --checkpoint data/spark-demo/checkpoint
 
 ## Everything CI checks; the log ends with the 25 slowest tests (the suite is kept under 45 min).
-test: $(STAMP) chaos-tools lint typecheck proto-check rust-client
+test: $(STAMP) chaos-tools kafka-tools lint typecheck proto-check rust-client
 	$(BIN)/pytest -q --durations=25 tests
 
 ## The Rust client (clients/rust): a debug build (its binary serves tests/integration/test_rust_client.py;
@@ -95,6 +95,10 @@ chaos: $(STAMP) chaos-tools image
 ## The Debian packages the chaos faults use (iproute2, nftables, fuse3, faketime), when missing and root.
 chaos-tools:
 	chaos/install-tools.sh
+
+## Kafka's own tools the Kafka-protocol tests run (Debian's kcat), installed when missing.
+kafka-tools:
+	tests/install-kafka-tools.sh
 
 ## Benchmarks print JSON to stdout and write bench/results/*.json; the matrix (acks x sizes x
 ## send/send_bulk x compression, end to end at 10/50/90 % of the peak, consume, scaling) also

@@ -12,8 +12,11 @@ frame over the size limit close the connection; the node goes on serving.
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 import struct
+import subprocess
 import threading
 import warnings
 from collections.abc import Iterator
@@ -194,3 +197,40 @@ def test_a_client_that_pipelines_10000_requests_gets_every_answer_in_order(
             correlation_ids.append(struct.unpack_from(">i", _read(conn, size))[0])
         sender.join(SOCKET_TIMEOUT_S)
     assert correlation_ids == list(range(count))
+
+
+@pytest.fixture
+def kcat() -> str:
+    """Debian's kcat (``make test`` installs it); skips without it unless required."""
+    path = shutil.which("kcat")
+    if path is None:
+        if os.environ.get("LOGRAFT_REQUIRE_KCAT") == "1":
+            pytest.fail("LOGRAFT_REQUIRE_KCAT=1 but kcat is not installed")
+        pytest.skip("kcat is not installed (tests/install-kafka-tools.sh installs it)")
+    return path
+
+
+def test_kcat_lists_produces_10000_lines_with_acks_all_and_reads_each_once(
+    node: NodeProcess, stub: pb_grpc.BrokerStub, kcat: str
+) -> None:
+    create_topic(stub, "lines", partitions=3)
+    listed = subprocess.run(
+        [kcat, "-b", node.address, "-L"], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert 'topic "lines" with 3 partitions' in listed.stdout
+    lines = [f"line-{n}" for n in range(10_000)]
+    subprocess.run(
+        [kcat, "-b", node.address, "-P", "-t", "lines", "-X", "acks=all"],
+        input="\n".join(lines) + "\n",
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    consumed = subprocess.run(
+        [kcat, "-b", node.address, "-C", "-t", "lines", "-o", "beginning", "-e", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert sorted(consumed.stdout.splitlines()) == sorted(lines)
