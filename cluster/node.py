@@ -289,6 +289,9 @@ class Node:
                     Metadata=service.Metadata,
                     ListOffsets=service.ListOffsets,
                     InitProducerId=service.InitProducerId,
+                    FindCoordinator=service.FindCoordinator,
+                    OffsetCommit=service.OffsetCommit,
+                    OffsetFetch=service.OffsetFetch,
                 )
                 services.append(pb.DESCRIPTOR.services_by_name["Broker"].full_name)
             npb_grpc.add_NodeServicer_to_server(NodeHealthService(self.health, name), server)

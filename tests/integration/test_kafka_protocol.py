@@ -23,12 +23,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from cluster.client import Consumer, TopicPartition
+from cluster.client import AdminClient, Consumer, TopicPartition
 from cluster.client.partitioner import partition_for_key
 from lograft.protocol.kafka.codec import decode
 from lograft.protocol.kafka.schema import message
 from lograft.protocol.wire import broker_pb2_grpc as pb_grpc
 from tests.integration.nodes import NodeProcess, wait_until
+from tests.integration.quorum import QuorumCluster
 from tests.integration.wire_helpers import create_topic
 
 pytestmark = pytest.mark.integration
@@ -234,3 +235,33 @@ def test_kcat_lists_produces_10000_lines_with_acks_all_and_reads_each_once(
         check=True,
     )
     assert sorted(consumed.stdout.splitlines()) == sorted(lines)
+
+
+def test_kafka_python_commits_offsets_that_lograft_reads_and_the_reverse(
+    grouped: QuorumCluster, kafka_python: object
+) -> None:
+    assert grouped.create_topic(grouped.nodes[1], "committed", 2, 3) == 0
+    wait_until(
+        lambda: (
+            all(n >= 0 for n in grouped.leaders(grouped.nodes[1], "committed").values())
+            and len(grouped.leaders(grouped.nodes[1], "committed")) == 2
+        ),
+        READ_TIMEOUT_S,
+        "leaders for committed",
+    )
+    kafka = kafka_python
+    tps = [kafka.TopicPartition("committed", p) for p in range(2)]  # type: ignore[attr-defined]
+    consumer = kafka.KafkaConsumer(  # type: ignore[attr-defined]
+        bootstrap_servers=grouped.bootstrap, group_id="kafka-readers", enable_auto_commit=False
+    )
+    try:
+        consumer.assign(tps)
+        consumer.commit(
+            {tps[0]: kafka.OffsetAndMetadata(7, "", -1), tps[1]: kafka.OffsetAndMetadata(3, "", -1)}
+        )  # type: ignore[attr-defined]
+        assert [consumer.committed(tp) for tp in tps] == [7, 3]
+    finally:
+        consumer.close()
+    with AdminClient(bootstrap_servers=grouped.bootstrap) as admin:
+        offsets = admin.list_consumer_group_offsets("kafka-readers")
+    assert {tp.partition: o.offset for tp, o in offsets.items()} == {0: 7, 1: 3}

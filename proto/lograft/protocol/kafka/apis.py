@@ -6,8 +6,8 @@ Kafka's shape. Nothing here decides anything about topics, partitions or leaders
 
 Served so far: ApiVersions (0-4) and Metadata (0-12), what a client needs to connect and find
 the cluster's brokers, topics and leaders (``kcat -L``, ``list_topics``), and the data plane
-(:mod:`lograft.protocol.kafka.data_apis`): Produce, Fetch, ListOffsets, InitProducerId. The
-versions are
+(:mod:`lograft.protocol.kafka.data_apis`): Produce, Fetch, ListOffsets, InitProducerId; and a
+group's coordinator and offsets (:mod:`lograft.protocol.kafka.offset_apis`). The versions are
 Kafka 4's minimums (KIP-896) up to what librdkafka 2.x, kafka-python and aiokafka ask for;
 Metadata 13 only adds a top-level error code, and waits for the APIs that need it.
 """
@@ -20,6 +20,7 @@ from typing import Any
 
 from lograft.protocol.kafka.data_apis import fetch, init_producer_id, list_offsets, produce
 from lograft.protocol.kafka.frames import BrokerCall, RequestHeader
+from lograft.protocol.kafka.offset_apis import find_coordinator, offset_commit, offset_fetch
 from lograft.protocol.kafka.schema import MessageSchema, message
 from lograft.protocol.wire import broker_pb2 as pb
 
@@ -133,6 +134,10 @@ SERVED: Mapping[int, ServedApi] = {
         ServedApi(1, "Fetch", 4, 12, fetch),
         ServedApi(2, "ListOffsets", 1, 7, list_offsets),
         ServedApi(22, "InitProducerId", 0, 5, init_producer_id),
+        ServedApi(10, "FindCoordinator", 0, 6, find_coordinator),
+        # Topics by name: OffsetCommit 10 and OffsetFetch 10 name them by id only.
+        ServedApi(8, "OffsetCommit", 2, 9, offset_commit),
+        ServedApi(9, "OffsetFetch", 1, 9, offset_fetch),
     )
 }
 """API key → what is served of it; ApiVersions answers with this table."""
