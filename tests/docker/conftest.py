@@ -28,12 +28,13 @@ def lograft_image() -> str:
     return build_image(sys.executable)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def compose_cluster(
     lograft_image: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ComposeCluster]:
     """The repository's docker-compose.yml, up and healthy, under a project of its own; one
-    for the session, since bringing it up is the slow part (every test leaves it healthy)."""
+    for the docker tests (bringing it up is the slow part, and every test leaves it healthy),
+    taken down after the last of them so it costs the rest of the suite nothing."""
     cluster = ComposeCluster(f"lograft-test-{os.getpid()}", tmp_path_factory.mktemp("compose"))
     try:
         cluster.up()

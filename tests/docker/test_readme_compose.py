@@ -36,7 +36,7 @@ def docker_steps() -> list[str]:
 
 
 def test_the_readme_compose_steps_work_verbatim(compose_cluster: ComposeCluster) -> None:
-    # The session's compose project: its `docker-compose up -d` finds the cluster the
+    # The docker tests' compose project: its `docker-compose up -d` finds the cluster the
     # fixture started from the same file (bringing up a second one would double the cost),
     # and the steps after it run as on a fresh clone.
     cluster = compose_cluster
