@@ -4,8 +4,14 @@
 # slow disk), faketime (libfaketime: clock jumps). Python packages come from pyproject.toml.
 # Without root or apt it only says what is missing (the tests that need it then skip),
 # unless LOGRAFT_REQUIRE_CHAOS_TOOLS=1 (.ci/run), which makes that a failure.
+#
+# Other Debian tools the tests run are installed the same way, named by the caller:
+# INSTALL_LABEL, INSTALL_PACKAGES (space-separated) and INSTALL_REQUIRE_VAR (the variable
+# that makes a missing one a failure); make kafka-tools installs kcat so.
 set -euo pipefail
-packages=(iproute2 nftables fuse3 faketime)
+label=${INSTALL_LABEL:-chaos tools}
+require_var=${INSTALL_REQUIRE_VAR:-LOGRAFT_REQUIRE_CHAOS_TOOLS}
+read -r -a packages <<< "${INSTALL_PACKAGES:-iproute2 nftables fuse3 faketime}"
 missing=()
 for package in "${packages[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
@@ -13,16 +19,16 @@ for package in "${packages[@]}"; do
     fi
 done
 if [ ${#missing[@]} -eq 0 ]; then
-    echo "chaos tools: ${packages[*]} installed"
+    echo "$label: ${packages[*]} installed"
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
-    echo "chaos tools: missing ${missing[*]}; install them as root with apt-get" >&2
-    [ "${LOGRAFT_REQUIRE_CHAOS_TOOLS:-0}" = 1 ] && exit 1
+    echo "$label: missing ${missing[*]}; install them as root with apt-get" >&2
+    [ "${!require_var:-0}" = 1 ] && exit 1
     exit 0
 fi
-echo "chaos tools: installing ${missing[*]}"
+echo "$label: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null \
     || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; }
-echo "chaos tools: installed ${missing[*]}"
+echo "$label: installed ${missing[*]}"

@@ -77,6 +77,21 @@ def cluster(tmp_path: Path) -> Iterator[QuorumCluster]:
         running.stop()
 
 
+@pytest.fixture(scope="module")
+def shared_grouped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]:
+    """Like ``grouped``, one for all the tests of a module: for tests that stop no node and
+    name their topics and groups apart."""
+    running = QuorumCluster(
+        tmp_path_factory.mktemp("shared-cluster"),
+        configs={"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)},
+    )
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
 @pytest.fixture
 def grouped(tmp_path: Path) -> Iterator[QuorumCluster]:
     """Like ``cluster``, with a three-partition ``__consumer_offsets`` for group tests."""

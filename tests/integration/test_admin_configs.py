@@ -28,7 +28,7 @@ from cluster.client import (
 )
 from lograft.protocol.errors import NotEnoughReplicasError
 from tests.integration.nodes import wait_until
-from tests.integration.quorum import CLUSTER_TIMEOUT_S, OFFSETS_PARTITIONS, QuorumCluster
+from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
 
 pytestmark = pytest.mark.integration
 
@@ -37,16 +37,8 @@ METADATA_MAX_AGE_MS = 500
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]:
-    running = QuorumCluster(
-        tmp_path_factory.mktemp("admin-configs"),
-        configs={"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)},
-    )
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
+def cluster(shared_grouped: QuorumCluster) -> QuorumCluster:
+    return shared_grouped
 
 
 @pytest.fixture

@@ -207,7 +207,7 @@ def kcat() -> str:
     if path is None:
         if os.environ.get("LOGRAFT_REQUIRE_KCAT") == "1":
             pytest.fail("LOGRAFT_REQUIRE_KCAT=1 but kcat is not installed")
-        pytest.skip("kcat is not installed (tests/install-kafka-tools.sh installs it)")
+        pytest.skip("kcat is not installed (make kafka-tools installs it)")
     return path
 
 

@@ -25,7 +25,7 @@ import pytest
 
 from cluster.client import AdminClient, TopicPartition
 from tests.integration.nodes import free_port, wait_until
-from tests.integration.quorum import OFFSETS_PARTITIONS, QuorumCluster
+from tests.integration.quorum import QuorumCluster
 
 pytestmark = pytest.mark.integration
 
@@ -103,23 +103,11 @@ def stop_proxy(proxy: Proxy) -> None:
 
 
 @pytest.fixture(scope="module")
-def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]:
-    """Three nodes (``grouped``'s configs), for the whole module."""
-    running = QuorumCluster(
-        tmp_path_factory.mktemp("rest-proxy-cluster"),
-        configs={"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)},
-    )
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
-
-
-@pytest.fixture(scope="module")
-def proxy(quorum: QuorumCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
+def proxy(
+    shared_grouped: QuorumCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Proxy]:
     log_path = tmp_path_factory.mktemp("rest-proxy") / "rest-proxy.log"
-    running = start_proxy(quorum, log_path, "--max-body-bytes", str(MAX_BODY_BYTES))
+    running = start_proxy(shared_grouped, log_path, "--max-body-bytes", str(MAX_BODY_BYTES))
     try:
         yield running
     finally:
@@ -176,7 +164,7 @@ def read_all(base_uri: str, expected: int) -> list[dict[str, Any]]:
 
 
 def test_curl_produces_100_records_and_a_consumer_instance_reads_them_all(
-    quorum: QuorumCluster, proxy: Proxy, cluster_id: str
+    shared_grouped: QuorumCluster, proxy: Proxy, cluster_id: str
 ) -> None:
     create_topic(proxy, cluster_id, "events", 3)
     reports = produce_100_with_one_curl(proxy, cluster_id, "events")
@@ -216,7 +204,7 @@ def test_curl_produces_100_records_and_a_consumer_instance_reads_them_all(
     )  # fmt: skip
     assert status == 200
     assert {o["partition"]: o["offset"] for o in committed["offsets"]} == ends
-    with AdminClient(bootstrap_servers=quorum.bootstrap) as admin:
+    with AdminClient(bootstrap_servers=shared_grouped.bootstrap) as admin:
         offsets = admin.list_consumer_group_offsets("readers")
     assert {tp.partition: o.offset for tp, o in offsets.items() if o is not None} == ends
     assert set(offsets) == {TopicPartition("events", p) for p in range(3)}
@@ -307,9 +295,9 @@ def test_errors_have_confluents_shapes(proxy: Proxy, cluster_id: str) -> None:
     assert "10000" in error["message"]
 
 
-def test_an_idle_consumer_instance_expires(quorum: QuorumCluster, tmp_path: Path) -> None:
+def test_an_idle_consumer_instance_expires(shared_grouped: QuorumCluster, tmp_path: Path) -> None:
     short = start_proxy(
-        quorum, tmp_path / "rest-proxy.log", "--consumer-instance-timeout-ms", "300"
+        shared_grouped, tmp_path / "rest-proxy.log", "--consumer-instance-timeout-ms", "300"
     )
     try:
         status, created = curl_json(

@@ -23,7 +23,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -33,7 +33,7 @@ import pytest
 from cluster.client import AdminClient, Consumer, TopicPartition
 from cluster.client.partitioner import partition_for_key
 from tests.integration.nodes import NodeProcess, wait_until
-from tests.integration.quorum import CLUSTER_TIMEOUT_S, OFFSETS_PARTITIONS, QuorumCluster
+from tests.integration.quorum import CLUSTER_TIMEOUT_S, QuorumCluster
 
 pytestmark = pytest.mark.integration
 
@@ -64,20 +64,6 @@ def rust_cli() -> Path:
     subprocess.run(command, cwd=CRATE, check=True, timeout=BUILD_TIMEOUT_S)
     logger.info("cargo build took %.1f s", time.monotonic() - started)
     return CRATE / "target" / PROFILE / "lograft-rs"
-
-
-@pytest.fixture(scope="module")
-def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuorumCluster]:
-    """Three nodes shared by the tests that kill none (groups need ``__consumer_offsets``)."""
-    running = QuorumCluster(
-        tmp_path_factory.mktemp("rust-client"),
-        configs={"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)},
-    )
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def run_cli(cli: Path, *args: str, timeout_s: float = RUN_TIMEOUT_S) -> list[str]:
@@ -255,24 +241,31 @@ def any_alive(cluster: QuorumCluster) -> NodeProcess:
     return cluster.alive_brokers()[0]
 
 
-def test_admin_creates_and_describes_a_topic(rust_cli: Path, quorum: QuorumCluster) -> None:
-    create_topic(rust_cli, quorum, "rs-admin", 3)
+def test_admin_creates_and_describes_a_topic(rust_cli: Path, shared_grouped: QuorumCluster) -> None:
+    create_topic(rust_cli, shared_grouped, "rs-admin", 3)
     described = run_cli(
-        rust_cli, "describe", "--bootstrap", quorum.bootstrap, "--topic", "rs-admin"
+        rust_cli, "describe", "--bootstrap", shared_grouped.bootstrap, "--topic", "rs-admin"
     )
     assert described[0] == "TOPIC rs-admin PARTITIONS 3"
-    leaders = leaders_seen_by(quorum, quorum.nodes[1], "rs-admin", 3)
+    leaders = leaders_seen_by(shared_grouped, shared_grouped.nodes[1], "rs-admin", 3)
     for line in described[1:]:
         fields = line.split()
         partition, leader, replicas = int(fields[1]), int(fields[3]), fields[7].split(",")
         assert sorted(int(r) for r in replicas) == [1, 2, 3]
         # A leader moves only on a failure, and these nodes all run.
         assert leader == leaders[partition]
-    listed = run_cli(rust_cli, "list-topics", "--bootstrap", quorum.bootstrap)
+    listed = run_cli(rust_cli, "list-topics", "--bootstrap", shared_grouped.bootstrap)
     assert "rs-admin" in listed
     # Creating it again is Kafka's TOPIC_ALREADY_EXISTS.
     again = subprocess.run(
-        [str(rust_cli), "create-topic", "--bootstrap", quorum.bootstrap, "--topic", "rs-admin"],
+        [
+            str(rust_cli),
+            "create-topic",
+            "--bootstrap",
+            shared_grouped.bootstrap,
+            "--topic",
+            "rs-admin",
+        ],
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S,
@@ -282,15 +275,15 @@ def test_admin_creates_and_describes_a_topic(rust_cli: Path, quorum: QuorumClust
 
 
 def test_idempotent_produce_then_consume_from_an_offset(
-    rust_cli: Path, quorum: QuorumCluster
+    rust_cli: Path, shared_grouped: QuorumCluster
 ) -> None:
     topic, partitions, count = "rs-produce", 3, 60
-    create_topic(rust_cli, quorum, topic, partitions)
+    create_topic(rust_cli, shared_grouped, topic, partitions)
     lines = run_cli(
         rust_cli,
         "produce",
         "--bootstrap",
-        quorum.bootstrap,
+        shared_grouped.bootstrap,
         "--topic",
         topic,
         "--count",
@@ -306,7 +299,7 @@ def test_idempotent_produce_then_consume_from_an_offset(
     # Kafka's partitioner: the Python client's murmur2 puts each key on the same partition.
     for ack in acks:
         assert ack.partition == partition_for_key(ack.key.encode(), partitions)
-    found = read_back(quorum.bootstrap, topic, partitions)
+    found = read_back(shared_grouped.bootstrap, topic, partitions)
     assert sorted(found) == sorted((a.partition, a.offset, a.key) for a in acks)
 
     # The Rust consumer from an offset of the fullest partition: exactly the records after it.
@@ -318,7 +311,7 @@ def test_idempotent_produce_then_consume_from_an_offset(
         rust_cli,
         "consume",
         "--bootstrap",
-        quorum.bootstrap,
+        shared_grouped.bootstrap,
         "--topic",
         topic,
         "--partition",
@@ -346,14 +339,16 @@ def _keys_read(lines: list[str]) -> list[str]:
     return [line.split()[3] for line in lines if line.startswith("REC ")]
 
 
-def test_two_rust_members_share_a_group_and_commit(rust_cli: Path, quorum: QuorumCluster) -> None:
+def test_two_rust_members_share_a_group_and_commit(
+    rust_cli: Path, shared_grouped: QuorumCluster
+) -> None:
     topic, partitions, group = "rs-group", 4, "rs-readers"
-    create_topic(rust_cli, quorum, topic, partitions)
+    create_topic(rust_cli, shared_grouped, topic, partitions)
     everything = {f"{topic}-{p}" for p in range(partitions)}
     member = [
         "group-consume",
         "--bootstrap",
-        quorum.bootstrap,
+        shared_grouped.bootstrap,
         "--group",
         group,
         "--topic",
@@ -381,7 +376,7 @@ def test_two_rust_members_share_a_group_and_commit(rust_cli: Path, quorum: Quoru
             rust_cli,
             "produce",
             "--bootstrap",
-            quorum.bootstrap,
+            shared_grouped.bootstrap,
             "--topic",
             topic,
             "--count",
@@ -408,7 +403,7 @@ def test_two_rust_members_share_a_group_and_commit(rust_cli: Path, quorum: Quoru
     assert "LEFT" in first_lines and "LEFT" in second_lines
 
     # The committed offsets are the partitions' ends, as the Python admin client sees them.
-    committed, ends = committed_and_ends(quorum.bootstrap, group, topic, partitions)
+    committed, ends = committed_and_ends(shared_grouped.bootstrap, group, topic, partitions)
     assert committed == ends
 
 
