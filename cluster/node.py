@@ -283,16 +283,11 @@ class Node:
                     transactions=(self._broker.transactions if self._broker is not None else None),
                 )
                 pb_grpc.add_BrokerServicer_to_server(service, server)
-                handlers[name].update(Produce=service.Produce, Fetch=service.Fetch)
-                # The Kafka protocol's calls, answered by the same handlers (kafka/apis.py).
-                handlers[name].update(
-                    Metadata=service.Metadata,
-                    ListOffsets=service.ListOffsets,
-                    InitProducerId=service.InitProducerId,
-                    FindCoordinator=service.FindCoordinator,
-                    OffsetCommit=service.OffsetCommit,
-                    OffsetFetch=service.OffsetFetch,
-                )
+                # Every Broker method, by name: the framed protocol's Produce and Fetch, and
+                # whichever the Kafka protocol's translations call (kafka/apis.py), so a
+                # newly served Kafka API needs no list here.
+                broker = pb.DESCRIPTOR.services_by_name["Broker"]
+                handlers[name].update({m.name: getattr(service, m.name) for m in broker.methods})
                 services.append(pb.DESCRIPTOR.services_by_name["Broker"].full_name)
             npb_grpc.add_NodeServicer_to_server(NodeHealthService(self.health, name), server)
             # What any gRPC tool needs without our protos: the standard health check, and

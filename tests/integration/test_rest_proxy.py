@@ -77,8 +77,8 @@ def start_proxy(cluster: QuorumCluster, log_path: Path, *flags: str) -> Proxy:
             stderr=subprocess.STDOUT,
         )
     proxy = Proxy(f"http://127.0.0.1:{port}", process, log_path)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
+
+    def answers() -> bool:
         assert process.poll() is None, f"the proxy exited: {log_path.read_text()}"
         probe = subprocess.run(
             [CURL, "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{proxy.url}/v3/clusters"],
@@ -86,10 +86,10 @@ def start_proxy(cluster: QuorumCluster, log_path: Path, *flags: str) -> Proxy:
             text=True,
             timeout=30,
         )
-        if probe.stdout == "200":
-            return proxy
-        assert time.monotonic() < deadline, f"the proxy never answered: {log_path.read_text()}"
-        time.sleep(0.1)
+        return probe.stdout == "200"
+
+    wait_until(answers, START_TIMEOUT_S, f"the proxy to answer (log: {log_path})")
+    return proxy
 
 
 def stop_proxy(proxy: Proxy) -> None:

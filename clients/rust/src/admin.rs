@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cluster::{Backoff, BrokerInfo, Cluster, TopicInfo};
+use crate::cluster::{Backoff, BrokerInfo, Cluster, Retry, TopicInfo};
 use crate::error::{Error, Result};
 use crate::pb;
 
@@ -56,7 +56,7 @@ impl Admin {
             validate_only: false,
         };
         let deadline = Instant::now() + self.timeout;
-        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let mut retry = Retry::until(deadline, Duration::from_millis(100), Duration::from_secs(1));
         loop {
             let address = self.cluster.any_address();
             let error = match self.cluster.client(&address) {
@@ -82,18 +82,9 @@ impl Admin {
                     }
                 },
             };
-            if !error.is_retriable() {
-                return Err(error);
-            }
-            let delay = backoff.next_delay();
-            if Instant::now() + delay >= deadline {
-                return Err(Error::TimedOut {
-                    what: format!("create topic {name}"),
-                    after: self.timeout,
-                    last: Box::new(error),
-                });
-            }
-            tokio::time::sleep(delay).await;
+            retry
+                .wait_after(error, || format!("create topic {name}"))
+                .await?;
         }
     }
 
@@ -130,7 +121,11 @@ impl Admin {
     /// Wait until every partition of `name` has a leader (a topic just created may not).
     pub async fn wait_for_leaders(&self, name: &str) -> Result<TopicInfo> {
         let deadline = Instant::now() + self.timeout;
-        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
+        let mut retry = Retry::until(
+            deadline,
+            Duration::from_millis(50),
+            Duration::from_millis(500),
+        );
         loop {
             let error = match self.describe_topic(name).await {
                 Ok(info) if info.partitions.iter().all(|p| p.leader_id >= 0) => return Ok(info),
@@ -138,15 +133,9 @@ impl Admin {
                 Err(e) if e.is_retriable() => e,
                 Err(e) => return Err(e),
             };
-            let delay = backoff.next_delay();
-            if Instant::now() + delay >= deadline {
-                return Err(Error::TimedOut {
-                    what: format!("leaders of {name}"),
-                    after: self.timeout,
-                    last: Box::new(error),
-                });
-            }
-            tokio::time::sleep(delay).await;
+            retry
+                .wait_after(error, || format!("leaders of {name}"))
+                .await?;
         }
     }
 

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tonic::transport::{Channel, Endpoint};
 
@@ -318,5 +318,42 @@ impl Backoff {
         let delay = self.next;
         self.next = (self.next * 2).min(self.max);
         delay
+    }
+}
+
+/// The retries of one call: a growing backoff, bounded by a deadline.
+pub struct Retry {
+    backoff: Backoff,
+    started: Instant,
+    deadline: Instant,
+}
+
+impl Retry {
+    /// Retries until `deadline`, waiting `initial` first and doubling up to `max`.
+    pub fn until(deadline: Instant, initial: Duration, max: Duration) -> Self {
+        Retry {
+            backoff: Backoff::new(initial, max),
+            started: Instant::now(),
+            deadline,
+        }
+    }
+
+    /// After a failed attempt: `error` itself when it is not retriable, `TimedOut` (naming
+    /// `what` and the last error) when one more wait would pass the deadline; otherwise
+    /// waits the next backoff, and the caller tries again.
+    pub async fn wait_after(&mut self, error: Error, what: impl FnOnce() -> String) -> Result<()> {
+        if !error.is_retriable() {
+            return Err(error);
+        }
+        let delay = self.backoff.next_delay();
+        if Instant::now() + delay >= self.deadline {
+            return Err(Error::TimedOut {
+                what: what(),
+                after: self.started.elapsed(),
+                last: Box::new(error),
+            });
+        }
+        tokio::time::sleep(delay).await;
+        Ok(())
     }
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::cluster::{Backoff, Cluster};
+use crate::cluster::{Backoff, Cluster, Retry};
 use crate::error::{codes, Error, Result};
 use crate::pb;
 use crate::{debug, warning, Header};
@@ -479,8 +479,11 @@ impl Consumer {
         };
         let (topic, partition) = tp;
         let deadline = Instant::now() + self.config.request_timeout;
-        let mut backoff = Backoff::new(self.config.retry_backoff, self.config.retry_backoff_max);
-        let started = Instant::now();
+        let mut retry = Retry::until(
+            deadline,
+            self.config.retry_backoff,
+            self.config.retry_backoff_max,
+        );
         loop {
             let error = match self.cluster.leader(topic, *partition).await {
                 Err(e) => e,
@@ -519,18 +522,9 @@ impl Consumer {
                     }
                 }
             };
-            if !error.is_retriable() {
-                return Err(error);
-            }
-            let delay = backoff.next_delay();
-            if Instant::now() + delay >= deadline {
-                return Err(Error::TimedOut {
-                    what: format!("ListOffsets {topic}-{partition}"),
-                    after: started.elapsed(),
-                    last: Box::new(error),
-                });
-            }
-            tokio::time::sleep(delay).await;
+            retry
+                .wait_after(error, || format!("ListOffsets {topic}-{partition}"))
+                .await?;
         }
     }
 

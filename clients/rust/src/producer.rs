@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::cluster::{Backoff, Cluster};
+use crate::cluster::{Backoff, Cluster, Retry};
 use crate::error::{Error, Result};
 use crate::partitioner::partition_for_key;
 use crate::pb;
@@ -375,8 +375,7 @@ async fn init_producer_id(
     config: &ProducerConfig,
     deadline: Instant,
 ) -> Result<(i64, i32)> {
-    let mut backoff = Backoff::new(config.retry_backoff, config.retry_backoff_max);
-    let started = Instant::now();
+    let mut retry = Retry::until(deadline, config.retry_backoff, config.retry_backoff_max);
     loop {
         let address = cluster.any_address();
         let error = match cluster.client(&address) {
@@ -402,18 +401,7 @@ async fn init_producer_id(
                 }
             }
         };
-        if !error.is_retriable() {
-            return Err(error);
-        }
-        let delay = backoff.next_delay();
-        if Instant::now() + delay >= deadline {
-            return Err(Error::TimedOut {
-                what: "InitProducerId".into(),
-                after: started.elapsed(),
-                last: Box::new(error),
-            });
-        }
-        tokio::time::sleep(delay).await;
+        retry.wait_after(error, || "InitProducerId".into()).await?;
     }
 }
 
@@ -502,8 +490,7 @@ async fn produce_with_retries(
 ) -> Result<i64> {
     let cluster = &inner.cluster;
     let config = &inner.config;
-    let mut backoff = Backoff::new(config.retry_backoff, config.retry_backoff_max);
-    let started = Instant::now();
+    let mut retry = Retry::until(deadline, config.retry_backoff, config.retry_backoff_max);
     let topic = &request.topic;
     loop {
         let error = match cluster.leader(topic, request.partition).await {
@@ -540,22 +527,12 @@ async fn produce_with_retries(
                 }
             },
         };
-        if !error.is_retriable() {
-            return Err(error);
-        }
-        let delay = backoff.next_delay();
-        if Instant::now() + delay >= deadline {
-            return Err(Error::TimedOut {
-                what: format!("produce to {topic}-{}", request.partition),
-                after: started.elapsed(),
-                last: Box::new(error),
-            });
-        }
-        debug!(
-            "produce retry {topic}-{} in {delay:?}: {error}",
-            request.partition
-        );
-        tokio::time::sleep(delay).await;
+        debug!("produce retry {topic}-{}: {error}", request.partition);
+        retry
+            .wait_after(error, || {
+                format!("produce to {topic}-{}", request.partition)
+            })
+            .await?;
     }
 }
 

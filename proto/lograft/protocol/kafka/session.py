@@ -22,7 +22,12 @@ import logging
 from collections.abc import Callable
 
 from lograft.protocol.errors import LograftError
-from lograft.protocol.kafka.apis import UNSUPPORTED_VERSION, api_versions_answer, served_api
+from lograft.protocol.kafka.apis import (
+    UNSUPPORTED_VERSION,
+    ServedApi,
+    api_versions_answer,
+    served_api,
+)
 from lograft.protocol.kafka.codec import KafkaDecodeError, decode
 from lograft.protocol.kafka.frames import (
     API_VERSIONS_KEY,
@@ -119,7 +124,7 @@ class KafkaSession:
             return
         if not api.min_version <= header.api_version <= api.max_version:
             if header.api_key == API_VERSIONS_KEY:
-                self._answer(header, 0, api_versions_answer(UNSUPPORTED_VERSION))
+                self._answer(api, header, 0, api_versions_answer(UNSUPPORTED_VERSION))
                 return
             self._refuse(header, f"{api.name} v{header.api_version} is not served")
             return
@@ -134,14 +139,13 @@ class KafkaSession:
             self._refuse(header, f"{api.name} failed: {exc}")
             return
         if body is not None:
-            self._answer(header, header.api_version, body)
+            self._answer(api, header, header.api_version, body)
 
-    def _answer(self, header: RequestHeader, version: int, body: dict[str, object]) -> None:
-        if self._closed:
-            return
-        api = served_api(header.api_key)
-        assert api is not None
-        self._write(response_frame(header, api.response, version, body))
+    def _answer(
+        self, api: ServedApi, header: RequestHeader, version: int, body: dict[str, object]
+    ) -> None:
+        if not self._closed:
+            self._write(response_frame(header, api.response, version, body))
 
     def _refuse(self, header: RequestHeader | None, why: str) -> None:
         client = header.client_id if header is not None else None
